@@ -1,0 +1,24 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from 'commander';
+import { UserError } from '../common/errors.js';
+
+const program = new Command();
+program
+  .name('starling')
+  .description('Peer-to-peer container-image distribution with lazy pulling')
+  .version('0.1.0')
+  .showHelpAfterError();
+
+// Each subcommand lives in its own module under cli/commands/ and registers itself here.
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) process.exit(error.exitCode);
+  if (error instanceof UserError) {
+    console.error(`starling: ${error.message}`);
+    process.exit(2);
+  }
+  console.error(error);
+  process.exit(1);
+}
