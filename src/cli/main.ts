@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../common/errors.js';
+import { registerPeerCommand } from './commands/peer.js';
 
 const program = new Command();
 program
@@ -10,6 +11,7 @@ program
   .showHelpAfterError();
 
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
+registerPeerCommand(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -1,0 +1,39 @@
+import type { Command } from 'commander';
+import { loadConfig } from '../../common/config.js';
+import { createLogger } from '../../common/log.js';
+import { peerConfigSchema } from '../../peer/config.js';
+import { startPeer } from '../../peer/daemon.js';
+import { collect, waitForShutdown } from '../shared.js';
+
+export function registerPeerCommand(program: Command): void {
+  program
+    .command('peer')
+    .description('run the peer daemon: a caching OCI registry mirror for containerd, podman and skopeo')
+    .option('--data-dir <dir>', 'where pieces and metadata are stored')
+    .option('--mirror-listen <host:port>', 'mirror address (default 127.0.0.1:65001)')
+    .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP (repeatable)', collect, [])
+    .option('--registry-default <url>', 'upstream used when a request names no registry (skopeo, podman)')
+    .option('--quota <size>', 'disk quota for blob data, e.g. 20GiB')
+    .option('--download-rate-limit <rate>', 'download rate limit from the origin, e.g. 100MB or 800Mbit (0 = none)')
+    .option('--log-level <level>', 'trace, debug, info, warn, error')
+    .option('--config <file>', 'YAML configuration file; flags override it')
+    .action(async (options) => {
+      const config = loadConfig(peerConfigSchema, {
+        file: options.config,
+        flags: {
+          dataDir: options.dataDir,
+          mirror: { listen: options.mirrorListen },
+          registries: {
+            insecure: options.insecureRegistry.length ? options.insecureRegistry : undefined,
+            default: options.registryDefault,
+          },
+          storage: { quota: options.quota },
+          download: { rateLimit: options.downloadRateLimit },
+          log: { level: options.logLevel },
+        },
+      });
+      const log = createLogger({ level: config.log.level, name: 'peer' });
+      const peer = await startPeer(config, log);
+      await waitForShutdown(log, () => peer.close());
+    });
+}

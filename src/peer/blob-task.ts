@@ -1,0 +1,210 @@
+import { createHash, type Hash } from 'node:crypto';
+import type { Logger } from '../common/log.js';
+import { parseDigest } from '../oci/digest.js';
+import type { BlobStore } from '../storage/blob-store.js';
+import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
+import type { StoredBlob } from '../storage/stored-blob.js';
+import { UpstreamStatusError, type PieceOrigin, type PieceRun, type PieceSource } from './sources/piece-source.js';
+
+export class BlobDigestMismatchError extends Error {
+  override name = 'BlobDigestMismatchError';
+}
+
+export interface TaskEvents {
+  pieceStored(task: BlobTask, index: number, bytes: number, from: PieceOrigin): void;
+  verified(task: BlobTask): void;
+  failed(task: BlobTask, error: Error): void;
+}
+
+interface Deferred {
+  promise: Promise<void>;
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+function deferred(): Deferred {
+  let resolve!: () => void;
+  let reject!: (error: Error) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => undefined); // a waiter may never come
+  return { promise, resolve, reject };
+}
+
+const RETRIES_PER_RUN = 3;
+
+/**
+ * One blob being served and fetched. The task id is the blob digest. It makes sure each missing
+ * piece is fetched once however many clients wait for it, stores pieces as they arrive, and
+ * folds them in order into a running hash of the whole blob: only when that hash equals the
+ * digest does the blob count as complete (and a streamed copy get its final bytes).
+ */
+export class BlobTask {
+  readonly layout: PieceLayout;
+  private readonly inflight = new Map<number, Deferred>();
+  private readonly verification = deferred();
+  private hashedPieces = 0;
+  private readonly hasher: Hash;
+  private hashing: Promise<void> = Promise.resolve();
+  private failure?: Error;
+  readonly bytesBySource: Record<PieceOrigin, number> = { origin: 0, peer: 0, seed: 0 };
+
+  constructor(
+    private readonly store: BlobStore,
+    readonly blob: StoredBlob,
+    private readonly log: Logger,
+    private readonly events: TaskEvents,
+  ) {
+    this.layout = blob.layout;
+    this.hasher = createHash(parseDigest(blob.digest).algorithm);
+    if (blob.complete) {
+      this.hashedPieces = this.layout.pieceCount;
+      this.verification.resolve();
+    }
+  }
+
+  get digest(): string {
+    return this.blob.digest;
+  }
+  get size(): number {
+    return this.blob.size;
+  }
+  get complete(): boolean {
+    return this.blob.complete;
+  }
+  get failed(): Error | undefined {
+    return this.failure;
+  }
+
+  /** Resolves when the whole blob has been verified against its digest. */
+  whenVerified(): Promise<void> {
+    return this.verification.promise;
+  }
+
+  /** Starts fetching whatever of pieces [first, last] is neither stored nor already on its way. */
+  request(first: number, last: number, source: PieceSource): void {
+    if (this.failure) return;
+    let runStart = -1;
+    const runs: PieceRun[] = [];
+    for (let index = first; index <= last + 1; index++) {
+      const missing = index <= last && !this.blob.hasPiece(index) && !this.inflight.has(index);
+      if (missing && runStart < 0) runStart = index;
+      if (!missing && runStart >= 0) {
+        runs.push({ first: runStart, last: index - 1 });
+        runStart = -1;
+      }
+    }
+    for (const run of runs) {
+      for (let index = run.first; index <= run.last; index++) this.inflight.set(index, deferred());
+      void this.fetchRun(run, source);
+    }
+  }
+
+  /** Resolves once piece `index` is stored; rejects if fetching it failed. */
+  async waitForPiece(index: number): Promise<void> {
+    if (this.failure) throw this.failure;
+    if (this.blob.hasPiece(index)) return;
+    const pending = this.inflight.get(index);
+    if (!pending) throw new Error(`piece ${index} of ${this.digest} was not requested`);
+    await pending.promise;
+  }
+
+  hasPiece(index: number): boolean {
+    return this.blob.hasPiece(index);
+  }
+
+  private async fetchRun(run: PieceRun, source: PieceSource): Promise<void> {
+    let attempt = 0;
+    let next = run.first;
+    for (;;) {
+      try {
+        await source.fetchRun(this.layout, { first: next, last: run.last }, async (index, bytes) => {
+          const ours = index >= run.first && index <= run.last;
+          // A piece outside our run that another fetch is bringing is left to that fetch.
+          if (!ours && this.inflight.has(index)) return;
+          await this.accept(index, bytes, source.kind);
+          if (index >= next && index <= run.last) next = index + 1;
+        });
+        return;
+      } catch (error) {
+        const err = error as Error;
+        // The origin's own refusal (401, 404...) is final; a broken connection is worth a retry.
+        const retryable = !(err instanceof UpstreamStatusError) && !(err instanceof BlobDigestMismatchError);
+        while (next <= run.last && this.blob.hasPiece(next)) next++;
+        if (next > run.last) return;
+        if (retryable && ++attempt <= RETRIES_PER_RUN && !this.failure) {
+          this.log.warn({ digest: this.digest, source: source.description, attempt, err: err.message }, 'piece run failed; retrying');
+          continue;
+        }
+        for (let index = next; index <= run.last; index++) this.settle(index, err);
+        return;
+      }
+    }
+  }
+
+  /** Stores one piece that arrived from a source, unless it is stored or expected from elsewhere. */
+  private async accept(index: number, bytes: Buffer, from: PieceOrigin): Promise<void> {
+    if (this.failure) throw this.failure;
+    if (this.blob.hasPiece(index)) return;
+    const expected = pieceBounds(this.layout, index).length;
+    if (bytes.length !== expected) throw new Error(`piece ${index} has ${bytes.length} bytes, expected ${expected}`);
+    const sha256Hex = createHash('sha256').update(bytes).digest('hex');
+    await this.store.writePiece(this.blob, index, bytes, sha256Hex);
+    this.bytesBySource[from] += bytes.length;
+    this.events.pieceStored(this, index, bytes.length, from);
+    this.settle(index);
+    this.foldIntoBlobHash(index === this.hashedPieces ? { index, bytes } : undefined);
+  }
+
+  private settle(index: number, error?: Error): void {
+    const pending = this.inflight.get(index);
+    if (!pending) return;
+    this.inflight.delete(index);
+    if (error) pending.reject(error);
+    else pending.resolve();
+  }
+
+  /** Advances the whole-blob hash over the stored prefix, in order, one pass at a time. */
+  private foldIntoBlobHash(fresh?: { index: number; bytes: Buffer }): void {
+    this.hashing = this.hashing.then(async () => {
+      while (!this.failure && this.hashedPieces < this.layout.pieceCount && this.blob.hasPiece(this.hashedPieces)) {
+        const index = this.hashedPieces;
+        if (fresh && fresh.index === index) {
+          this.hasher.update(fresh.bytes);
+        } else {
+          const { offset, length } = pieceBounds(this.layout, index);
+          const buffer = Buffer.allocUnsafe(length);
+          await this.blob.read(buffer, offset, length);
+          this.hasher.update(buffer);
+        }
+        this.hashedPieces++;
+      }
+      if (this.hashedPieces === this.layout.pieceCount && !this.blob.complete && !this.failure) await this.finishVerification();
+    });
+  }
+
+  private async finishVerification(): Promise<void> {
+    const actual = `${parseDigest(this.blob.digest).algorithm}:${this.hasher.digest('hex')}`;
+    if (actual !== this.blob.digest) {
+      const error = new BlobDigestMismatchError(`blob content does not match its digest ${this.blob.digest} (got ${actual})`);
+      await this.fail(error);
+      return;
+    }
+    await this.blob.markComplete();
+    this.verification.resolve();
+    this.events.verified(this);
+  }
+
+  /** Drops everything stored for this blob and fails every waiter. */
+  async fail(error: Error): Promise<void> {
+    if (this.failure) return;
+    this.failure = error;
+    this.log.error({ digest: this.digest, err: error.message }, 'blob failed verification; discarding it');
+    this.verification.reject(error);
+    for (const index of [...this.inflight.keys()]) this.settle(index, error);
+    await this.store.remove(this.digest);
+    this.events.failed(this, error);
+  }
+}

@@ -1,0 +1,78 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { BlobStore } from '../storage/blob-store.js';
+
+/** The peer's Prometheus metrics; the first question users ask is answered by downloadedBytes{source}. */
+export function createPeerMetrics(registry: Registry, store: () => BlobStore | undefined) {
+  const registers = [registry];
+  return {
+    requests: new Counter({
+      name: 'starling_peer_requests_total',
+      help: 'Mirror requests by route, method and status',
+      labelNames: ['route', 'method', 'status'] as const,
+      registers,
+    }),
+    requestSeconds: new Histogram({
+      name: 'starling_peer_request_duration_seconds',
+      help: 'Time to answer a mirror request, until the last byte',
+      labelNames: ['route'] as const,
+      buckets: [0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300],
+      registers,
+    }),
+    servedBytes: new Counter({
+      name: 'starling_peer_served_bytes_total',
+      help: 'Blob bytes sent to local clients',
+      registers,
+    }),
+    downloadedBytes: new Counter({
+      name: 'starling_peer_downloaded_bytes_total',
+      help: 'Blob bytes stored by this peer, by where they came from (origin, peer, seed)',
+      labelNames: ['source'] as const,
+      registers,
+    }),
+    blobRequests: new Counter({
+      name: 'starling_peer_blob_requests_total',
+      help: 'Blob requests by what the store already held: hit (complete), partial, miss',
+      labelNames: ['cache'] as const,
+      registers,
+    }),
+    verificationFailures: new Counter({
+      name: 'starling_peer_blob_verification_failures_total',
+      help: 'Blobs whose content did not match their digest and were discarded',
+      registers,
+    }),
+    accessChecks: new Counter({
+      name: 'starling_peer_access_checks_total',
+      help: 'Checks with the registry that a client may read a private cached blob',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+    evictedBytes: new Counter({
+      name: 'starling_peer_evicted_bytes_total',
+      help: 'Bytes evicted to stay within the disk quota',
+      registers,
+    }),
+    originRangeIgnored: new Counter({
+      name: 'starling_peer_origin_range_ignored_total',
+      help: 'Range requests that an origin answered with the whole blob',
+      registers,
+    }),
+    storageBytes: new Gauge({
+      name: 'starling_peer_storage_bytes',
+      help: 'Bytes of blob data on disk',
+      registers,
+      collect() {
+        this.set(store()?.usedBytes ?? 0);
+      },
+    }),
+    storageBlobs: new Gauge({
+      name: 'starling_peer_storage_blobs',
+      help: 'Blobs on disk, complete or partial',
+      registers,
+      collect() {
+        this.set(store()?.blobCount ?? 0);
+      },
+    }),
+  };
+}
+
+export type PeerMetrics = ReturnType<typeof createPeerMetrics>;

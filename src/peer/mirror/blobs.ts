@@ -1,0 +1,216 @@
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '../../common/log.js';
+import type { RateLimiter } from '../../common/rate-limiter.js';
+import { OciError } from '../../oci/errors.js';
+import type { RegistryTransport } from '../../oci/transport.js';
+import { pieceBounds, piecesCovering } from '../../storage/piece-plan.js';
+import type { BlobTask } from '../blob-task.js';
+import type { PeerMetrics } from '../metrics.js';
+import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
+import { UpstreamStatusError } from '../sources/piece-source.js';
+import type { BlobProbe, TaskLease, TaskManager } from '../task-manager.js';
+import { contentRange, multipartLayout, parseRange, type ByteRange } from '../http-range.js';
+import type { AccessChecker } from './access.js';
+import { API_VERSION_HEADER, writeChunk } from './respond.js';
+
+/** Bytes read from disk per write to a client: large enough for throughput, small enough for memory. */
+const READ_CHUNK = 1024 * 1024;
+const BLOB_CONTENT_TYPE = 'application/octet-stream';
+
+export interface BlobServiceDeps {
+  tasks: TaskManager;
+  transport: RegistryTransport;
+  access: AccessChecker;
+  downloadLimiter: RateLimiter;
+  metrics: PeerMetrics;
+  log: Logger;
+}
+
+/** Serves `HEAD|GET /v2/<name>/blobs/<digest>` from the piece store, fetching what is missing. */
+export class BlobService {
+  constructor(private readonly deps: BlobServiceDeps) {}
+
+  async handle(req: IncomingMessage, res: ServerResponse, digest: string, blobUrl: URL): Promise<void> {
+    const authorization = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
+    const lease = await this.leaseAuthorized(digest, blobUrl, authorization, res, req.method === 'HEAD');
+    if (!lease) return;
+    try {
+      await this.respond(req, res, lease.task, new OriginSource(
+        blobUrl,
+        authorization ? { authorization } : {},
+        this.deps.transport,
+        this.deps.downloadLimiter,
+        this.deps.log,
+        () => this.deps.metrics.originRangeIgnored.inc(),
+      ));
+    } finally {
+      lease.task.blob.touch();
+      lease.release();
+    }
+  }
+
+  /**
+   * Finds or creates the blob's task, making sure this client may read it: a blob first fetched
+   * with credentials is served to another client only after the registry accepts that client's.
+   */
+  private async leaseAuthorized(
+    digest: string,
+    blobUrl: URL,
+    authorization: string | undefined,
+    res: ServerResponse,
+    headOnly: boolean,
+  ): Promise<TaskLease | undefined> {
+    const { metrics } = this.deps;
+    let lease = this.deps.tasks.lease(digest);
+    metrics.blobRequests.inc({ cache: lease ? (lease.task.complete ? 'hit' : 'partial') : 'miss' });
+    if (!lease) {
+      try {
+        lease = await this.deps.tasks.open(digest, () => this.probe(blobUrl, authorization));
+      } catch (error) {
+        if (error instanceof UpstreamStatusError) {
+          relayRefusal(res, error.status, error.headers, error.body, headOnly);
+          return undefined;
+        }
+        throw error;
+      }
+    }
+    if (lease.created || lease.task.blob.isPublic) return lease;
+    const decision = await this.deps.access.check(blobUrl, authorization);
+    metrics.accessChecks.inc({ result: decision.allowed ? 'allowed' : 'denied' });
+    if (decision.allowed) return lease;
+    lease.release();
+    relayRefusal(res, decision.status, decision.headers, decision.body, headOnly);
+    return undefined;
+  }
+
+  /** HEAD the origin with the client's credentials: learns the size, and whether the blob is public. */
+  private async probe(blobUrl: URL, authorization: string | undefined): Promise<BlobProbe> {
+    const headers: Record<string, string> = authorization ? { authorization } : {};
+    const response = await this.deps.transport.send(blobUrl, { method: 'HEAD', headers });
+    await response.body.dump();
+    if (response.statusCode !== 200) {
+      throw new UpstreamStatusError(response.statusCode, relayableHeaders(response.headers), '', `origin answered ${response.statusCode}`);
+    }
+    const size = Number(response.headers['content-length']);
+    if (!Number.isSafeInteger(size) || size < 0) {
+      throw new OciError('UNAVAILABLE', `origin gave no usable Content-Length for ${blobUrl.pathname}`);
+    }
+    let isPublic = !authorization;
+    if (authorization) {
+      const anonymous = await this.deps.transport.send(blobUrl, { method: 'HEAD' });
+      await anonymous.body.dump();
+      isPublic = anonymous.statusCode === 200;
+    }
+    this.deps.access.record(blobUrl, authorization, { allowed: true, status: 200, headers: {}, body: '' });
+    return { size, public: isPublic };
+  }
+
+  private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, source: OriginSource): Promise<void> {
+    const size = task.size;
+    const range = parseRange(typeof req.headers.range === 'string' ? req.headers.range : undefined, size);
+    const common = { ...API_VERSION_HEADER, 'docker-content-digest': task.digest, 'accept-ranges': 'bytes', etag: `"${task.digest}"` };
+    const headOnly = req.method === 'HEAD';
+
+    if (range.kind === 'invalid') throw new OciError('RANGE_INVALID', range.reason, { status: 400 });
+    if (range.kind === 'unsatisfiable') {
+      throw new OciError('RANGE_INVALID', `range not satisfiable for a blob of ${size} bytes`, {
+        headers: { 'content-range': `bytes */${size}` },
+      });
+    }
+    if (range.kind === 'none') {
+      res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
+      if (headOnly) return void res.end();
+      // The last bytes of a whole-blob read wait for the digest check: a bad blob never arrives complete.
+      await this.streamRange(res, task, { start: 0, end: size - 1 }, source, true);
+      return void res.end();
+    }
+    if (range.ranges.length === 1) {
+      const only = range.ranges[0]!;
+      res.writeHead(206, {
+        ...common,
+        'content-type': BLOB_CONTENT_TYPE,
+        'content-range': contentRange(only, size),
+        'content-length': only.end - only.start + 1,
+      });
+      if (headOnly) return void res.end();
+      await this.streamRange(res, task, only, source, false);
+      return void res.end();
+    }
+    const boundary = `starling-${randomBytes(12).toString('hex')}`;
+    const layout = multipartLayout(range.ranges, size, BLOB_CONTENT_TYPE, boundary);
+    res.writeHead(206, {
+      ...common,
+      'content-type': `multipart/byteranges; boundary=${boundary}`,
+      'content-length': layout.length,
+    });
+    if (headOnly) return void res.end();
+    for (const part of layout.parts) task.request(...coveringPieces(task, part.range), source);
+    for (const part of layout.parts) {
+      await writeChunk(res, part.head);
+      await this.streamRange(res, task, part.range, source, false);
+    }
+    await writeChunk(res, layout.tail);
+    res.end();
+  }
+
+  /** Sends bytes [start, end] as their pieces become available, fetching the missing ones. */
+  private async streamRange(
+    res: ServerResponse,
+    task: BlobTask,
+    range: ByteRange,
+    source: OriginSource,
+    holdLastPieceForVerification: boolean,
+  ): Promise<void> {
+    if (range.end < range.start) {
+      // A zero-byte blob: nothing to send, but it must still have been verified.
+      task.request(0, 0, source);
+      await task.waitForPiece(0);
+      if (holdLastPieceForVerification) await task.whenVerified();
+      return;
+    }
+    const [first, last] = coveringPieces(task, range);
+    task.request(first, last, source);
+    for (let index = first; index <= last; index++) {
+      await task.waitForPiece(index);
+      if (holdLastPieceForVerification && index === task.layout.pieceCount - 1) await task.whenVerified();
+      const bounds = pieceBounds(task.layout, index);
+      let position = Math.max(range.start, bounds.offset);
+      const stop = Math.min(range.end, bounds.offset + bounds.length - 1);
+      while (position <= stop) {
+        const length = Math.min(READ_CHUNK, stop - position + 1);
+        const buffer = Buffer.allocUnsafe(length);
+        const read = await task.blob.read(buffer, position, length);
+        if (read !== length) throw new Error(`short read of ${task.digest} at ${position}`);
+        await writeChunk(res, buffer);
+        this.deps.metrics.servedBytes.inc(length);
+        position += length;
+      }
+    }
+  }
+}
+
+function coveringPieces(task: BlobTask, range: ByteRange): [number, number] {
+  const { first, last } = piecesCovering(task.layout, range.start, Math.max(range.start, range.end));
+  return [first, last];
+}
+
+function relayRefusal(res: ServerResponse, status: number, headers: Record<string, string>, body: string, headOnly: boolean): void {
+  const payload =
+    body ||
+    JSON.stringify({
+      errors: [
+        {
+          code: status === 401 ? 'UNAUTHORIZED' : status === 403 ? 'DENIED' : status === 404 ? 'BLOB_UNKNOWN' : 'UNAVAILABLE',
+          message: `registry answered ${status}`,
+        },
+      ],
+    });
+  res.writeHead(status, {
+    ...API_VERSION_HEADER,
+    'content-type': 'application/json',
+    ...headers,
+    'content-length': Buffer.byteLength(payload),
+  });
+  res.end(headOnly ? undefined : payload);
+}

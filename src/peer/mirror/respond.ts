@@ -1,0 +1,44 @@
+import type { ServerResponse } from 'node:http';
+import { OciError } from '../../oci/errors.js';
+
+export const API_VERSION_HEADER = { 'docker-distribution-api-version': 'registry/2.0' };
+
+export function sendOciError(res: ServerResponse, error: OciError, method = 'GET'): void {
+  if (res.headersSent) {
+    res.destroy(error);
+    return;
+  }
+  const body = JSON.stringify(error.toJSON());
+  res.writeHead(error.status, {
+    ...API_VERSION_HEADER,
+    ...error.headers,
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(method === 'HEAD' ? undefined : body);
+}
+
+/** Writes a chunk and waits for the socket to drain; rejects if the client went away. */
+export function writeChunk(res: ServerResponse, chunk: Buffer | string): Promise<void> {
+  if (res.destroyed || res.writableEnded) return Promise.reject(new ClientGoneError());
+  if (res.write(chunk)) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const done = (error?: Error) => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      if (error) reject(error);
+      else resolve();
+    };
+    const onDrain = () => done();
+    const onClose = () => done(new ClientGoneError());
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
+}
+
+export class ClientGoneError extends Error {
+  override name = 'ClientGoneError';
+  constructor() {
+    super('client closed the connection');
+  }
+}

@@ -1,0 +1,39 @@
+import type { PieceLayout } from '../../storage/piece-plan.js';
+
+/** Where a piece's bytes came from; the peer's metrics and `starling stat` count bytes by this. */
+export type PieceOrigin = 'origin' | 'peer' | 'seed';
+
+/** A contiguous run of pieces, inclusive. */
+export interface PieceRun {
+  first: number;
+  last: number;
+}
+
+/**
+ * Receives pieces from a source. Pieces of one run arrive in order; a source may also deliver
+ * pieces outside the run it was asked for (an origin that ignored Range sends everything).
+ */
+export type PieceSink = (index: number, bytes: Buffer) => Promise<void>;
+
+/**
+ * Anything pieces can be fetched from: the origin registry now; parents and seeds in a swarm.
+ * fetchRun resolves once every piece of the run was handed to the sink, or rejects.
+ */
+export interface PieceSource {
+  readonly kind: PieceOrigin;
+  readonly description: string;
+  fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal): Promise<void>;
+}
+
+/** An origin's HTTP answer that the client should see as it is (401 with its challenge, 403, 404). */
+export class UpstreamStatusError extends Error {
+  override name = 'UpstreamStatusError';
+  constructor(
+    readonly status: number,
+    readonly headers: Record<string, string>,
+    readonly body: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}

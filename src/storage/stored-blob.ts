@@ -1,0 +1,210 @@
+import { createHash } from 'node:crypto';
+import { constants as fsConstants } from 'node:fs';
+import { mkdir, open, readFile, rename, rm, utimes, writeFile, stat, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { pieceBounds, pieceLayout, type PieceLayout } from './piece-plan.js';
+
+/** What is persisted about a blob besides its bytes. */
+export interface BlobMeta {
+  version: 1;
+  digest: string;
+  size: number;
+  pieceSize: number;
+  /** Fetched without credentials, so any client may be served it. */
+  public: boolean;
+  /** The whole blob was verified against its digest and flushed to disk. */
+  complete: boolean;
+  createdAt: string;
+}
+
+const META = 'meta.json';
+const DATA = 'data';
+/** Append-only journal of stored pieces: one "index sha256hex" line per piece, written after its bytes. */
+const JOURNAL = 'pieces';
+
+/**
+ * One blob on disk: a sparse data file holding pieces at their offsets, a piece journal and the
+ * metadata. A piece counts as stored only once its bytes are written and its journal line follows;
+ * after a crash, journaled pieces of an incomplete blob are hashed again and dropped if torn.
+ */
+export class StoredBlob {
+  readonly layout: PieceLayout;
+  private readonly pieces = new Map<number, string>();
+  private bytesStored = 0;
+  lastAccess: number;
+
+  private constructor(
+    readonly dir: string,
+    private meta: BlobMeta,
+    private readonly data: FileHandle,
+    private readonly journal: FileHandle,
+    lastAccess: number,
+  ) {
+    this.layout = pieceLayout(meta.size, meta.pieceSize);
+    this.lastAccess = lastAccess;
+  }
+
+  static async create(dir: string, init: Omit<BlobMeta, 'version' | 'complete' | 'createdAt'>): Promise<StoredBlob> {
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true });
+    const meta: BlobMeta = { version: 1, complete: false, createdAt: new Date().toISOString(), ...init };
+    const data = await open(join(dir, DATA), 'w+');
+    await data.truncate(meta.size);
+    const journal = await open(join(dir, JOURNAL), fsConstants.O_CREAT | fsConstants.O_WRONLY | fsConstants.O_APPEND);
+    await writeMetaAtomically(dir, meta);
+    return new StoredBlob(dir, meta, data, journal, Date.now());
+  }
+
+  /** Loads a blob left by an earlier run; returns the number of journaled pieces found torn. */
+  static async load(dir: string): Promise<{ blob: StoredBlob; droppedPieces: number }> {
+    const meta = parseMeta(await readFile(join(dir, META), 'utf8'), dir);
+    const data = await open(join(dir, DATA), 'r+');
+    const dataSize = (await data.stat()).size;
+    if (dataSize !== meta.size) {
+      await data.close();
+      throw new Error(`data file of ${meta.digest} has ${dataSize} bytes, expected ${meta.size}`);
+    }
+    const lastAccess = (await stat(join(dir, META))).mtimeMs;
+    const journalText = await readFile(join(dir, JOURNAL), 'utf8').catch(() => '');
+    const journal = await open(join(dir, JOURNAL), fsConstants.O_CREAT | fsConstants.O_WRONLY | fsConstants.O_APPEND);
+    const blob = new StoredBlob(dir, meta, data, journal, lastAccess);
+    let dropped = 0;
+    for (const line of journalText.split('\n')) {
+      const match = /^(\d+) ([0-9a-f]{64})$/.exec(line);
+      if (!match) continue; // a torn last line from a crash
+      const index = Number(match[1]);
+      if (index >= blob.layout.pieceCount || blob.pieces.has(index)) continue;
+      // A complete blob was verified as a whole and fsynced; a partial one is checked piece by piece.
+      if (meta.complete || (await blob.pieceMatches(index, match[2]!))) blob.remember(index, match[2]!);
+      else dropped++;
+    }
+    if (meta.complete && blob.pieces.size !== blob.layout.pieceCount) {
+      // Metadata says complete but the journal disagrees: trust neither.
+      meta.complete = false;
+      await writeMetaAtomically(dir, meta);
+    }
+    if (dropped > 0) await blob.rewriteJournal();
+    return { blob, droppedPieces: dropped };
+  }
+
+  get digest(): string {
+    return this.meta.digest;
+  }
+  get size(): number {
+    return this.meta.size;
+  }
+  get isPublic(): boolean {
+    return this.meta.public;
+  }
+  get complete(): boolean {
+    return this.meta.complete;
+  }
+  get storedBytes(): number {
+    return this.bytesStored;
+  }
+  get storedPieceCount(): number {
+    return this.pieces.size;
+  }
+
+  hasPiece(index: number): boolean {
+    return this.pieces.has(index);
+  }
+
+  pieceDigest(index: number): string | undefined {
+    const hex = this.pieces.get(index);
+    return hex ? `sha256:${hex}` : undefined;
+  }
+
+  /** Stores a piece whose sha256 the caller already computed while receiving it. */
+  async writePiece(index: number, bytes: Buffer, sha256Hex: string): Promise<void> {
+    const { offset, length } = pieceBounds(this.layout, index);
+    if (bytes.length !== length) throw new Error(`piece ${index} of ${this.digest} has ${bytes.length} bytes, expected ${length}`);
+    if (this.pieces.has(index)) return;
+    let written = 0;
+    while (written < length) {
+      const { bytesWritten } = await this.data.write(bytes, written, length - written, offset + written);
+      written += bytesWritten;
+    }
+    await this.journal.appendFile(`${index} ${sha256Hex}\n`);
+    this.remember(index, sha256Hex);
+  }
+
+  /** Reads bytes that the caller knows are stored. */
+  async read(target: Buffer, position: number, length = target.length): Promise<number> {
+    let total = 0;
+    while (total < length) {
+      const { bytesRead } = await this.data.read(target, total, length - total, position + total);
+      if (bytesRead === 0) break;
+      total += bytesRead;
+    }
+    return total;
+  }
+
+  async setPublic(value: boolean): Promise<void> {
+    if (this.meta.public === value) return;
+    this.meta = { ...this.meta, public: value };
+    await writeMetaAtomically(this.dir, this.meta);
+  }
+
+  /** Called once the whole blob matched its digest: flush, then record completeness. */
+  async markComplete(): Promise<void> {
+    await this.data.datasync();
+    await this.journal.datasync();
+    this.meta = { ...this.meta, complete: true };
+    await writeMetaAtomically(this.dir, this.meta);
+  }
+
+  touch(): void {
+    this.lastAccess = Date.now();
+    const seconds = this.lastAccess / 1000;
+    utimes(join(this.dir, META), seconds, seconds).catch(() => undefined);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([this.data.close(), this.journal.close()]);
+  }
+
+  async remove(): Promise<void> {
+    await this.close();
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  private remember(index: number, sha256Hex: string): void {
+    this.pieces.set(index, sha256Hex);
+    this.bytesStored += pieceBounds(this.layout, index).length;
+  }
+
+  private async pieceMatches(index: number, sha256Hex: string): Promise<boolean> {
+    const { offset, length } = pieceBounds(this.layout, index);
+    const buffer = Buffer.allocUnsafe(length);
+    const read = await this.read(buffer, offset, length);
+    return read === length && createHash('sha256').update(buffer).digest('hex') === sha256Hex;
+  }
+
+  private async rewriteJournal(): Promise<void> {
+    const lines = [...this.pieces].map(([index, hex]) => `${index} ${hex}\n`).join('');
+    const temporary = join(this.dir, `${JOURNAL}.tmp`);
+    await writeFile(temporary, lines);
+    await rename(temporary, join(this.dir, JOURNAL));
+  }
+}
+
+async function writeMetaAtomically(dir: string, meta: BlobMeta): Promise<void> {
+  const temporary = join(dir, `${META}.tmp`);
+  await writeFile(temporary, JSON.stringify(meta));
+  await rename(temporary, join(dir, META));
+}
+
+function parseMeta(text: string, dir: string): BlobMeta {
+  const meta = JSON.parse(text) as Partial<BlobMeta>;
+  if (
+    meta.version !== 1 ||
+    typeof meta.digest !== 'string' ||
+    !Number.isSafeInteger(meta.size) ||
+    !Number.isSafeInteger(meta.pieceSize) ||
+    (meta.pieceSize ?? 0) <= 0
+  ) {
+    throw new Error(`unreadable blob metadata in ${dir}`);
+  }
+  return { public: false, complete: false, createdAt: '', ...meta } as BlobMeta;
+}
