@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../common/errors.js';
+import { registerContainerdConfigCommand } from './commands/containerd-config.js';
+import { registerGetCommand } from './commands/get.js';
 import { registerPeerCommand } from './commands/peer.js';
+import { registerStatCommand } from './commands/stat.js';
 
 const program = new Command();
 program
@@ -12,6 +15,9 @@ program
 
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
 registerPeerCommand(program);
+registerContainerdConfigCommand(program);
+registerGetCommand(program);
+registerStatCommand(program);
 
 try {
   await program.parseAsync(process.argv);
