@@ -1,0 +1,153 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { silentLogger } from '../../src/common/log.js';
+import { RateLimiter } from '../../src/common/rate-limiter.js';
+import { digestOf } from '../../src/oci/digest.js';
+import { RegistryTransport } from '../../src/oci/transport.js';
+import { BlobTask, BlobDigestMismatchError } from '../../src/peer/blob-task.js';
+import { OriginSource } from '../../src/peer/sources/origin-source.js';
+import { BlobStore } from '../../src/storage/blob-store.js';
+import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
+
+/** A stand-in origin for this module's unit tests; the real registry is used in test/integration. */
+interface FakeOrigin {
+  url: URL;
+  requests: Array<{ range?: string }>;
+  close(): Promise<void>;
+}
+
+type Behaviour = 'honest' | 'ignore-range' | 'wrong-range' | 'drop-once';
+
+async function startOrigin(data: Buffer, behaviour: Behaviour): Promise<FakeOrigin> {
+  const requests: Array<{ range?: string }> = [];
+  let dropped = false;
+  const server: Server = createServer((req, res) => {
+    requests.push({ range: req.headers.range });
+    const match = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range ?? '');
+    if (behaviour === 'drop-once' && !dropped) {
+      dropped = true;
+      res.writeHead(200, { 'content-length': data.length });
+      res.write(data.subarray(0, MIN_PIECE_SIZE + 10));
+      setTimeout(() => res.destroy(), 20);
+      return;
+    }
+    if (!match || behaviour === 'ignore-range') {
+      res.writeHead(200, { 'content-length': data.length });
+      return void res.end(data);
+    }
+    const start = Number(match[1]);
+    const end = Number(match[2]);
+    const shown = behaviour === 'wrong-range' ? `bytes ${start + 1}-${end}/${data.length}` : `bytes ${start}-${end}/${data.length}`;
+    res.writeHead(206, { 'content-range': shown, 'content-length': end - start + 1 });
+    res.end(data.subarray(start, end + 1));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: new URL(`http://127.0.0.1:${port}/v2/x/blobs/d`),
+    requests,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe('BlobTask with an origin source', () => {
+  let dir: string;
+  let store: BlobStore;
+  let transport: RegistryTransport;
+  const data = randomBytes(3 * MIN_PIECE_SIZE + 1234);
+  const digest = digestOf(data);
+  const events = { pieceStored: () => undefined, verified: () => undefined, failed: () => undefined };
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'starling-task-'));
+    store = await BlobStore.open(dir, { quota: 0, highWatermark: 0.9, lowWatermark: 0.7 }, silentLogger);
+    transport = new RegistryTransport();
+  });
+  afterEach(async () => {
+    await store.close();
+    await transport.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function makeTask(blobDigest = digest) {
+    const blob = await store.create(blobDigest, data.length, true);
+    return new BlobTask(store, blob, silentLogger, events);
+  }
+  const source = (origin: FakeOrigin) => new OriginSource(origin.url, {}, transport, new RateLimiter(0), silentLogger);
+
+  async function readAll(task: BlobTask): Promise<Buffer> {
+    const out = Buffer.alloc(data.length);
+    await task.blob.read(out, 0);
+    return out;
+  }
+
+  it('fetches a whole blob once however many waiters ask, and verifies it', async () => {
+    const origin = await startOrigin(data, 'honest');
+    const task = await makeTask();
+    const last = task.layout.pieceCount - 1;
+    task.request(0, last, source(origin));
+    task.request(0, last, source(origin));
+    await Promise.all([task.waitForPiece(last), task.waitForPiece(0), task.whenVerified()]);
+    assert.equal(origin.requests.length, 1);
+    assert.equal(origin.requests[0]!.range, undefined, 'a whole-blob run is a plain GET');
+    assert.ok(task.complete);
+    assert.ok((await readAll(task)).equals(data));
+    await origin.close();
+  });
+
+  it('fetches only the pieces covering a range, with a Range request', async () => {
+    const origin = await startOrigin(data, 'honest');
+    const task = await makeTask();
+    task.request(1, 2, source(origin));
+    await task.waitForPiece(2);
+    assert.deepEqual(origin.requests, [{ range: `bytes=${MIN_PIECE_SIZE}-${3 * MIN_PIECE_SIZE - 1}` }]);
+    assert.ok(!task.hasPiece(0) && !task.hasPiece(3));
+    await origin.close();
+  });
+
+  it('detects an origin that ignores Range and takes its bytes from the start of the blob', async () => {
+    const origin = await startOrigin(data, 'ignore-range');
+    const task = await makeTask();
+    task.request(2, 2, source(origin));
+    await task.waitForPiece(2);
+    await task.whenVerified();
+    assert.ok((await readAll(task)).equals(data));
+    await origin.close();
+  });
+
+  it('does not trust a Content-Range other than the one asked for', async () => {
+    const origin = await startOrigin(data, 'wrong-range');
+    const task = await makeTask();
+    task.request(1, 1, source(origin));
+    await assert.rejects(task.waitForPiece(1), /Content-Range "bytes \d+-\d+\/\d+"/);
+    assert.ok(!task.hasPiece(1));
+    await origin.close();
+  });
+
+  it('resumes a broken download from the first missing piece', async () => {
+    const origin = await startOrigin(data, 'drop-once');
+    const task = await makeTask();
+    task.request(0, task.layout.pieceCount - 1, source(origin));
+    await task.whenVerified();
+    assert.equal(origin.requests.length, 2);
+    assert.equal(origin.requests[1]!.range, `bytes=${MIN_PIECE_SIZE}-${data.length - 1}`);
+    assert.ok((await readAll(task)).equals(data));
+    await origin.close();
+  });
+
+  it('discards a blob whose bytes do not match its digest', async () => {
+    const origin = await startOrigin(data, 'honest');
+    const task = await makeTask(digestOf('something else'));
+    task.request(0, task.layout.pieceCount - 1, source(origin));
+    await assert.rejects(task.whenVerified(), BlobDigestMismatchError);
+    assert.equal(store.get(task.digest), undefined, 'nothing stays stored');
+    assert.equal(store.usedBytes, 0);
+    await origin.close();
+  });
+});

@@ -1,0 +1,110 @@
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { appendFile, mkdtemp, open, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { silentLogger } from '../../src/common/log.js';
+import { digestOf } from '../../src/oci/digest.js';
+import { BlobStore } from '../../src/storage/blob-store.js';
+import { MIN_PIECE_SIZE, pieceBounds, pieceLayout, pieceSizeFor, piecesCovering } from '../../src/storage/piece-plan.js';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const noQuota = { quota: 0, highWatermark: 0.9, lowWatermark: 0.7 };
+
+describe('piece plan', () => {
+  it('uses 4 MiB pieces for ordinary blobs and grows them for huge ones', () => {
+    assert.equal(pieceSizeFor(0), MIN_PIECE_SIZE);
+    assert.equal(pieceSizeFor(1e9), MIN_PIECE_SIZE);
+    assert.equal(pieceSizeFor(21.4e9), 32 * 2 ** 20);
+    assert.equal(pieceSizeFor(1e13), 64 * 2 ** 20);
+  });
+  it('covers every byte exactly once', () => {
+    const layout = pieceLayout(10 * MIN_PIECE_SIZE + 5);
+    assert.equal(layout.pieceCount, 11);
+    assert.deepEqual(pieceBounds(layout, 10), { offset: 10 * MIN_PIECE_SIZE, length: 5 });
+    assert.deepEqual(piecesCovering(layout, MIN_PIECE_SIZE - 1, MIN_PIECE_SIZE), { first: 0, last: 1 });
+    assert.equal(pieceLayout(0).pieceCount, 1);
+  });
+});
+
+describe('BlobStore', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'starling-store-'));
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('keeps verified pieces across a restart and drops torn ones', async () => {
+    const size = 2 * MIN_PIECE_SIZE + 100;
+    const data = randomBytes(size);
+    const digest = digestOf(data);
+    let store = await BlobStore.open(dir, noQuota, silentLogger);
+    const blob = await store.create(digest, size, true);
+    const layout = blob.layout;
+    for (const index of [0, 2]) {
+      const { offset, length } = pieceBounds(layout, index);
+      const piece = data.subarray(offset, offset + length);
+      await store.writePiece(blob, index, Buffer.from(piece), sha(piece));
+    }
+    await store.close();
+
+    // Simulate a crash that journaled piece 1 but never wrote its bytes, and tore piece 2's bytes.
+    await appendFile(join(blob.dir, 'pieces'), `1 ${sha(data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
+    const handle = await open(join(blob.dir, 'data'), 'r+');
+    await handle.write(Buffer.from('torn'), 0, 4, 2 * MIN_PIECE_SIZE);
+    await handle.close();
+
+    store = await BlobStore.open(dir, noQuota, silentLogger);
+    const reloaded = store.get(digest)!;
+    assert.ok(reloaded.hasPiece(0), 'verified piece kept');
+    assert.ok(!reloaded.hasPiece(1), 'piece never written is dropped');
+    assert.ok(!reloaded.hasPiece(2), 'torn piece is dropped');
+    assert.equal(store.usedBytes, MIN_PIECE_SIZE);
+    assert.ok(!reloaded.complete);
+    await store.close();
+  });
+
+  it('refuses a piece of the wrong length', async () => {
+    const store = await BlobStore.open(dir, noQuota, silentLogger);
+    const blob = await store.create(digestOf('abc'), 3, true);
+    await assert.rejects(store.writePiece(blob, 0, Buffer.from('abcd'), 'x'), /has 4 bytes, expected 3/);
+    await store.close();
+  });
+
+  it('discards unreadable blob directories at start-up', async () => {
+    let store = await BlobStore.open(dir, noQuota, silentLogger);
+    const blob = await store.create(digestOf('abc'), 3, true);
+    await store.close();
+    await appendFile(join(blob.dir, 'meta.json'), '}}}');
+    store = await BlobStore.open(dir, noQuota, silentLogger);
+    assert.equal(store.blobCount, 0);
+    await store.close();
+  });
+
+  it('evicts least recently used blobs down to the low watermark, never one in use', async () => {
+    const quota = { quota: 10 * 1024, highWatermark: 0.9, lowWatermark: 0.5 };
+    const evicted: string[] = [];
+    const store = await BlobStore.open(dir, quota, silentLogger, (event) => evicted.push(event.digest));
+    const blobs = [];
+    for (let i = 0; i < 4; i++) {
+      const bytes = randomBytes(2 * 1024);
+      const blob = await store.create(digestOf(bytes), bytes.length, true);
+      blob.lastAccess = i; // oldest first
+      await store.writePiece(blob, 0, bytes, sha(bytes));
+      blobs.push(blob);
+    }
+    const release = store.acquire(blobs[0]!.digest); // the oldest is in use
+    const bytes = randomBytes(2 * 1024);
+    const newest = await store.create(digestOf(bytes), bytes.length, true);
+    newest.lastAccess = Date.now();
+    await store.writePiece(newest, 0, bytes, sha(bytes)); // 10 KiB > 9 KiB high watermark
+    assert.deepEqual(evicted, [blobs[1]!.digest, blobs[2]!.digest, blobs[3]!.digest]);
+    assert.ok(store.get(blobs[0]!.digest), 'blob in use survives');
+    assert.ok(store.usedBytes <= 5 * 1024);
+    release();
+    await store.close();
+  });
+});
