@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../common/errors.js';
+import { registerEstargzCommands } from './commands/estargz.js';
 import { registerContainerdConfigCommand } from './commands/containerd-config.js';
 import { registerGetCommand } from './commands/get.js';
 import { registerPeerCommand } from './commands/peer.js';
+import { registerSchedulerCommand } from './commands/scheduler.js';
 import { registerStatCommand } from './commands/stat.js';
 
 const program = new Command();
@@ -14,7 +16,9 @@ program
   .showHelpAfterError();
 
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
+registerEstargzCommands(program);
 registerPeerCommand(program);
+registerSchedulerCommand(program);
 registerContainerdConfigCommand(program);
 registerGetCommand(program);
 registerStatCommand(program);
