@@ -4,14 +4,14 @@ import { parseDigest } from '../oci/digest.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
-import { UpstreamStatusError, type PieceOrigin, type PieceRun, type PieceSource } from './sources/piece-source.js';
+import { UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
 
 export class BlobDigestMismatchError extends Error {
   override name = 'BlobDigestMismatchError';
 }
 
 export interface TaskEvents {
-  pieceStored(task: BlobTask, index: number, bytes: number, from: PieceOrigin): void;
+  pieceStored(task: BlobTask, index: number, bytes: number, provenance: PieceProvenance & { sha256: string }): void;
   verified(task: BlobTask): void;
   failed(task: BlobTask, error: Error): void;
 }
@@ -49,6 +49,10 @@ export class BlobTask {
   private readonly hasher: Hash;
   private hashing: Promise<void> = Promise.resolve();
   private failure?: Error;
+  /** Pieces being written right now, so two sources delivering one piece write it once. */
+  private readonly writing = new Set<number>();
+  /** Clients reading the whole blob from its start: the swarm fetches the head first for them. */
+  streamingReaders = 0;
   readonly bytesBySource: Record<PieceOrigin, number> = { origin: 0, peer: 0, seed: 0 };
 
   constructor(
@@ -115,47 +119,82 @@ export class BlobTask {
     return this.blob.hasPiece(index);
   }
 
+  /** Missing pieces of a run, as contiguous runs. */
+  private missingRuns(run: PieceRun): PieceRun[] {
+    const runs: PieceRun[] = [];
+    let start = -1;
+    for (let index = run.first; index <= run.last + 1; index++) {
+      const missing = index <= run.last && !this.blob.hasPiece(index);
+      if (missing && start < 0) start = index;
+      if (!missing && start >= 0) {
+        runs.push({ first: start, last: index - 1 });
+        start = -1;
+      }
+    }
+    return runs;
+  }
+
   private async fetchRun(run: PieceRun, source: PieceSource): Promise<void> {
     let attempt = 0;
-    let next = run.first;
-    for (;;) {
+    let pending = [run];
+    const inRun = (index: number) => index >= run.first && index <= run.last;
+    while (pending.length) {
       try {
-        await source.fetchRun(this.layout, { first: next, last: run.last }, async (index, bytes) => {
-          const ours = index >= run.first && index <= run.last;
-          // A piece outside our run that another fetch is bringing is left to that fetch.
-          if (!ours && this.inflight.has(index)) return;
-          await this.accept(index, bytes, source.kind);
-          if (index >= next && index <= run.last) next = index + 1;
-        });
-        return;
+        for (const part of pending) {
+          await source.fetchRun(this.layout, part, async (index, bytes, provenance) => {
+            // A piece outside our run that another fetch is bringing is left to that fetch.
+            if (!inRun(index) && this.inflight.has(index)) return;
+            await this.storePiece(index, bytes, { from: source.kind, ...provenance });
+          });
+        }
+        pending = this.missingRuns(run);
+        if (pending.length) throw new Error(`${source.description} did not deliver every piece it was asked for`);
       } catch (error) {
         const err = error as Error;
         // The origin's own refusal (401, 404...) is final; a broken connection is worth a retry.
         const retryable = !(err instanceof UpstreamStatusError) && !(err instanceof BlobDigestMismatchError);
-        while (next <= run.last && this.blob.hasPiece(next)) next++;
-        if (next > run.last) return;
+        pending = this.missingRuns(run);
+        if (!pending.length) return;
         if (retryable && ++attempt <= RETRIES_PER_RUN && !this.failure) {
           this.log.warn({ digest: this.digest, source: source.description, attempt, err: err.message }, 'piece run failed; retrying');
           continue;
         }
-        for (let index = next; index <= run.last; index++) this.settle(index, err);
+        for (const part of pending) for (let index = part.first; index <= part.last; index++) this.settle(index, err);
         return;
       }
     }
   }
 
-  /** Stores one piece that arrived from a source, unless it is stored or expected from elsewhere. */
-  private async accept(index: number, bytes: Buffer, from: PieceOrigin): Promise<void> {
+  /**
+   * Stores one piece that arrived from any source, unless it is already stored or being written.
+   * Callers that fetched from peers have already checked the bytes against a trusted digest.
+   */
+  async storePiece(index: number, bytes: Buffer, provenance: PieceProvenance): Promise<void> {
     if (this.failure) throw this.failure;
-    if (this.blob.hasPiece(index)) return;
+    if (this.blob.hasPiece(index) || this.writing.has(index)) return;
     const expected = pieceBounds(this.layout, index).length;
     if (bytes.length !== expected) throw new Error(`piece ${index} has ${bytes.length} bytes, expected ${expected}`);
-    const sha256Hex = createHash('sha256').update(bytes).digest('hex');
-    await this.store.writePiece(this.blob, index, bytes, sha256Hex);
-    this.bytesBySource[from] += bytes.length;
-    this.events.pieceStored(this, index, bytes.length, from);
+    this.writing.add(index);
+    try {
+      const sha256Hex = provenance.sha256 ?? createHash('sha256').update(bytes).digest('hex');
+      await this.store.writePiece(this.blob, index, bytes, sha256Hex);
+      this.bytesBySource[provenance.from] += bytes.length;
+      this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: sha256Hex });
+    } finally {
+      this.writing.delete(index);
+    }
     this.settle(index);
     this.foldIntoBlobHash(index === this.hashedPieces ? { index, bytes } : undefined);
+  }
+
+  /** Marks pieces as expected from a fetch the caller runs itself (the swarm), so waiters can wait. */
+  expect(indexes: Iterable<number>): void {
+    for (const index of indexes) if (!this.blob.hasPiece(index) && !this.inflight.has(index)) this.inflight.set(index, deferred());
+  }
+
+  /** Fails the waiters of pieces a caller-run fetch gave up on. */
+  abandon(indexes: Iterable<number>, error: Error): void {
+    for (const index of indexes) if (!this.blob.hasPiece(index)) this.settle(index, error);
   }
 
   private settle(index: number, error?: Error): void {

@@ -61,6 +61,38 @@ export const peerConfigSchema = z
       })
       .strict()
       .default({ rateLimit: 0 }),
+    swarm: z
+      .object({
+        /** Scheduler addresses; none means the peer works alone as a pull-through cache. */
+        schedulers: z.array(listenAddress).default([]),
+        uploadListen: listenAddress.default('127.0.0.1:65002'),
+        /** The address other peers use to reach the upload server; defaults to its listen host. */
+        advertiseIp: z.string().optional(),
+        hostId: z.string().min(1).optional(),
+        seed: z.boolean().default(false),
+        labels: z.record(z.string(), z.string()).default({}),
+        /** A YAML or JSON map of Kubernetes node labels; topology.kubernetes.io/zone becomes `zone`, and so on. */
+        labelsFile: z.string().optional(),
+        clusterTokenFile: z.string().optional(),
+        uploadSlots: z.number().int().min(1).max(1024).optional(),
+        uploadRateLimit: rateField().default(0),
+        pieceParallelism: z.number().int().min(1).max(256).default(8),
+        perParent: z.number().int().min(1).max(64).default(3),
+        pieceTimeoutMs: z.number().int().min(100).default(30_000),
+        stallMs: z.number().int().min(100).default(10_000),
+      })
+      .strict()
+      .default({
+        schedulers: [],
+        uploadListen: '127.0.0.1:65002',
+        seed: false,
+        labels: {},
+        uploadRateLimit: 0,
+        pieceParallelism: 8,
+        perParent: 3,
+        pieceTimeoutMs: 30_000,
+        stallMs: 10_000,
+      }),
     log: z
       .object({
         level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),

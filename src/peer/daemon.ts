@@ -1,24 +1,32 @@
 import { mkdir } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
+import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry } from '../common/metrics.js';
 import { parseListenAddress } from '../common/net.js';
 import { RateLimiter } from '../common/rate-limiter.js';
+import { readTokenFile } from '../common/token.js';
 import { RegistryHosts } from '../oci/registry-hosts.js';
 import { RegistryTransport } from '../oci/transport.js';
 import { BlobStore } from '../storage/blob-store.js';
 import type { PeerConfig } from './config.js';
+import { readLabelsFile } from './labels.js';
 import { createPeerMetrics } from './metrics.js';
 import { AccessChecker } from './mirror/access.js';
 import { BlobService } from './mirror/blobs.js';
 import { createMirrorServer } from './mirror/server.js';
 import { UpstreamResolver } from './mirror/upstream.js';
+import { defaultHostId, Swarm } from './swarm/swarm.js';
 import { TaskManager } from './task-manager.js';
+import { PieceBoard } from './upload/piece-board.js';
+import { UploadService } from './upload/server.js';
 
 export interface RunningPeer {
   /** host:port the mirror listens on (with the real port when 0 was asked). */
   mirrorAddress: string;
+  /** host:port of the upload server, when the peer is in a swarm. */
+  uploadAddress?: string;
   close(): Promise<void>;
 }
 
@@ -32,33 +40,99 @@ export interface TaskStatus {
   bytesFrom: { origin: number; peer: number; seed: number };
 }
 
-/** Starts the peer daemon: piece store, registry mirror, metrics. */
+/** Starts the peer daemon: piece store, registry mirror, metrics, and the swarm when schedulers are given. */
 export async function startPeer(config: PeerConfig, log: Logger): Promise<RunningPeer> {
   const dataDir = resolve(config.dataDir);
   await mkdir(dataDir, { recursive: true });
   const metricsRegistry = createMetricsRegistry();
   let store: BlobStore | undefined;
   const metrics = createPeerMetrics(metricsRegistry, () => store);
+  const board = new PieceBoard();
+  let swarm: Swarm | undefined;
 
   let tasks: TaskManager | undefined;
   store = await BlobStore.open(join(dataDir, 'store'), config.storage, log, (event) => {
     metrics.evictedBytes.inc(event.bytes);
     tasks?.forget(event.digest);
+    swarm?.forget(event.digest, 'evicted');
   });
   tasks = new TaskManager(store, log, {
-    pieceStored: (_task, _index, bytes, from) => metrics.downloadedBytes.inc({ source: from }, bytes),
-    verified: (task) => log.info({ digest: task.digest, size: task.size }, 'blob complete and verified'),
-    failed: () => metrics.verificationFailures.inc(),
+    pieceStored: (task, index, bytes, provenance) => {
+      metrics.downloadedBytes.inc({ source: provenance.from }, bytes);
+      board.notify(task.digest);
+      swarm?.pieceStored(task, index, bytes, provenance);
+    },
+    verified: (task) => {
+      log.info({ digest: task.digest, size: task.size, from: task.bytesBySource }, 'blob complete and verified');
+      board.notify(task.digest);
+      swarm?.verified(task);
+    },
+    failed: (task) => {
+      metrics.verificationFailures.inc();
+      swarm?.forget(task.digest, 'verification failed');
+    },
   });
 
   const transport = new RegistryTransport();
+  const downloadLimiter = new RateLimiter(config.download.rateLimit);
+  const closers: Array<() => Promise<void>> = [];
+  let uploadAddress: string | undefined;
+
+  if (config.swarm.schedulers.length > 0) {
+    const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
+    const uploadSlots = config.swarm.uploadSlots ?? (config.swarm.seed ? 32 : 8);
+    const uploads = new UploadService({
+      tasks,
+      board,
+      limiter: new RateLimiter(config.swarm.uploadRateLimit),
+      slots: uploadSlots,
+      clusterToken,
+      log,
+      onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
+      seedTrigger: config.swarm.seed ? (body) => swarm!.seedTask(body) : undefined,
+    });
+    const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, 'upload');
+    uploadAddress = upload.address;
+    const listen = parseListenAddress(upload.address);
+    const advertiseIp = config.swarm.advertiseIp ?? (listen.host === '0.0.0.0' || listen.host === '::' ? '127.0.0.1' : listen.host);
+    const labels = { ...(config.swarm.labelsFile ? readLabelsFile(config.swarm.labelsFile) : {}), ...config.swarm.labels };
+    swarm = new Swarm(
+      {
+        schedulers: config.swarm.schedulers,
+        hostId: config.swarm.hostId ?? defaultHostId(advertiseIp, listen.port),
+        clusterToken,
+        advertiseIp,
+        uploadPort: listen.port,
+        seed: config.swarm.seed,
+        labels,
+        uploadSlots,
+        uploadBandwidth: config.swarm.uploadRateLimit,
+        uploadSlotsInUse: () => uploads.slotsInUse,
+        parallelism: config.swarm.pieceParallelism,
+        perParent: config.swarm.perParent,
+        pieceTimeoutMs: config.swarm.pieceTimeoutMs,
+        stallMs: config.swarm.stallMs,
+      },
+      tasks,
+      transport,
+      downloadLimiter,
+      log,
+    );
+    await swarm.start();
+    const started = swarm;
+    closers.push(() => started.close(), () => closeHttp(upload.server));
+    log.info({ upload: upload.address, schedulers: config.swarm.schedulers, seed: config.swarm.seed, labels }, 'peer joined the swarm');
+  }
+
   const hosts = new RegistryHosts(config.registries.insecure);
   const upstreams = new UpstreamResolver(hosts, config.registries.default ? new URL(config.registries.default) : undefined);
+  const joined = swarm;
   const blobs = new BlobService({
     tasks,
+    sourceFor: joined ? (task, origin) => joined.sourceFor(task, origin) : undefined,
     transport,
     access: new AccessChecker(transport, log),
-    downloadLimiter: new RateLimiter(config.download.rateLimit),
+    downloadLimiter,
     metrics,
     log,
   });
@@ -96,11 +170,13 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
 
   return {
     mirrorAddress,
+    uploadAddress,
     async close() {
       await new Promise<void>((done) => {
         server.close(() => done());
         server.closeAllConnections();
       });
+      for (const close of closers) await close().catch((error: Error) => log.warn({ err: error.message }, 'error while closing'));
       await transport.close();
       await store?.close();
     },

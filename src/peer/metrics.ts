@@ -29,6 +29,11 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       labelNames: ['source'] as const,
       registers,
     }),
+    uploadedBytes: new Counter({
+      name: 'starling_peer_uploaded_bytes_total',
+      help: 'Piece bytes sent to other peers',
+      registers,
+    }),
     blobRequests: new Counter({
       name: 'starling_peer_blob_requests_total',
       help: 'Blob requests by what the store already held: hit (complete), partial, miss',

@@ -3,6 +3,7 @@ import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { peerConfigSchema } from '../../peer/config.js';
 import { startPeer } from '../../peer/daemon.js';
+import { parseLabelFlags } from '../../peer/labels.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 export function registerPeerCommand(program: Command): void {
@@ -15,6 +16,16 @@ export function registerPeerCommand(program: Command): void {
     .option('--registry-default <url>', 'upstream used when a request names no registry (skopeo, podman)')
     .option('--quota <size>', 'disk quota for blob data, e.g. 20GiB')
     .option('--download-rate-limit <rate>', 'download rate limit from the origin, e.g. 100MB or 800Mbit (0 = none)')
+    .option('--scheduler <host:port,...>', 'schedulers to join (comma-separated); without one the peer works alone')
+    .option('--upload-listen <host:port>', 'where other peers fetch pieces (default 127.0.0.1:65002)')
+    .option('--advertise-ip <ip>', 'the address other peers use to reach the upload server')
+    .option('--host-id <id>', 'this host\'s id in the swarm (default: hostname-ip-port)')
+    .option('--seed', 'act as a seed peer: fetch from the origin when the scheduler asks')
+    .option('--label <key=value>', 'a host label such as zone=a or rack=r1 (repeatable)', collect, [])
+    .option('--labels-file <file>', 'Kubernetes node labels (YAML/JSON map or a node object)')
+    .option('--cluster-token-file <file>', 'token shared by peers and schedulers')
+    .option('--upload-rate-limit <rate>', 'upload rate limit to other peers, e.g. 100MB or 800Mbit (0 = none)')
+    .option('--upload-slots <n>', 'pieces uploaded at once', (v) => Number(v))
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -29,6 +40,18 @@ export function registerPeerCommand(program: Command): void {
           },
           storage: { quota: options.quota },
           download: { rateLimit: options.downloadRateLimit },
+          swarm: {
+            schedulers: options.scheduler ? String(options.scheduler).split(',').map((s: string) => s.trim()).filter(Boolean) : undefined,
+            uploadListen: options.uploadListen,
+            advertiseIp: options.advertiseIp,
+            hostId: options.hostId,
+            seed: options.seed,
+            labels: options.label.length ? parseLabelFlags(options.label) : undefined,
+            labelsFile: options.labelsFile,
+            clusterTokenFile: options.clusterTokenFile,
+            uploadRateLimit: options.uploadRateLimit,
+            uploadSlots: options.uploadSlots,
+          },
           log: { level: options.logLevel },
         },
       });

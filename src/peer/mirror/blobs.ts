@@ -8,7 +8,7 @@ import { pieceBounds, piecesCovering } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { PeerMetrics } from '../metrics.js';
 import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
-import { UpstreamStatusError } from '../sources/piece-source.js';
+import { UpstreamStatusError, type PieceSource } from '../sources/piece-source.js';
 import type { BlobProbe, TaskLease, TaskManager } from '../task-manager.js';
 import { contentRange, multipartLayout, parseRange, type ByteRange } from '../http-range.js';
 import type { AccessChecker } from './access.js';
@@ -20,6 +20,8 @@ const BLOB_CONTENT_TYPE = 'application/octet-stream';
 
 export interface BlobServiceDeps {
   tasks: TaskManager;
+  /** Fetches through the swarm when the peer has schedulers; straight from the origin otherwise. */
+  sourceFor?: (task: BlobTask, origin: OriginSource) => PieceSource;
   transport: RegistryTransport;
   access: AccessChecker;
   downloadLimiter: RateLimiter;
@@ -36,14 +38,15 @@ export class BlobService {
     const lease = await this.leaseAuthorized(digest, blobUrl, authorization, res, req.method === 'HEAD');
     if (!lease) return;
     try {
-      await this.respond(req, res, lease.task, new OriginSource(
+      const origin = new OriginSource(
         blobUrl,
         authorization ? { authorization } : {},
         this.deps.transport,
         this.deps.downloadLimiter,
         this.deps.log,
         () => this.deps.metrics.originRangeIgnored.inc(),
-      ));
+      );
+      await this.respond(req, res, lease.task, this.deps.sourceFor?.(lease.task, origin) ?? origin);
     } finally {
       lease.task.blob.touch();
       lease.release();
@@ -106,7 +109,7 @@ export class BlobService {
     return { size, public: isPublic };
   }
 
-  private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, source: OriginSource): Promise<void> {
+  private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, source: PieceSource): Promise<void> {
     const size = task.size;
     const range = parseRange(typeof req.headers.range === 'string' ? req.headers.range : undefined, size);
     const common = { ...API_VERSION_HEADER, 'docker-content-digest': task.digest, 'accept-ranges': 'bytes', etag: `"${task.digest}"` };
@@ -122,7 +125,12 @@ export class BlobService {
       res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
       if (headOnly) return void res.end();
       // The last bytes of a whole-blob read wait for the digest check: a bad blob never arrives complete.
-      await this.streamRange(res, task, { start: 0, end: size - 1 }, source, true);
+      task.streamingReaders++;
+      try {
+        await this.streamRange(res, task, { start: 0, end: size - 1 }, source, true);
+      } finally {
+        task.streamingReaders--;
+      }
       return void res.end();
     }
     if (range.ranges.length === 1) {
@@ -159,7 +167,7 @@ export class BlobService {
     res: ServerResponse,
     task: BlobTask,
     range: ByteRange,
-    source: OriginSource,
+    source: PieceSource,
     holdLastPieceForVerification: boolean,
   ): Promise<void> {
     if (range.end < range.start) {

@@ -35,6 +35,11 @@ export class OriginSource implements PieceSource {
     return `origin ${this.url.host}`;
   }
 
+  /** The request as a seed peer would repeat it on this client's behalf. */
+  get request(): { url: string; headers: Record<string, string> } {
+    return { url: this.url.href, headers: { ...this.headers } };
+  }
+
   async fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal): Promise<void> {
     const start = pieceBounds(layout, run.first).offset;
     const lastPiece = pieceBounds(layout, run.last);

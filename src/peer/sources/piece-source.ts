@@ -9,11 +9,22 @@ export interface PieceRun {
   last: number;
 }
 
+/** Where one piece came from, as recorded with it and reported to the scheduler. */
+export interface PieceProvenance {
+  from: PieceOrigin;
+  /** The parent peer it came from (swarm sources). */
+  parentId?: string;
+  /** sha256 hex of the bytes, when the source already computed it while verifying. */
+  sha256?: string;
+  /** Milliseconds the transfer took, for the scheduler's view of its parents. */
+  costMs?: number;
+}
+
 /**
- * Receives pieces from a source. Pieces of one run arrive in order; a source may also deliver
- * pieces outside the run it was asked for (an origin that ignored Range sends everything).
+ * Receives pieces from a source, in any order; a source may also deliver pieces outside the run
+ * it was asked for (an origin that ignored Range sends everything).
  */
-export type PieceSink = (index: number, bytes: Buffer) => Promise<void>;
+export type PieceSink = (index: number, bytes: Buffer, provenance?: Partial<PieceProvenance>) => Promise<void>;
 
 /**
  * Anything pieces can be fetched from: the origin registry now; parents and seeds in a swarm.

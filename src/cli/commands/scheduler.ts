@@ -1,0 +1,37 @@
+import type { Command } from 'commander';
+import { loadConfig } from '../../common/config.js';
+import { createLogger } from '../../common/log.js';
+import { schedulerConfigSchema } from '../../scheduler/config.js';
+import { startScheduler } from '../../scheduler/server.js';
+import { waitForShutdown } from '../shared.js';
+
+export function registerSchedulerCommand(program: Command): void {
+  program
+    .command('scheduler')
+    .description('run the scheduler: picks parents for peers, decides who reads the origin, triggers seeds')
+    .option('--listen <host:port>', 'gRPC address (default 127.0.0.1:8002)')
+    .option('--metrics-listen <host:port>', 'Prometheus /metrics address (default 127.0.0.1:8003)')
+    .option('--cluster-token-file <file>', 'token peers must present; also sent to seeds when triggering them')
+    .option('--candidate-parent-limit <n>', 'parents handed to each peer', (v) => Number(v))
+    .option('--back-to-source-limit <n>', 'peers per task that may read the origin at once', (v) => Number(v))
+    .option('--log-level <level>', 'trace, debug, info, warn, error')
+    .option('--config <file>', 'YAML configuration file; flags override it')
+    .action(async (options) => {
+      const config = loadConfig(schedulerConfigSchema, {
+        file: options.config,
+        flags: {
+          listen: options.listen,
+          metricsListen: options.metricsListen,
+          clusterTokenFile: options.clusterTokenFile,
+          scheduling:
+            options.candidateParentLimit !== undefined || options.backToSourceLimit !== undefined
+              ? { candidateParentLimit: options.candidateParentLimit, backToSourceLimit: options.backToSourceLimit }
+              : undefined,
+          log: { level: options.logLevel },
+        },
+      });
+      const log = createLogger({ level: config.log.level, name: 'scheduler' });
+      const scheduler = await startScheduler(config, log);
+      await waitForShutdown(log, () => scheduler.close());
+    });
+}

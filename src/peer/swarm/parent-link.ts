@@ -1,0 +1,141 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request, type Dispatcher } from 'undici';
+import type { Logger } from '../../common/log.js';
+import type { ParentInfo } from '../../rpc/scheduler-api.js';
+import { decodeBitmap } from '../upload/piece-board.js';
+
+/** How long a bitmap request may wait at the parent for news. */
+const LONG_POLL_MS = 10_000;
+
+export class ParentBusyError extends Error {
+  override name = 'ParentBusyError';
+}
+export class PieceMissingError extends Error {
+  override name = 'PieceMissingError';
+}
+
+/**
+ * A child's connection to one parent: follows which pieces the parent holds (long-polling its
+ * upload server) and fetches pieces from it. Piece bytes are checked by the caller.
+ */
+export class ParentLink {
+  readonly pieces = new Set<number>();
+  inflight = 0;
+  consecutiveFailures = 0;
+  /** Bytes per millisecond, moving average of finished pieces. */
+  rate = 0;
+  private known = -1;
+  private readonly stop = new AbortController();
+
+  constructor(
+    readonly info: ParentInfo,
+    private readonly taskId: string,
+    private readonly pieceCount: number,
+    private readonly dispatcher: Dispatcher,
+    private readonly clusterToken: string | undefined,
+    private readonly log: Logger,
+    private readonly onUpdate: () => void,
+    private readonly onUnreachable: (link: ParentLink, error: Error) => void,
+  ) {}
+
+  get id(): string {
+    return this.info.peerId;
+  }
+  get closed(): boolean {
+    return this.stop.signal.aborted;
+  }
+
+  private get base(): string {
+    const host = this.info.ip.includes(':') ? `[${this.info.ip}]` : this.info.ip;
+    return `http://${host}:${this.info.uploadPort}`;
+  }
+
+  private headers(): Record<string, string> {
+    return this.clusterToken ? { authorization: `Bearer ${this.clusterToken}` } : {};
+  }
+
+  /** Follows the parent's piece bitmap until closed. */
+  start(): void {
+    void this.follow();
+  }
+
+  close(): void {
+    this.stop.abort();
+  }
+
+  private async follow(): Promise<void> {
+    while (!this.closed) {
+      try {
+        const response = await request(
+          `${this.base}/_starling/tasks/${this.taskId}/pieces?known=${this.known}&wait=${LONG_POLL_MS}`,
+          { headers: this.headers(), signal: this.stop.signal, dispatcher: this.dispatcher, headersTimeout: LONG_POLL_MS + 5_000 },
+        );
+        if (response.statusCode === 404) {
+          await response.body.dump();
+          continue; // the parent has nothing of the task yet; its long poll already waited
+        }
+        if (response.statusCode !== 200) throw new Error(`bitmap request answered ${response.statusCode}`);
+        const body = (await response.body.json()) as { count: number; bitmap: string };
+        this.consecutiveFailures = 0;
+        this.known = body.count;
+        const held = decodeBitmap(body.bitmap, this.pieceCount);
+        let changed = false;
+        for (const index of held) {
+          if (!this.pieces.has(index)) {
+            this.pieces.add(index);
+            changed = true;
+          }
+        }
+        if (changed) this.onUpdate();
+      } catch (error) {
+        if (this.closed) return;
+        this.consecutiveFailures++;
+        if (this.consecutiveFailures >= 3) {
+          this.onUnreachable(this, error as Error);
+          return;
+        }
+        await sleep(200 * this.consecutiveFailures).catch(() => undefined);
+      }
+    }
+  }
+
+  /** Fetches one piece's bytes; throws ParentBusyError (429) or PieceMissingError (404) when told so. */
+  async fetchPiece(index: number, expectedLength: number, signal: AbortSignal): Promise<Buffer> {
+    const started = performance.now();
+    const response = await request(`${this.base}/_starling/pieces/${this.taskId}/${index}`, {
+      headers: this.headers(),
+      signal,
+      dispatcher: this.dispatcher,
+    });
+    if (response.statusCode === 429) {
+      await response.body.dump();
+      throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
+    }
+    if (response.statusCode === 404) {
+      await response.body.dump();
+      this.pieces.delete(index);
+      throw new PieceMissingError(`parent ${this.id} does not hold piece ${index}`);
+    }
+    if (response.statusCode !== 200) {
+      await response.body.dump();
+      throw new Error(`parent ${this.id} answered ${response.statusCode} for piece ${index}`);
+    }
+    const piece = Buffer.allocUnsafe(expectedLength);
+    let filled = 0;
+    for await (const chunk of response.body as AsyncIterable<Buffer>) {
+      if (filled + chunk.length > expectedLength) {
+        response.body.destroy();
+        throw new Error(`parent ${this.id} sent more than ${expectedLength} bytes for piece ${index}`);
+      }
+      chunk.copy(piece, filled);
+      filled += chunk.length;
+    }
+    if (filled !== expectedLength) throw new Error(`parent ${this.id} sent ${filled} of ${expectedLength} bytes of piece ${index}`);
+    const elapsed = Math.max(1, performance.now() - started);
+    const rate = expectedLength / elapsed;
+    this.rate = this.rate === 0 ? rate : 0.7 * this.rate + 0.3 * rate;
+    this.consecutiveFailures = 0;
+    this.log.trace({ parent: this.id, index, ms: elapsed }, 'piece from parent');
+    return piece;
+  }
+}

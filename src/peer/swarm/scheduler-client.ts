@@ -1,0 +1,115 @@
+import * as grpc from '@grpc/grpc-js';
+import { createHash } from 'node:crypto';
+import type { Logger } from '../../common/log.js';
+import { SchedulerService } from '../../rpc/proto.js';
+import type { HostInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
+
+/** A bidirectional AnnouncePeer stream as the peer sees it. */
+export type PeerStream = grpc.ClientDuplexStream<PeerPacket, SchedulerPacket>;
+
+interface SchedulerEndpoint {
+  address: string;
+  client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
+  healthy: boolean;
+}
+
+/**
+ * The peer's link to its schedulers: it announces the host to each (the announcement is also
+ * the keep-alive) and opens one stream per task on the scheduler that owns the task by
+ * rendezvous hashing, moving to the next one when that scheduler is unreachable.
+ */
+export class SchedulerClient {
+  private readonly endpoints: SchedulerEndpoint[];
+  private keepalive?: NodeJS.Timeout;
+  private intervalMs = 5_000;
+
+  constructor(
+    addresses: string[],
+    private readonly clusterToken: string | undefined,
+    private readonly log: Logger,
+  ) {
+    const Service = SchedulerService();
+    this.endpoints = addresses.map((address) => ({
+      address,
+      client: new Service(address, grpc.credentials.createInsecure(), {
+        'grpc.keepalive_time_ms': 20_000,
+        'grpc.max_receive_message_length': 16 * 1024 * 1024,
+        'grpc.initial_reconnect_backoff_ms': 200,
+        'grpc.max_reconnect_backoff_ms': 2_000,
+      }) as SchedulerEndpoint['client'],
+      healthy: true,
+    }));
+  }
+
+  private metadata(): grpc.Metadata {
+    const metadata = new grpc.Metadata();
+    if (this.clusterToken) metadata.set('authorization', `Bearer ${this.clusterToken}`);
+    return metadata;
+  }
+
+  /** Announces the host now and then every keep-alive interval; `host()` gives its current figures. */
+  startAnnouncing(host: () => HostInfo): Promise<void> {
+    const round = async () => {
+      await Promise.all(this.endpoints.map((endpoint) => this.announce(endpoint, host())));
+      this.keepalive = setTimeout(() => void round(), this.intervalMs);
+      this.keepalive.unref();
+    };
+    return round();
+  }
+
+  private announce(endpoint: SchedulerEndpoint, host: HostInfo): Promise<void> {
+    return new Promise((resolve) => {
+      endpoint.client.AnnounceHost(
+        { host },
+        this.metadata(),
+        { deadline: Date.now() + 3_000 },
+        (error: grpc.ServiceError | null, response?: { keepaliveIntervalMs: number }) => {
+          if (error) {
+            if (endpoint.healthy) this.log.warn({ scheduler: endpoint.address, err: error.details || error.message }, 'scheduler unreachable');
+            endpoint.healthy = false;
+          } else {
+            if (!endpoint.healthy) this.log.info({ scheduler: endpoint.address }, 'scheduler reachable again');
+            endpoint.healthy = true;
+            if (response?.keepaliveIntervalMs) this.intervalMs = Math.max(100, Math.floor(response.keepaliveIntervalMs / 2));
+          }
+          resolve();
+        },
+      );
+    });
+  }
+
+  /** Schedulers for a task, best first: rendezvous hashing, healthy ones before the others. */
+  schedulersFor(taskId: string): string[] {
+    return [...this.endpoints]
+      .map((endpoint) => ({ endpoint, rank: createHash('sha256').update(`${endpoint.address}|${taskId}`).digest().readUInt32BE(0) }))
+      .sort((a, b) => Number(b.endpoint.healthy) - Number(a.endpoint.healthy) || b.rank - a.rank)
+      .map(({ endpoint }) => endpoint.address);
+  }
+
+  openStream(address: string): PeerStream {
+    const endpoint = this.endpoints.find((e) => e.address === address);
+    if (!endpoint) throw new Error(`unknown scheduler ${address}`);
+    return endpoint.client.AnnouncePeer(this.metadata()) as PeerStream;
+  }
+
+  markUnhealthy(address: string): void {
+    const endpoint = this.endpoints.find((e) => e.address === address);
+    if (endpoint) endpoint.healthy = false;
+  }
+
+  async leave(hostId: string): Promise<void> {
+    await Promise.all(
+      this.endpoints.map(
+        (endpoint) =>
+          new Promise<void>((resolve) =>
+            endpoint.client.LeaveHost({ hostId }, this.metadata(), { deadline: Date.now() + 1_000 }, () => resolve()),
+          ),
+      ),
+    );
+  }
+
+  close(): void {
+    if (this.keepalive) clearTimeout(this.keepalive);
+    for (const endpoint of this.endpoints) endpoint.client.close();
+  }
+}

@@ -1,0 +1,430 @@
+import { createHash } from 'node:crypto';
+import type { Dispatcher } from 'undici';
+import type { Logger } from '../../common/log.js';
+import type { FailureReason, ParentInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
+import { pieceBounds } from '../../storage/piece-plan.js';
+import type { BlobTask } from '../blob-task.js';
+import type { OriginSource } from '../sources/origin-source.js';
+import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
+import { ParentBusyError, ParentLink, PieceMissingError } from './parent-link.js';
+import type { PeerStream, SchedulerClient } from './scheduler-client.js';
+
+export interface SwarmSettings {
+  hostId: string;
+  clusterToken?: string;
+  /** Pieces fetched from parents at once for one task. */
+  parallelism: number;
+  /** Pieces fetched from one parent at once. */
+  perParent: number;
+  /** A piece from a parent that takes longer than this is given up and fetched elsewhere. */
+  pieceTimeoutMs: number;
+  /** With nothing stored for this long, ask for new parents; twice as long, go to the origin. */
+  stallMs: number;
+}
+
+type Mode = 'connecting' | 'swarm' | 'origin';
+
+interface Attempt {
+  link: ParentLink;
+  controller: AbortController;
+  started: number;
+}
+
+/**
+ * One task's download through the swarm. It holds the scheduler stream for the task, follows
+ * the parents the scheduler names, fetches wanted pieces from them (rarest first, or the head
+ * first while a client streams the blob, with an endgame at the tail), checks every piece
+ * against the digest the scheduler vouches for, and falls back to the origin when told to or
+ * when the swarm fails it. After completion it stays registered as a holder for others.
+ */
+export class SwarmDownload {
+  private mode: Mode = 'connecting';
+  private stream?: PeerStream;
+  private schedulerAddress?: string;
+  private readonly digests = new Map<number, string>();
+  private readonly links = new Map<string, ParentLink>();
+  private readonly blocked = new Set<string>();
+  private readonly wanted = new Set<number>();
+  private readonly attempts = new Map<number, Attempt[]>();
+  private readonly originBusy = new Set<number>();
+  private readonly runWaiters: Array<{ run: PieceRun; resolve: () => void; reject: (error: Error) => void }> = [];
+  private readonly unsent: PeerPacket[] = [];
+  private origin?: OriginSource;
+  private lastProgress = Date.now();
+  private watchdog?: NodeJS.Timeout;
+  private finished = false;
+  private closed = false;
+  private failure?: Error;
+  private originAttempts = 0;
+
+  constructor(
+    readonly task: BlobTask,
+    private readonly schedulers: SchedulerClient,
+    private readonly dispatcher: Dispatcher,
+    private readonly settings: SwarmSettings,
+    private readonly log: Logger,
+    private readonly onClosed: (download: SwarmDownload) => void,
+  ) {}
+
+  get peerId(): string {
+    return `${this.settings.hostId}|${this.task.digest}`;
+  }
+
+  /** Adds pieces to fetch; `origin` is how this caller would read the origin (its credentials). */
+  want(run: PieceRun, origin: OriginSource): void {
+    if (this.failure) return;
+    this.origin ??= origin;
+    const wasIdle = this.wanted.size === 0;
+    let added = false;
+    for (let index = run.first; index <= run.last; index++) {
+      if (!this.task.hasPiece(index) && !this.wanted.has(index)) {
+        this.wanted.add(index);
+        added = true;
+      }
+    }
+    if (added && wasIdle) this.lastProgress = Date.now();
+    if (this.mode === 'connecting' && !this.stream) this.connect();
+    if (this.mode === 'origin') this.fetchFromOrigin();
+    else this.pump();
+  }
+
+  /** Resolves once every piece of the run is stored; rejects if the download gives up. */
+  waitRun(run: PieceRun): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.runStored(run)) return Promise.resolve();
+    return new Promise((resolve, reject) => this.runWaiters.push({ run, resolve, reject }));
+  }
+
+  /** Called for every piece the task stores, whoever brought it. */
+  pieceStored(index: number, provenance: PieceProvenance & { sha256: string }, length: number): void {
+    this.wanted.delete(index);
+    this.lastProgress = Date.now();
+    this.report({
+      packet: 'pieceFinished',
+      pieceFinished: {
+        index,
+        digest: `sha256:${provenance.sha256}`,
+        parentId: provenance.parentId ?? '',
+        costMs: Math.round(provenance.costMs ?? 0),
+        fromOrigin: provenance.from === 'origin',
+        length,
+      },
+    });
+    for (let i = this.runWaiters.length - 1; i >= 0; i--) {
+      const waiter = this.runWaiters[i]!;
+      if (this.runStored(waiter.run)) {
+        this.runWaiters.splice(i, 1);
+        waiter.resolve();
+      }
+    }
+    this.pump();
+  }
+
+  /** The whole blob is stored and verified: say so, and stay on as a holder. */
+  completed(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.report({ packet: 'downloadFinished', downloadFinished: {} });
+    for (const link of this.links.values()) link.close();
+    this.links.clear();
+    if (this.watchdog) clearInterval(this.watchdog);
+  }
+
+  /** The blob failed verification or was evicted: leave the task. */
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.watchdog) clearInterval(this.watchdog);
+    for (const link of this.links.values()) link.close();
+    for (const attempts of this.attempts.values()) for (const attempt of attempts) attempt.controller.abort();
+    if (this.stream) {
+      if (!this.finished) this.report({ packet: 'downloadFailed', downloadFailed: { message: reason } });
+      this.stream.end();
+    }
+    this.giveUp(new Error(`swarm download of ${this.task.digest} closed: ${reason}`));
+    this.onClosed(this);
+  }
+
+  // ---- scheduler stream
+
+  private connect(): void {
+    const tried = new Set<string>();
+    const attempt = () => {
+      const address = this.schedulers.schedulersFor(this.task.digest).find((a) => !tried.has(a));
+      if (!address) return this.goToOrigin('no scheduler reachable');
+      tried.add(address);
+      this.schedulerAddress = address;
+      const stream = this.schedulers.openStream(address);
+      this.stream = stream;
+      let answered = false;
+      stream.on('data', (packet: SchedulerPacket) => {
+        answered = true;
+        this.onPacket(packet);
+      });
+      const lost = (error?: Error) => {
+        if (this.stream !== stream) return;
+        this.stream = undefined;
+        if (this.closed) return;
+        if (!answered) {
+          this.schedulers.markUnhealthy(address);
+          this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'scheduler stream failed; trying the next');
+          return attempt();
+        }
+        if (!this.finished) {
+          this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'lost the scheduler mid-download; reading the origin');
+          this.goToOrigin('scheduler lost');
+        }
+      };
+      stream.on('error', (error: Error) => lost(error));
+      stream.on('end', () => lost());
+      const origin = this.originRequest();
+      stream.write({
+        packet: 'register',
+        register: {
+          peerId: this.peerId,
+          hostId: this.settings.hostId,
+          taskId: this.task.digest,
+          contentLength: this.task.size,
+          pieceSize: this.task.layout.pieceSize,
+          origin,
+          heldPieces: [...Array(this.task.layout.pieceCount).keys()].filter((i) => this.task.hasPiece(i)),
+        },
+      } as PeerPacket);
+      for (const packet of this.unsent.splice(0)) stream.write(packet);
+    };
+    this.watchdog ??= setInterval(() => this.checkProgress(), 1_000);
+    this.watchdog.unref();
+    attempt();
+  }
+
+  private originRequest() {
+    return this.origin?.request ?? null;
+  }
+
+  private report(packet: PeerPacket): void {
+    if (this.stream && !this.stream.writableEnded) this.stream.write(packet);
+    else if (this.mode === 'connecting') this.unsent.push(packet);
+  }
+
+  private onPacket(packet: SchedulerPacket): void {
+    switch (packet.packet) {
+      case 'digests':
+        for (const [index, digest] of Object.entries(packet.digests.digests ?? {})) this.digests.set(Number(index), digest);
+        break;
+      case 'parents':
+        if (this.mode === 'connecting') this.mode = 'swarm';
+        this.setParents(packet.parents.parents ?? []);
+        break;
+      case 'wait':
+        if (this.mode === 'connecting') this.mode = 'swarm';
+        this.log.debug({ task: this.task.digest, reason: packet.wait.reason }, 'scheduler says wait');
+        break;
+      case 'backToSource':
+        this.log.info({ task: this.task.digest, reason: packet.backToSource.reason }, 'scheduler sends this peer to the origin');
+        this.goToOrigin(packet.backToSource.reason);
+        return;
+    }
+    this.pump();
+  }
+
+  private setParents(parents: ParentInfo[]): void {
+    const keep = new Set(parents.map((p) => p.peerId));
+    for (const [id, link] of this.links) {
+      if (!keep.has(id)) {
+        link.close();
+        this.links.delete(id);
+      }
+    }
+    for (const info of parents) {
+      if (this.links.has(info.peerId) || this.blocked.has(info.peerId) || info.hostId === this.settings.hostId) continue;
+      const link = new ParentLink(
+        info,
+        this.task.digest,
+        this.task.layout.pieceCount,
+        this.dispatcher,
+        this.settings.clusterToken,
+        this.log,
+        () => this.pump(),
+        (dead, error) => this.dropParent(dead, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message),
+      );
+      this.links.set(info.peerId, link);
+      link.start();
+    }
+  }
+
+  private dropParent(link: ParentLink, reason: FailureReason, message: string, index = -1): void {
+    if (!this.links.has(link.id)) return;
+    link.close();
+    this.links.delete(link.id);
+    this.blocked.add(link.id);
+    this.log.warn({ task: this.task.digest, parent: link.id, reason, message }, 'dropping parent');
+    this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason, message } });
+    this.pump();
+  }
+
+  // ---- fetching from parents
+
+  private pump(): void {
+    if (this.mode !== 'swarm' || this.closed || this.failure) return;
+    const inflightPieces = this.attempts.size;
+    let budget = this.settings.parallelism - inflightPieces;
+    const order = this.candidateOrder();
+    for (const index of order) {
+      if (budget <= 0) break;
+      const link = this.bestLinkFor(index);
+      if (!link) continue;
+      this.startAttempt(index, link);
+      budget--;
+    }
+    if (order.length === 0 && this.attempts.size > 0) this.endgame();
+  }
+
+  /** Wanted pieces that can be fetched now, best first. */
+  private candidateOrder(): number[] {
+    const available: Array<{ index: number; holders: number }> = [];
+    for (const index of this.wanted) {
+      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
+      let holders = 0;
+      for (const link of this.links.values()) if (link.pieces.has(index)) holders++;
+      if (holders > 0) available.push({ index, holders });
+    }
+    if (this.task.streamingReaders > 0) {
+      // A client is reading from the start: the pieces it needs next come first.
+      const window = 2 * this.settings.parallelism;
+      available.sort((a, b) => a.index - b.index);
+      const head = available.slice(0, window);
+      const rest = available.slice(window).sort((a, b) => a.holders - b.holders || a.index - b.index);
+      return [...head, ...rest].map((c) => c.index);
+    }
+    return available.sort((a, b) => a.holders - b.holders || a.index - b.index).map((c) => c.index);
+  }
+
+  private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
+    let best: ParentLink | undefined;
+    for (const link of this.links.values()) {
+      if (link === except || !link.pieces.has(index) || link.inflight >= this.settings.perParent) continue;
+      if (!best || link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)) best = link;
+    }
+    return best;
+  }
+
+  /** At the tail, a piece slow to arrive is asked of a second parent too; the first answer wins. */
+  private endgame(): void {
+    const now = Date.now();
+    for (const [index, attempts] of this.attempts) {
+      if (attempts.length !== 1 || now - attempts[0]!.started < 500) continue;
+      const link = this.bestLinkFor(index, attempts[0]!.link);
+      if (link) this.startAttempt(index, link);
+    }
+  }
+
+  private startAttempt(index: number, link: ParentLink): void {
+    const attempt: Attempt = { link, controller: new AbortController(), started: Date.now() };
+    const list = this.attempts.get(index) ?? [];
+    list.push(attempt);
+    this.attempts.set(index, list);
+    link.inflight++;
+    const { length } = pieceBounds(this.task.layout, index);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      attempt.controller.abort();
+    }, this.settings.pieceTimeoutMs);
+    void link
+      .fetchPiece(index, length, attempt.controller.signal)
+      .then(async (bytes) => {
+        const sha256 = createHash('sha256').update(bytes).digest('hex');
+        if (`sha256:${sha256}` !== this.digests.get(index)) {
+          this.dropParent(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
+          return;
+        }
+        for (const other of this.attempts.get(index) ?? []) if (other !== attempt) other.controller.abort();
+        await this.task.storePiece(index, bytes, {
+          from: link.info.seed ? 'seed' : 'peer',
+          parentId: link.id,
+          sha256,
+          costMs: Date.now() - attempt.started,
+        });
+      })
+      .catch((error: Error) => {
+        if (timedOut) {
+          this.report({
+            packet: 'pieceFailed',
+            pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: `no piece after ${this.settings.pieceTimeoutMs} ms` },
+          });
+        } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError) {
+          // Lost the endgame race, or the parent is busy: another parent or a later pump will do.
+        } else if (error instanceof PieceMissingError) {
+          this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: error.message } });
+        } else if (++link.consecutiveFailures >= 2) {
+          this.dropParent(link, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message, index);
+        }
+      })
+      .finally(() => {
+        clearTimeout(timer);
+        link.inflight--;
+        const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
+        if (remaining.length) this.attempts.set(index, remaining);
+        else this.attempts.delete(index);
+        // A busy parent is asked again a little later rather than at once.
+        if (!this.closed) setTimeout(() => this.pump(), 20).unref();
+      });
+  }
+
+  // ---- falling back to the origin
+
+  private checkProgress(): void {
+    if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
+    const idle = Date.now() - this.lastProgress;
+    if (idle > 2 * this.settings.stallMs) return this.goToOrigin(`nothing stored for ${idle} ms`);
+    if (idle > this.settings.stallMs && this.attempts.size === 0) {
+      this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
+    }
+  }
+
+  private goToOrigin(reason: string): void {
+    if (this.mode === 'origin' && reason !== 'retry') {
+      this.fetchFromOrigin();
+      return;
+    }
+    this.mode = 'origin';
+    this.log.debug({ task: this.task.digest, reason }, 'fetching from the origin');
+    this.fetchFromOrigin();
+  }
+
+  /** Reads every wanted piece not yet stored or on its way, in contiguous runs, from the origin. */
+  private fetchFromOrigin(): void {
+    if (!this.origin || this.closed || this.failure) return;
+    const missing = [...this.wanted].filter((i) => !this.task.hasPiece(i) && !this.originBusy.has(i) && !this.attempts.has(i)).sort((a, b) => a - b);
+    const runs: PieceRun[] = [];
+    for (const index of missing) {
+      const last = runs[runs.length - 1];
+      if (last && last.last === index - 1) last.last = index;
+      else runs.push({ first: index, last: index });
+    }
+    for (const run of runs) {
+      for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
+      void this.origin
+        .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }))
+        .catch((error: Error) => {
+          this.log.warn({ task: this.task.digest, err: error.message, attempt: this.originAttempts }, 'origin fetch failed');
+          if (++this.originAttempts > 3) this.giveUp(error);
+        })
+        .finally(() => {
+          for (let i = run.first; i <= run.last; i++) this.originBusy.delete(i);
+          if (!this.failure && !this.closed && [...this.wanted].some((i) => !this.task.hasPiece(i))) this.goToOrigin('retry');
+        });
+    }
+  }
+
+  private giveUp(error: Error): void {
+    if (this.failure) return;
+    this.failure = error;
+    for (const waiter of this.runWaiters.splice(0)) waiter.reject(error);
+  }
+
+  private runStored(run: PieceRun): boolean {
+    for (let index = run.first; index <= run.last; index++) if (!this.task.hasPiece(index)) return false;
+    return true;
+  }
+}

@@ -1,0 +1,157 @@
+import { hostname } from 'node:os';
+import { Agent } from 'undici';
+import type { Logger } from '../../common/log.js';
+import type { RateLimiter } from '../../common/rate-limiter.js';
+import { parseDigest } from '../../oci/digest.js';
+import type { RegistryTransport } from '../../oci/transport.js';
+import type { HostInfo } from '../../rpc/scheduler-api.js';
+import { pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
+import type { BlobTask } from '../blob-task.js';
+import { OriginSource } from '../sources/origin-source.js';
+import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sources/piece-source.js';
+import type { TaskManager } from '../task-manager.js';
+import { SchedulerClient } from './scheduler-client.js';
+import { SwarmDownload, type SwarmSettings } from './swarm-download.js';
+
+export interface SwarmOptions extends SwarmSettings {
+  schedulers: string[];
+  advertiseIp: string;
+  uploadPort: number;
+  seed: boolean;
+  labels: Record<string, string>;
+  uploadSlots: number;
+  uploadBandwidth: number;
+  uploadSlotsInUse: () => number;
+}
+
+/** The default host id: unique per peer daemon even when several share one machine. */
+export function defaultHostId(ip: string, port: number): string {
+  return `${hostname()}-${ip}-${port}`;
+}
+
+/**
+ * The peer's membership in the swarm: announces the host, keeps one SwarmDownload per task,
+ * and answers seed triggers. Blob requests get their pieces through `sourceFor`.
+ */
+export class Swarm {
+  private readonly downloads = new Map<string, SwarmDownload>();
+  private readonly schedulers: SchedulerClient;
+  private readonly dispatcher = new Agent({ connections: 16, keepAliveTimeout: 30_000, headersTimeout: 30_000, bodyTimeout: 60_000 });
+
+  constructor(
+    private readonly options: SwarmOptions,
+    private readonly tasks: TaskManager,
+    private readonly transport: RegistryTransport,
+    private readonly downloadLimiter: RateLimiter,
+    private readonly log: Logger,
+  ) {
+    this.schedulers = new SchedulerClient(options.schedulers, options.clusterToken, log);
+  }
+
+  async start(): Promise<void> {
+    await this.schedulers.startAnnouncing(() => this.hostInfo());
+  }
+
+  hostInfo(): HostInfo {
+    return {
+      id: this.options.hostId,
+      hostname: hostname(),
+      ip: this.options.advertiseIp,
+      uploadPort: this.options.uploadPort,
+      labels: this.options.labels,
+      seed: this.options.seed,
+      uploadBandwidth: this.options.uploadBandwidth,
+      uploadSlots: this.options.uploadSlots,
+      uploadInUse: this.options.uploadSlotsInUse(),
+    };
+  }
+
+  /** A piece source that fetches through the swarm, reading the origin with `origin` if it must. */
+  sourceFor(task: BlobTask, origin: OriginSource): PieceSource {
+    const download = () => this.downloadFor(task);
+    return {
+      kind: 'peer',
+      description: 'swarm',
+      async fetchRun(_layout: PieceLayout, run: PieceRun, _sink: PieceSink) {
+        const swarmDownload = download();
+        swarmDownload.want(run, origin);
+        await swarmDownload.waitRun(run);
+      },
+    };
+  }
+
+  pieceStored(task: BlobTask, index: number, length: number, provenance: PieceProvenance & { sha256: string }): void {
+    this.downloads.get(task.digest)?.pieceStored(index, provenance, length);
+  }
+
+  verified(task: BlobTask): void {
+    this.downloads.get(task.digest)?.completed();
+  }
+
+  forget(digest: string, reason: string): void {
+    this.downloads.get(digest)?.close(reason);
+  }
+
+  /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm. */
+  async seedTask(body: unknown): Promise<void> {
+    if (!this.options.seed) throw new Error('this peer is not a seed');
+    const request = parseSeedRequest(body);
+    if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
+      throw new Error(`piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`);
+    }
+    const isPublic = !Object.keys(request.origin.headers).some((key) => key.toLowerCase() === 'authorization');
+    const lease = await this.tasks.open(request.taskId, async () => ({ size: request.contentLength, public: isPublic }));
+    const { task } = lease;
+    if (task.size !== request.contentLength) {
+      lease.release();
+      throw new Error(`task ${request.taskId} is stored here with ${task.size} bytes, not ${request.contentLength}`);
+    }
+    const origin = new OriginSource(new URL(request.origin.url), request.origin.headers, this.transport, this.downloadLimiter, this.log);
+    this.log.info({ task: task.digest, origin: new URL(request.origin.url).host }, 'seed fetching task for the swarm');
+    task.request(0, task.layout.pieceCount - 1, this.sourceFor(task, origin));
+    task
+      .whenVerified()
+      .catch((error: Error) => this.log.warn({ task: task.digest, err: error.message }, 'seed fetch failed'))
+      .finally(() => lease.release());
+  }
+
+  private downloadFor(task: BlobTask): SwarmDownload {
+    let download = this.downloads.get(task.digest);
+    if (!download) {
+      download = new SwarmDownload(task, this.schedulers, this.dispatcher, this.options, this.log, (closed) => {
+        if (this.downloads.get(task.digest) === closed) this.downloads.delete(task.digest);
+      });
+      this.downloads.set(task.digest, download);
+    }
+    return download;
+  }
+
+  async close(): Promise<void> {
+    for (const download of [...this.downloads.values()]) download.close('peer shutting down');
+    await this.schedulers.leave(this.options.hostId);
+    this.schedulers.close();
+    await this.dispatcher.close();
+  }
+}
+
+interface SeedRequest {
+  taskId: string;
+  contentLength: number;
+  pieceSize: number;
+  origin: { url: string; headers: Record<string, string> };
+}
+
+function parseSeedRequest(body: unknown): SeedRequest {
+  const value = body as Partial<SeedRequest> | null;
+  if (!value || typeof value !== 'object') throw new Error('seed request must be a JSON object');
+  const taskId = parseDigest(String(value.taskId ?? '')).value;
+  if (!Number.isSafeInteger(value.contentLength) || value.contentLength! < 0) throw new Error('contentLength must be a non-negative integer');
+  if (!Number.isSafeInteger(value.pieceSize) || value.pieceSize! <= 0) throw new Error('pieceSize must be a positive integer');
+  const origin = value.origin;
+  if (!origin || typeof origin.url !== 'string') throw new Error('origin.url is required');
+  const url = new URL(origin.url);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('origin.url must be http(s)');
+  const headers: Record<string, string> = {};
+  for (const [key, v] of Object.entries(origin.headers ?? {})) if (typeof v === 'string') headers[key] = v;
+  return { taskId, contentLength: value.contentLength!, pieceSize: value.pieceSize!, origin: { url: url.href, headers } };
+}

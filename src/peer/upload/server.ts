@@ -1,0 +1,171 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import type { Logger } from '../../common/log.js';
+import type { RateLimiter } from '../../common/rate-limiter.js';
+import { parseDigest } from '../../oci/digest.js';
+import { pieceBounds } from '../../storage/piece-plan.js';
+import { writeChunk, ClientGoneError } from '../mirror/respond.js';
+import type { TaskManager } from '../task-manager.js';
+import { encodeBitmap, type PieceBoard } from './piece-board.js';
+
+export const PIECE_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)$/;
+export const BITMAP_PATH = /^\/_starling\/tasks\/(sha256:[0-9a-f]{64})\/pieces$/;
+const WRITE_CHUNK = 256 * 1024;
+const MAX_LONG_POLL_MS = 30_000;
+
+/** What the upload side reports of its load (for host announcements) and what it needs. */
+export interface UploadServiceDeps {
+  tasks: TaskManager;
+  board: PieceBoard;
+  limiter: RateLimiter;
+  slots: number;
+  clusterToken?: string;
+  log: Logger;
+  onUploaded(bytes: number): void;
+  /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
+  seedTrigger?: (body: unknown) => Promise<void>;
+}
+
+export class UploadService {
+  private inUse = 0;
+
+  constructor(private readonly deps: UploadServiceDeps) {}
+
+  get slotsInUse(): number {
+    return this.inUse;
+  }
+
+  /** Serves piece bytes and piece bitmaps to peers holding the cluster token. */
+  handle = (req: IncomingMessage, res: ServerResponse): void => {
+    void this.route(req, res).catch((error: Error) => {
+      if (error instanceof ClientGoneError) return void res.destroy();
+      this.deps.log.warn({ path: req.url, err: error.message }, 'upload request failed');
+      if (res.headersSent) res.destroy();
+      else this.reply(res, 500, { error: error.message });
+    });
+  };
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const [path, queryText] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
+    if (path === '/healthz') return this.reply(res, 200, { ok: true });
+    if (!this.tokenMatches(req.headers.authorization)) return this.reply(res, 401, { error: 'missing or wrong cluster token' });
+    const piece = PIECE_PATH.exec(path);
+    if (piece && req.method === 'GET') return this.servePiece(res, piece[1]!, Number(piece[2]));
+    const bitmap = BITMAP_PATH.exec(path);
+    if (bitmap && req.method === 'GET') return this.serveBitmap(req, res, bitmap[1]!, new URLSearchParams(queryText ?? ''));
+    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptSeedTrigger(req, res);
+    return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
+  }
+
+  private async servePiece(res: ServerResponse, digest: string, index: number): Promise<void> {
+    const lease = this.deps.tasks.lease(digest);
+    if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
+    try {
+      const { task } = lease;
+      if (index >= task.layout.pieceCount || !task.hasPiece(index)) return this.reply(res, 404, { error: `piece ${index} is not here` });
+      if (this.inUse >= this.deps.slots) {
+        res.setHeader('retry-after', '1');
+        return this.reply(res, 429, { error: 'all upload slots are busy' });
+      }
+      this.inUse++;
+      try {
+        const { offset, length } = pieceBounds(task.layout, index);
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length, 'x-piece-sha256': task.blob.pieceDigest(index) ?? '' });
+        for (let position = 0; position < length; position += WRITE_CHUNK) {
+          const size = Math.min(WRITE_CHUNK, length - position);
+          await this.deps.limiter.take(size);
+          const buffer = Buffer.allocUnsafe(size);
+          await task.blob.read(buffer, offset + position, size);
+          await writeChunk(res, buffer);
+          this.deps.onUploaded(size);
+        }
+        res.end();
+      } finally {
+        this.inUse--;
+      }
+    } finally {
+      lease.release();
+    }
+  }
+
+  /** The pieces held, answered at once if the caller's count is stale, else when it changes. */
+  private async serveBitmap(req: IncomingMessage, res: ServerResponse, digest: string, query: URLSearchParams): Promise<void> {
+    const known = Number(query.get('known') ?? -1);
+    const waitMs = Math.min(MAX_LONG_POLL_MS, Math.max(0, Number(query.get('wait') ?? 0)));
+    let lease = this.deps.tasks.lease(digest);
+    if (!lease && waitMs > 0) {
+      // A child may follow a parent that has not stored its first piece yet.
+      await this.deps.board.wait(digest, waitMs, abortOnClose(req));
+      lease = this.deps.tasks.lease(digest);
+    }
+    if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
+    try {
+      const { task } = lease;
+      if (task.blob.storedPieceCount === known && waitMs > 0 && !task.complete) {
+        await this.deps.board.wait(digest, waitMs, abortOnClose(req));
+      }
+      const count = task.blob.storedPieceCount;
+      this.reply(res, 200, {
+        count,
+        pieceCount: task.layout.pieceCount,
+        complete: task.complete,
+        bitmap: encodeBitmap(task.layout.pieceCount, (index) => task.hasPiece(index)),
+      });
+    } finally {
+      lease.release();
+    }
+  }
+
+  private async acceptSeedTrigger(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!this.deps.seedTrigger) return this.reply(res, 403, { error: 'this peer is not a seed' });
+    let body: unknown;
+    try {
+      body = JSON.parse(await readBody(req, 64 * 1024));
+    } catch (error) {
+      return this.reply(res, 400, { error: `bad seed request: ${(error as Error).message}` });
+    }
+    try {
+      await this.deps.seedTrigger(body);
+    } catch (error) {
+      return this.reply(res, 400, { error: (error as Error).message });
+    }
+    this.reply(res, 202, { accepted: true });
+  }
+
+  private tokenMatches(header: string | undefined): boolean {
+    const token = this.deps.clusterToken;
+    if (!token) return true;
+    const expected = Buffer.from(`Bearer ${token}`);
+    const given = Buffer.from(header ?? '');
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  private reply(res: ServerResponse, status: number, body: unknown): void {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    res.end(text);
+  }
+}
+
+function abortOnClose(req: IncomingMessage): AbortSignal {
+  const controller = new AbortController();
+  req.socket.once('close', () => controller.abort());
+  return controller.signal;
+}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  let size = 0;
+  const chunks: Buffer[] = [];
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) throw new Error(`body larger than ${limit} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Validates a digest from a peer-facing path or body. */
+export function checkTaskId(value: unknown): string {
+  if (typeof value !== 'string') throw new Error('taskId must be a string');
+  return parseDigest(value).value;
+}

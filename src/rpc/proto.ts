@@ -1,0 +1,27 @@
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { fileURLToPath } from 'node:url';
+
+/** The repository's proto/ folder: two levels above both src/rpc and dist/rpc. */
+export const PROTO_ROOT = fileURLToPath(new URL('../../proto/', import.meta.url));
+
+const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: false,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+  includeDirs: [PROTO_ROOT],
+};
+
+/** Loads a service definition from a .proto file under proto/. */
+export function loadService(protoFile: string, servicePath: string): grpc.ServiceClientConstructor {
+  const definition = protoLoader.loadSync(protoFile, LOADER_OPTIONS);
+  const loaded = grpc.loadPackageDefinition(definition);
+  let node: unknown = loaded;
+  for (const part of servicePath.split('.')) node = (node as Record<string, unknown>)[part];
+  if (typeof node !== 'function') throw new Error(`service ${servicePath} not found in ${protoFile}`);
+  return node as grpc.ServiceClientConstructor;
+}
+
+export const SchedulerService = () => loadService('starling/scheduler/v1/scheduler.proto', 'starling.scheduler.v1.Scheduler');

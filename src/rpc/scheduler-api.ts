@@ -1,0 +1,110 @@
+/**
+ * TypeScript shapes of proto/starling/scheduler/v1/scheduler.proto as @grpc/proto-loader
+ * presents them (camelCase fields, int64 as numbers, enums as strings, oneof names in `packet`).
+ */
+
+export interface HostInfo {
+  id: string;
+  hostname: string;
+  ip: string;
+  uploadPort: number;
+  labels: Record<string, string>;
+  seed: boolean;
+  uploadBandwidth: number;
+  uploadSlots: number;
+  uploadInUse: number;
+}
+
+export interface AnnounceHostRequest {
+  host: HostInfo;
+}
+export interface AnnounceHostResponse {
+  keepaliveIntervalMs: number;
+}
+export interface LeaveHostRequest {
+  hostId: string;
+}
+
+export interface OriginRequest {
+  url: string;
+  headers: Record<string, string>;
+}
+
+export interface RegisterPeer {
+  peerId: string;
+  hostId: string;
+  taskId: string;
+  contentLength: number;
+  pieceSize: number;
+  origin?: OriginRequest | null;
+  heldPieces: number[];
+}
+
+export interface PieceFinished {
+  index: number;
+  digest: string;
+  parentId: string;
+  costMs: number;
+  fromOrigin: boolean;
+  length: number;
+}
+
+export type FailureReason =
+  | 'FAILURE_REASON_UNSPECIFIED'
+  | 'FAILURE_REASON_PARENT_UNREACHABLE'
+  | 'FAILURE_REASON_BAD_PIECE'
+  | 'FAILURE_REASON_PARENT_SLOW'
+  | 'FAILURE_REASON_PIECE_MISSING';
+
+export interface PieceFailed {
+  index: number;
+  parentId: string;
+  reason: FailureReason;
+  message: string;
+}
+
+export type PeerPacket =
+  | { packet: 'register'; register: RegisterPeer }
+  | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
+  | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
+  | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
+  | { packet: 'downloadFinished'; downloadFinished: Record<string, never> }
+  | { packet: 'downloadFailed'; downloadFailed: { message: string } };
+
+export interface ParentInfo {
+  peerId: string;
+  hostId: string;
+  ip: string;
+  uploadPort: number;
+  seed: boolean;
+}
+
+export type SchedulerPacket =
+  | { packet: 'parents'; parents: { parents: ParentInfo[] } }
+  | { packet: 'digests'; digests: { digests: Record<number, string> } }
+  | { packet: 'backToSource'; backToSource: { reason: string } }
+  | { packet: 'wait'; wait: { reason: string } };
+
+export interface PeerStat {
+  peerId: string;
+  hostId: string;
+  pieces: number;
+  parents: string[];
+  backToSource: boolean;
+  seed: boolean;
+  finished: boolean;
+  bytesByParentHost: Record<string, number>;
+  labels: Record<string, string>;
+}
+
+export interface TaskStat {
+  taskId: string;
+  contentLength: number;
+  pieceCount: number;
+  trustedDigests: number;
+  peers: PeerStat[];
+  bytesFromPeers: number;
+  bytesFromSeeds: number;
+  bytesFromOrigin: number;
+  cyclesDetected: number;
+}

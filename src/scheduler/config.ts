@@ -1,0 +1,59 @@
+import { z } from 'zod';
+
+export const topologyRuleSchema = z
+  .object({
+    key: z.string().min(1),
+    weight: z.number().min(0),
+    /** Never pick a parent across this key while one exists on the child's side. */
+    strict: z.boolean().default(false),
+  })
+  .strict();
+
+/** How parents are chosen; the same shape the manager will push to running schedulers. */
+export const schedulingSchema = z
+  .object({
+    candidateParentLimit: z.number().int().min(1).max(50).default(5),
+    backToSourceLimit: z.number().int().min(0).max(1000).default(1),
+    /** Rounds without a parent before a peer is sent to the origin whatever the limit. */
+    retryLimit: z.number().int().min(1).max(100).default(5),
+    topology: z.array(topologyRuleSchema).default([
+      { key: 'zone', weight: 100, strict: true },
+      { key: 'rack', weight: 50, strict: false },
+    ]),
+    weights: z
+      .object({
+        freeUpload: z.number().min(0).default(20),
+        pieces: z.number().min(0).default(30),
+        seed: z.number().min(0).default(10),
+        failure: z.number().min(0).default(40),
+      })
+      .strict()
+      .default({ freeUpload: 20, pieces: 30, seed: 10, failure: 40 }),
+    /** A parent slower than this many times the median of the candidates is left out. */
+    slowFactor: z.number().gt(1).default(4),
+  })
+  .strict();
+
+export type SchedulingConfig = z.output<typeof schedulingSchema>;
+export type TopologyRule = z.output<typeof topologyRuleSchema>;
+
+export const defaultScheduling = (): SchedulingConfig => schedulingSchema.parse({});
+
+/** The scheduler process: where it listens, and how it schedules. */
+export const schedulerConfigSchema = z
+  .object({
+    listen: z.string().default('127.0.0.1:8002'),
+    metricsListen: z.string().default('127.0.0.1:8003'),
+    clusterTokenFile: z.string().optional(),
+    keepaliveIntervalMs: z.number().int().min(100).default(5_000),
+    /** How often peers short of parents get another look. */
+    tickMs: z.number().int().min(50).default(2_000),
+    scheduling: schedulingSchema.default(defaultScheduling()),
+    log: z
+      .object({ level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info') })
+      .strict()
+      .default({ level: 'info' }),
+  })
+  .strict();
+
+export type SchedulerConfig = z.output<typeof schedulerConfigSchema>;

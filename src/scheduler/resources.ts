@@ -1,0 +1,161 @@
+import type { HostInfo, OriginRequest, SchedulerPacket } from '../rpc/scheduler-api.js';
+
+/** A machine running a peer daemon (or a seed). */
+export class Host {
+  readonly peers = new Set<Peer>();
+  constructor(
+    public info: HostInfo,
+    public lastSeen: number,
+  ) {}
+  get id(): string {
+    return this.info.id;
+  }
+  get isSeed(): boolean {
+    return this.info.seed;
+  }
+  /** Children currently assigned to this host's peers, across tasks: its upload load. */
+  get childCount(): number {
+    let count = 0;
+    for (const peer of this.peers) count += peer.children.size;
+    return count;
+  }
+  get uploadSlots(): number {
+    return this.info.uploadSlots > 0 ? this.info.uploadSlots : 8;
+  }
+}
+
+export type PeerState = 'waiting' | 'running' | 'backToSource' | 'finished' | 'left';
+
+/** One host's participation in one task, alive while its AnnouncePeer stream is open. */
+export class Peer {
+  readonly pieces = new Set<number>();
+  parents: Peer[] = [];
+  readonly children = new Set<Peer>();
+  /** Parents this peer must not be given again (failed or served bad data to it). */
+  readonly blocklist = new Set<string>();
+  state: PeerState = 'waiting';
+  /** Scheduling rounds that found no parent. */
+  fruitlessRounds = 0;
+  /** Failures of this peer as a parent (timestamps), for the penalty in scoring. */
+  readonly failuresAsParent: number[] = [];
+  /** Moving average of milliseconds per MiB when children fetched from this peer. */
+  costPerMiB?: number;
+  readonly bytesByParentHost = new Map<string, number>();
+
+  constructor(
+    readonly id: string,
+    readonly host: Host,
+    readonly task: Task,
+    readonly send: (packet: SchedulerPacket) => void,
+  ) {}
+
+  get isSeed(): boolean {
+    return this.host.isSeed;
+  }
+  get isFinished(): boolean {
+    return this.state === 'finished' || this.pieces.size >= this.task.pieceCount;
+  }
+
+  recentFailures(now: number, windowMs = 60_000): number {
+    while (this.failuresAsParent.length && this.failuresAsParent[0]! < now - windowMs) this.failuresAsParent.shift();
+    return this.failuresAsParent.length;
+  }
+
+  recordCost(costMs: number, bytes: number): void {
+    if (bytes <= 0) return;
+    const perMiB = costMs / (bytes / 2 ** 20);
+    this.costPerMiB = this.costPerMiB === undefined ? perMiB : 0.7 * this.costPerMiB + 0.3 * perMiB;
+  }
+}
+
+/** One blob being distributed; its id is the blob digest. */
+export class Task {
+  readonly peers = new Map<string, Peer>();
+  /** Piece digests reported by peers that read the origin with the scheduler's permission. */
+  readonly digests = new Map<number, string>();
+  readonly bytes = { peer: 0, seed: 0, origin: 0 };
+  origin?: OriginRequest;
+  /** Seeds asked to fetch this task (so none is asked twice), with when and whether that failed. */
+  readonly triggeredSeeds = new Map<string, { at: number; failed: boolean }>();
+  cyclesDetected = 0;
+  lastActive: number;
+
+  constructor(
+    readonly id: string,
+    readonly contentLength: number,
+    readonly pieceSize: number,
+    now: number,
+  ) {
+    this.lastActive = now;
+  }
+
+  get pieceCount(): number {
+    return Math.max(1, Math.ceil(this.contentLength / this.pieceSize));
+  }
+
+  /** Peers allowed to read the origin right now. */
+  get originReaders(): Peer[] {
+    return [...this.peers.values()].filter((peer) => peer.state === 'backToSource');
+  }
+}
+
+/** Everything the scheduler knows: hosts, tasks and their peers. */
+export class Resources {
+  readonly hosts = new Map<string, Host>();
+  readonly tasks = new Map<string, Task>();
+
+  upsertHost(info: HostInfo, now: number): Host {
+    const existing = this.hosts.get(info.id);
+    if (existing) {
+      existing.info = info;
+      existing.lastSeen = now;
+      return existing;
+    }
+    const host = new Host(info, now);
+    this.hosts.set(info.id, host);
+    return host;
+  }
+
+  task(id: string, contentLength: number, pieceSize: number, now: number): Task {
+    let task = this.tasks.get(id);
+    if (!task) {
+      task = new Task(id, contentLength, pieceSize, now);
+      this.tasks.set(id, task);
+    }
+    return task;
+  }
+
+  seedHosts(): Host[] {
+    return [...this.hosts.values()].filter((host) => host.isSeed);
+  }
+}
+
+/** True if `parent` can already reach `child` through parent edges: adding child→parent would close a cycle. */
+export function wouldCloseCycle(child: Peer, parent: Peer): boolean {
+  const seen = new Set<Peer>();
+  const stack = [parent];
+  while (stack.length) {
+    const current = stack.pop()!;
+    if (current === child) return true;
+    if (seen.has(current)) continue;
+    seen.add(current);
+    stack.push(...current.parents);
+  }
+  return false;
+}
+
+/** An independent check of the whole parent graph of a task (used to count violations). */
+export function graphHasCycle(task: Task): boolean {
+  const state = new Map<Peer, 'visiting' | 'done'>();
+  const visit = (peer: Peer): boolean => {
+    const mark = state.get(peer);
+    if (mark === 'visiting') return true;
+    if (mark === 'done') return false;
+    state.set(peer, 'visiting');
+    for (const parent of peer.parents) if (visit(parent)) return true;
+    state.set(peer, 'done');
+    return false;
+  };
+  for (const peer of task.peers.values()) if (visit(peer)) return true;
+  return false;
+}

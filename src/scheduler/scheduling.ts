@@ -1,0 +1,293 @@
+import type { Logger } from '../common/log.js';
+import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket } from '../rpc/scheduler-api.js';
+import type { SchedulingConfig } from './config.js';
+import { graphHasCycle, Peer, Resources, type Host, type Task } from './resources.js';
+import { selectParents } from './selection.js';
+
+/** How long a triggered seed may take to register for the task before others stop waiting for it. */
+const SEED_SHOW_UP_MS = 15_000;
+
+/** What the scheduling engine needs from the outside world; the simulator provides its own. */
+export interface SchedulingHooks {
+  now(): number;
+  /** Ask a seed host to fetch a task from its origin. */
+  triggerSeed(seed: Host, task: Task): Promise<void>;
+  onScheduled?(peer: Peer, outcome: 'parents' | 'wait' | 'backToSource', latencyMs: number): void;
+  onBytes?(task: Task, source: 'peer' | 'seed' | 'origin', bytes: number): void;
+}
+
+/**
+ * The scheduling engine: registers peers on tasks, chooses their parents, decides who reads
+ * the origin and when to trigger a seed, and spreads trusted piece digests. It holds no
+ * transport: packets go out through each peer's `send`.
+ */
+export class Scheduling {
+  constructor(
+    readonly resources: Resources,
+    public config: SchedulingConfig,
+    private readonly hooks: SchedulingHooks,
+    private readonly log: Logger,
+  ) {}
+
+  announceHost(info: HostInfo): Host {
+    return this.resources.upsertHost(info, this.hooks.now());
+  }
+
+  /** Drops hosts silent for longer than `timeoutMs`, with their peers. */
+  expireHosts(timeoutMs: number): Host[] {
+    const now = this.hooks.now();
+    const expired = [...this.resources.hosts.values()].filter((host) => now - host.lastSeen > timeoutMs);
+    for (const host of expired) this.removeHost(host);
+    return expired;
+  }
+
+  removeHost(host: Host): void {
+    for (const peer of [...host.peers]) this.leave(peer);
+    this.resources.hosts.delete(host.id);
+  }
+
+  register(request: RegisterPeer, send: (packet: SchedulerPacket) => void): Peer {
+    const host = this.resources.hosts.get(request.hostId);
+    if (!host) throw new Error(`host ${request.hostId} has not announced itself`);
+    if (!request.taskId) throw new Error('register names no task');
+    if (!(request.contentLength >= 0) || !(request.pieceSize > 0)) throw new Error('register has no usable size or piece size');
+    const now = this.hooks.now();
+    const task = this.resources.task(request.taskId, request.contentLength, request.pieceSize, now);
+    if (task.contentLength !== request.contentLength || task.pieceSize !== request.pieceSize) {
+      throw new Error(`task ${task.id} is known with size ${task.contentLength}/${task.pieceSize}, not ${request.contentLength}/${request.pieceSize}`);
+    }
+    if (request.origin?.url) task.origin = request.origin;
+    const previous = task.peers.get(request.peerId);
+    if (previous) this.leave(previous);
+    const peer = new Peer(request.peerId, host, task, send);
+    for (const index of request.heldPieces ?? []) if (index >= 0 && index < task.pieceCount) peer.pieces.add(index);
+    task.peers.set(peer.id, peer);
+    host.peers.add(peer);
+    task.lastActive = now;
+    if (task.digests.size) send({ packet: 'digests', digests: { digests: Object.fromEntries(task.digests) } });
+    this.schedule(peer);
+    return peer;
+  }
+
+  /**
+   * Decides what a peer does next: fetch from parents, read the origin, or wait. A counted
+   * round (the periodic pass, or the peer asking) that finds no parent brings the peer closer
+   * to being sent to the origin whatever the back-to-source limit.
+   */
+  schedule(peer: Peer, countRound = false): void {
+    if (peer.state === 'left' || peer.state === 'backToSource' || peer.isFinished) return;
+    const started = this.hooks.now();
+    const task = peer.task;
+    if (peer.isSeed && this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'seed peer');
+    const parents = selectParents(peer, this.config, started);
+    if (parents.length > 0) {
+      this.setParents(peer, parents);
+      peer.fruitlessRounds = 0;
+      this.hooks.onScheduled?.(peer, 'parents', this.hooks.now() - started);
+      return;
+    }
+    this.setParents(peer, []);
+    if (countRound) peer.fruitlessRounds++;
+    if (peer.fruitlessRounds >= this.config.retryLimit) return this.sendToOrigin(peer, `no parent after ${this.config.retryLimit} rounds`);
+    const seed = this.pickSeed(peer);
+    if (seed) {
+      const trigger = { at: started, failed: false };
+      task.triggeredSeeds.set(seed.id, trigger);
+      this.log.info({ task: task.id, seed: seed.id }, 'triggering seed peer');
+      this.hooks.triggerSeed(seed, task).catch((error: Error) => {
+        trigger.failed = true;
+        this.log.warn({ task: task.id, seed: seed.id, err: error.message }, 'seed trigger failed');
+        // The seed is out of the picture for this task: someone else must read the origin.
+        for (const waiting of task.peers.values()) if (waiting.state === 'waiting') this.schedule(waiting);
+      });
+      return this.wait(peer, `seed ${seed.id} is fetching the blob`, started);
+    }
+    if (this.hasActiveSource(task, () => true)) return this.wait(peer, 'parents are still fetching their first pieces', started);
+    if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer holds the blob');
+    return this.wait(peer, 'another peer is reading the origin', started);
+  }
+
+  pieceFinished(peer: Peer, report: PieceFinished): void {
+    const task = peer.task;
+    if (report.index < 0 || report.index >= task.pieceCount) return;
+    const isNew = !peer.pieces.has(report.index);
+    peer.pieces.add(report.index);
+    task.lastActive = this.hooks.now();
+    const length = report.length > 0 ? report.length : task.pieceSize;
+    if (report.fromOrigin) {
+      if (isNew) {
+        task.bytes.origin += length;
+        this.hooks.onBytes?.(task, 'origin', length);
+      }
+      // Only a peer the scheduler sent to the origin is believed about piece digests.
+      if (peer.state === 'backToSource' && /^sha256:[0-9a-f]{64}$/.test(report.digest)) this.learnDigest(task, report.index, report.digest);
+    } else if (report.parentId) {
+      const parent = task.peers.get(report.parentId);
+      const source = parent?.isSeed ? 'seed' : 'peer';
+      if (isNew) {
+        task.bytes[source] += length;
+        this.hooks.onBytes?.(task, source, length);
+      }
+      if (parent) {
+        parent.recordCost(report.costMs, length);
+        peer.bytesByParentHost.set(parent.host.id, (peer.bytesByParentHost.get(parent.host.id) ?? 0) + length);
+      }
+    }
+    if (peer.pieces.size === 1) {
+      // A first holder appeared: peers waiting for one can now be given a parent.
+      for (const other of task.peers.values()) if (other !== peer && other.state === 'waiting') this.schedule(other);
+    }
+  }
+
+  pieceFailed(peer: Peer, report: PieceFailed): void {
+    const parent = report.parentId ? peer.task.peers.get(report.parentId) : undefined;
+    if (!parent) return;
+    parent.failuresAsParent.push(this.hooks.now());
+    if (report.reason !== 'FAILURE_REASON_PARENT_SLOW' && report.reason !== 'FAILURE_REASON_PIECE_MISSING') {
+      peer.blocklist.add(parent.id);
+      this.log.warn({ task: peer.task.id, child: peer.id, parent: parent.id, reason: report.reason, message: report.message }, 'parent blocklisted for child');
+    }
+    if (report.reason !== 'FAILURE_REASON_PIECE_MISSING') this.schedule(peer);
+  }
+
+  reschedule(peer: Peer, blocklist: string[]): void {
+    for (const id of blocklist) peer.blocklist.add(id);
+    if (peer.state === 'running' || peer.state === 'waiting') this.schedule(peer, true);
+  }
+
+  finished(peer: Peer): void {
+    for (let index = 0; index < peer.task.pieceCount; index++) peer.pieces.add(index);
+    peer.state = 'finished';
+    this.setParents(peer, []);
+    for (const other of peer.task.peers.values()) if (other.state === 'waiting') this.schedule(other);
+  }
+
+  /** A peer's stream ended: its children lose a parent and are scheduled again. */
+  leave(peer: Peer): void {
+    if (peer.state === 'left') return;
+    const wasReadingOrigin = peer.state === 'backToSource';
+    peer.state = 'left';
+    this.setParents(peer, []);
+    const orphans = [...peer.children];
+    for (const child of orphans) {
+      child.parents = child.parents.filter((p) => p !== peer);
+      peer.children.delete(child);
+    }
+    peer.task.peers.delete(peer.id);
+    peer.host.peers.delete(peer);
+    for (const child of orphans) this.schedule(child);
+    if (wasReadingOrigin) for (const other of peer.task.peers.values()) if (other.state === 'waiting') this.schedule(other);
+    if (peer.task.peers.size === 0) this.resources.tasks.delete(peer.task.id);
+  }
+
+  /** Periodic pass: peers short of parents get another look (new holders may have appeared). */
+  tick(): void {
+    for (const task of this.resources.tasks.values()) {
+      for (const peer of task.peers.values()) {
+        if ((peer.state === 'running' || peer.state === 'waiting') && peer.parents.length < this.config.candidateParentLimit) this.schedule(peer, true);
+      }
+    }
+  }
+
+  private setParents(peer: Peer, parents: Peer[]): void {
+    const before = peer.parents;
+    const same = before.length === parents.length && before.every((p, i) => p === parents[i]);
+    for (const old of before) if (!parents.includes(old)) old.children.delete(peer);
+    for (const parent of parents) parent.children.add(peer);
+    peer.parents = parents;
+    if (graphHasCycle(peer.task)) {
+      peer.task.cyclesDetected++;
+      this.log.error({ task: peer.task.id, peer: peer.id }, 'parent graph has a cycle');
+    }
+    if (parents.length > 0) peer.state = 'running';
+    if (!same && peer.state !== 'left' && (parents.length > 0 || before.length > 0)) {
+      peer.send({ packet: 'parents', parents: { parents: parents.map(toParentInfo) } });
+    }
+  }
+
+  private wait(peer: Peer, reason: string, started: number): void {
+    peer.state = 'waiting';
+    peer.send({ packet: 'wait', wait: { reason } });
+    this.hooks.onScheduled?.(peer, 'wait', this.hooks.now() - started);
+  }
+
+  private sendToOrigin(peer: Peer, reason: string): void {
+    this.setParents(peer, []);
+    peer.state = 'backToSource';
+    peer.send({ packet: 'backToSource', backToSource: { reason } });
+    this.hooks.onScheduled?.(peer, 'backToSource', 0);
+  }
+
+  private mayReadOrigin(task: Task, peer: Peer): boolean {
+    const readers = task.originReaders.filter((reader) => reader !== peer);
+    return readers.length < this.config.backToSourceLimit;
+  }
+
+  /** Someone is bringing the blob in (an origin reader, or a live seed) among the hosts `where` accepts. */
+  private hasActiveSource(task: Task, where: (host: Host) => boolean): boolean {
+    for (const peer of task.peers.values()) {
+      if (!where(peer.host)) continue;
+      if (peer.state === 'backToSource' || (peer.isSeed && peer.state !== 'left')) return true;
+    }
+    // A seed just asked counts until it registers, unless asking failed or it never showed up.
+    const now = this.hooks.now();
+    for (const [id, trigger] of task.triggeredSeeds) {
+      const seed = this.resources.hosts.get(id);
+      if (seed && where(seed) && !trigger.failed && now - trigger.at < SEED_SHOW_UP_MS) return true;
+    }
+    return false;
+  }
+
+  /**
+   * A seed to trigger for this child's task: one on the child's side of every strict topology
+   * rule when that side has no source yet; any seed (best topology match) when nobody has one.
+   */
+  private pickSeed(child: Peer): Host | undefined {
+    const task = child.task;
+    if (!task.origin) return undefined;
+    const sameSide = (host: Host) =>
+      this.config.topology.every((rule) => {
+        if (!rule.strict) return true;
+        const mine = child.host.info.labels[rule.key];
+        return mine === undefined || host.info.labels[rule.key] === mine;
+      });
+    const available = this.resources.seedHosts().filter((seed) => !task.triggeredSeeds.has(seed.id) && seed !== child.host);
+    let choices: Host[];
+    if (!this.hasActiveSource(task, sameSide)) {
+      choices = available.filter(sameSide);
+      if (!choices.length && !this.hasActiveSource(task, () => true)) choices = available;
+    } else {
+      choices = [];
+    }
+    return choices
+      .map((seed) => ({ seed, score: this.topologyScore(child, seed) - seed.childCount }))
+      .sort((a, b) => b.score - a.score || a.seed.id.localeCompare(b.seed.id))[0]?.seed;
+  }
+
+  private topologyScore(child: Peer, host: Host): number {
+    let score = 0;
+    for (const rule of this.config.topology) {
+      const mine = child.host.info.labels[rule.key];
+      if (mine !== undefined && host.info.labels[rule.key] === mine) score += rule.weight;
+    }
+    return score;
+  }
+
+  learnDigest(task: Task, index: number, digest: string): void {
+    const known = task.digests.get(index);
+    if (known === digest) return;
+    if (known) {
+      this.log.error({ task: task.id, index, known, reported: digest }, 'origin readers disagree about a piece digest; keeping the first');
+      return;
+    }
+    task.digests.set(index, digest);
+    for (const peer of task.peers.values()) {
+      if (peer.state !== 'left' && !peer.isFinished) peer.send({ packet: 'digests', digests: { digests: { [index]: digest } } });
+    }
+  }
+}
+
+function toParentInfo(peer: Peer): ParentInfo {
+  return { peerId: peer.id, hostId: peer.host.id, ip: peer.host.info.ip, uploadPort: peer.host.info.uploadPort, seed: peer.isSeed };
+}
+

@@ -1,0 +1,96 @@
+import type { SchedulingConfig } from './config.js';
+import { wouldCloseCycle, type Peer } from './resources.js';
+
+/**
+ * Picks parents for a child: filter the task's peers down to those that may serve it, then
+ * score them. Pure functions over the resource model so the simulator drives the same code.
+ */
+
+/** Why a candidate was left out; kept for debugging and tests. */
+export type Exclusion = 'self' | 'same-host' | 'blocklisted' | 'nothing-to-offer' | 'cycle' | 'overloaded' | 'slow' | 'left' | 'topology';
+
+export function filterCandidates(
+  child: Peer,
+  config: SchedulingConfig,
+  now: number,
+  excluded?: Map<string, Exclusion>,
+): Peer[] {
+  const out: Peer[] = [];
+  const exclude = (peer: Peer, why: Exclusion) => excluded?.set(peer.id, why);
+  for (const peer of child.task.peers.values()) {
+    if (peer === child) continue;
+    if (peer.state === 'left') exclude(peer, 'left');
+    else if (peer.host === child.host) exclude(peer, 'same-host');
+    else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
+    else if (!offersSomething(peer, child)) exclude(peer, 'nothing-to-offer');
+    else if (wouldCloseCycle(child, peer)) exclude(peer, 'cycle');
+    else if (!child.parents.includes(peer) && peer.host.childCount >= peer.host.uploadSlots) exclude(peer, 'overloaded');
+    else out.push(peer);
+  }
+  const fast = withoutSlowOutliers(out, config.slowFactor, exclude);
+  return applyStrictTopology(child, fast, config, exclude);
+}
+
+function offersSomething(parent: Peer, child: Peer): boolean {
+  if (parent.pieces.size === 0) return false;
+  if (parent.isFinished) return !child.isFinished;
+  for (const index of parent.pieces) if (!child.pieces.has(index)) return true;
+  return false;
+}
+
+function withoutSlowOutliers(candidates: Peer[], factor: number, exclude: (p: Peer, why: Exclusion) => void): Peer[] {
+  const costs = candidates.map((peer) => peer.costPerMiB).filter((cost): cost is number => cost !== undefined).sort((a, b) => a - b);
+  if (costs.length < 3) return candidates;
+  const median = costs[Math.floor(costs.length / 2)]!;
+  return candidates.filter((peer) => {
+    const slow = peer.costPerMiB !== undefined && peer.costPerMiB > factor * median;
+    if (slow) exclude(peer, 'slow');
+    return !slow;
+  });
+}
+
+/** A strict rule keeps the child on its own side of the key whenever its side has a candidate. */
+function applyStrictTopology(child: Peer, candidates: Peer[], config: SchedulingConfig, exclude: (p: Peer, why: Exclusion) => void): Peer[] {
+  let kept = candidates;
+  for (const rule of config.topology) {
+    if (!rule.strict) continue;
+    const side = child.host.info.labels[rule.key];
+    if (side === undefined) continue;
+    const same = kept.filter((peer) => peer.host.info.labels[rule.key] === side);
+    if (same.length === 0) continue;
+    for (const peer of kept) if (!same.includes(peer)) exclude(peer, 'topology');
+    kept = same;
+  }
+  return kept;
+}
+
+export function scoreCandidate(child: Peer, parent: Peer, config: SchedulingConfig, now: number): number {
+  const { weights } = config;
+  let score = 0;
+  for (const rule of config.topology) {
+    const mine = child.host.info.labels[rule.key];
+    if (mine !== undefined && parent.host.info.labels[rule.key] === mine) score += rule.weight;
+  }
+  const slots = parent.host.uploadSlots;
+  score += weights.freeUpload * Math.max(0, (slots - parent.host.childCount) / slots);
+  score += weights.pieces * (parent.pieces.size / parent.task.pieceCount);
+  if (parent.isSeed) score += weights.seed;
+  score -= weights.failure * parent.recentFailures(now);
+  return score;
+}
+
+/** The best K candidates, keeping current parents that are still eligible. */
+export function selectParents(child: Peer, config: SchedulingConfig, now: number): Peer[] {
+  const candidates = filterCandidates(child, config, now);
+  const kept = child.parents.filter((parent) => candidates.includes(parent));
+  const ranked = candidates
+    .filter((peer) => !kept.includes(peer))
+    .map((peer) => ({ peer, score: scoreCandidate(child, peer, config, now) }))
+    .sort((a, b) => b.score - a.score || a.peer.id.localeCompare(b.peer.id));
+  const chosen = [...kept];
+  for (const { peer } of ranked) {
+    if (chosen.length >= config.candidateParentLimit) break;
+    chosen.push(peer);
+  }
+  return chosen;
+}

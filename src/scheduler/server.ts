@@ -1,0 +1,96 @@
+import * as grpc from '@grpc/grpc-js';
+import { closeHttp, listenHttp } from '../common/http-server.js';
+import type { Logger } from '../common/log.js';
+import { createMetricsRegistry } from '../common/metrics.js';
+import { parseListenAddress, formatHostPort } from '../common/net.js';
+import { readTokenFile } from '../common/token.js';
+import { SchedulerService } from '../rpc/proto.js';
+import type { SchedulerConfig } from './config.js';
+import { createSchedulerMetrics } from './metrics.js';
+import { Resources } from './resources.js';
+import { Scheduling } from './scheduling.js';
+import { triggerSeedOverHttp } from './seed-trigger.js';
+import { schedulerHandlers } from './service.js';
+
+export interface RunningScheduler {
+  address: string;
+  metricsAddress: string;
+  scheduling: Scheduling;
+  close(): Promise<void>;
+}
+
+/** Starts the scheduler: the gRPC service, the periodic passes and /metrics. */
+export async function startScheduler(config: SchedulerConfig, log: Logger): Promise<RunningScheduler> {
+  const clusterToken = readTokenFile(config.clusterTokenFile);
+  const resources = new Resources();
+  const registry = createMetricsRegistry();
+  const metrics = createSchedulerMetrics(registry, resources);
+  const scheduling = new Scheduling(
+    resources,
+    config.scheduling,
+    {
+      now: () => Date.now(),
+      triggerSeed: async (seed, task) => {
+        try {
+          await triggerSeedOverHttp(seed, task, clusterToken);
+          metrics.seedTriggers.inc({ result: 'accepted' });
+        } catch (error) {
+          metrics.seedTriggers.inc({ result: 'failed' });
+          throw error;
+        }
+      },
+      onScheduled: (_peer, outcome, latencyMs) => metrics.schedulingSeconds.observe({ outcome }, latencyMs / 1000),
+      onBytes: (_task, source, bytes) => metrics.bytes.inc({ source }, bytes),
+    },
+    log,
+  );
+
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
+  server.addService(
+    SchedulerService().service,
+    schedulerHandlers(scheduling, { keepaliveIntervalMs: config.keepaliveIntervalMs, clusterToken, metrics, log }),
+  );
+  const listen = parseListenAddress(config.listen, 'scheduler listen address');
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(formatHostPort(listen), grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+  );
+  const address = formatHostPort({ host: listen.host, port });
+
+  const metricsServer = await listenHttp(
+    config.metricsListen,
+    (req, res) => {
+      if (req.url === '/metrics') {
+        registry.metrics().then((body) => {
+          res.writeHead(200, { 'content-type': registry.contentType });
+          res.end(body);
+        });
+      } else if (req.url === '/healthz') {
+        res.end('ok\n');
+      } else {
+        res.writeHead(404).end();
+      }
+    },
+    'scheduler metrics',
+  );
+
+  const timers = [
+    setInterval(() => scheduling.tick(), config.tickMs),
+    setInterval(() => {
+      for (const host of scheduling.expireHosts(3 * config.keepaliveIntervalMs)) log.info({ host: host.id }, 'host went silent; dropped');
+    }, config.keepaliveIntervalMs),
+  ];
+  for (const timer of timers) timer.unref();
+  log.info({ address, metrics: metricsServer.address }, 'scheduler listening');
+
+  return {
+    address,
+    metricsAddress: metricsServer.address,
+    scheduling,
+    async close() {
+      for (const timer of timers) clearInterval(timer);
+      await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+      server.forceShutdown();
+      await closeHttp(metricsServer.server);
+    },
+  };
+}
