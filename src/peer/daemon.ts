@@ -112,6 +112,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
         perParent: config.swarm.perParent,
         pieceTimeoutMs: config.swarm.pieceTimeoutMs,
         stallMs: config.swarm.stallMs,
+        onParentDropped: (reason) => metrics.parentsDropped.inc({ reason: reason.replace('FAILURE_REASON_', '').toLowerCase() }),
       },
       tasks,
       transport,

@@ -34,6 +34,12 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       help: 'Piece bytes sent to other peers',
       registers,
     }),
+    parentsDropped: new Counter({
+      name: 'starling_peer_parents_dropped_total',
+      help: 'Parents this peer stopped using, by reason (bad piece, unreachable)',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     blobRequests: new Counter({
       name: 'starling_peer_blob_requests_total',
       help: 'Blob requests by what the store already held: hit (complete), partial, miss',

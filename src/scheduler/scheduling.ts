@@ -1,5 +1,5 @@
 import type { Logger } from '../common/log.js';
-import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket } from '../rpc/scheduler-api.js';
+import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
 import type { SchedulingConfig } from './config.js';
 import { graphHasCycle, Peer, Resources, type Host, type Task } from './resources.js';
 import { selectParents } from './selection.js';
@@ -79,6 +79,11 @@ export class Scheduling {
     const started = this.hooks.now();
     const task = peer.task;
     if (peer.isSeed && this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'seed peer');
+    // Parents are of no use for pieces nobody has vouched for: make sure someone reads the origin.
+    if (task.digests.size < task.pieceCount && !this.hasActiveSource(task, () => true)) {
+      if (this.triggerSeedFor(peer, started)) return;
+      if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer is reading the origin');
+    }
     const parents = selectParents(peer, this.config, started);
     if (parents.length > 0) {
       this.setParents(peer, parents);
@@ -89,22 +94,28 @@ export class Scheduling {
     this.setParents(peer, []);
     if (countRound) peer.fruitlessRounds++;
     if (peer.fruitlessRounds >= this.config.retryLimit) return this.sendToOrigin(peer, `no parent after ${this.config.retryLimit} rounds`);
-    const seed = this.pickSeed(peer);
-    if (seed) {
-      const trigger = { at: started, failed: false };
-      task.triggeredSeeds.set(seed.id, trigger);
-      this.log.info({ task: task.id, seed: seed.id }, 'triggering seed peer');
-      this.hooks.triggerSeed(seed, task).catch((error: Error) => {
-        trigger.failed = true;
-        this.log.warn({ task: task.id, seed: seed.id, err: error.message }, 'seed trigger failed');
-        // The seed is out of the picture for this task: someone else must read the origin.
-        for (const waiting of task.peers.values()) if (waiting.state === 'waiting') this.schedule(waiting);
-      });
-      return this.wait(peer, `seed ${seed.id} is fetching the blob`, started);
-    }
+    if (this.triggerSeedFor(peer, started)) return;
     if (this.hasActiveSource(task, () => true)) return this.wait(peer, 'parents are still fetching their first pieces', started);
     if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer holds the blob');
     return this.wait(peer, 'another peer is reading the origin', started);
+  }
+
+  /** Triggers the best seed for this child's task, if one should be; the child then waits for it. */
+  private triggerSeedFor(peer: Peer, started: number): boolean {
+    const task = peer.task;
+    const seed = this.pickSeed(peer);
+    if (!seed) return false;
+    const trigger = { at: started, failed: false };
+    task.triggeredSeeds.set(seed.id, trigger);
+    this.log.info({ task: task.id, seed: seed.id }, 'triggering seed peer');
+    this.hooks.triggerSeed(seed, task).catch((error: Error) => {
+      trigger.failed = true;
+      this.log.warn({ task: task.id, seed: seed.id, err: error.message }, 'seed trigger failed');
+      // The seed is out of the picture for this task: someone else must read the origin.
+      for (const waiting of task.peers.values()) if (waiting.state === 'waiting' || waiting.state === 'running') this.schedule(waiting);
+    });
+    this.wait(peer, `seed ${seed.id} is fetching the blob`, started);
+    return true;
   }
 
   pieceFinished(peer: Peer, report: PieceFinished): void {
@@ -180,13 +191,43 @@ export class Scheduling {
     if (peer.task.peers.size === 0) this.resources.tasks.delete(peer.task.id);
   }
 
-  /** Periodic pass: peers short of parents get another look (new holders may have appeared). */
+  /**
+   * Periodic pass over every downloading peer: new holders may have appeared (a peer short of
+   * parents gets more; a strict topology rule may now keep a child on its own side).
+   */
   tick(): void {
     for (const task of this.resources.tasks.values()) {
-      for (const peer of task.peers.values()) {
-        if ((peer.state === 'running' || peer.state === 'waiting') && peer.parents.length < this.config.candidateParentLimit) this.schedule(peer, true);
+      for (const peer of [...task.peers.values()]) {
+        if (peer.state === 'running' || peer.state === 'waiting') this.schedule(peer, peer.parents.length === 0);
       }
     }
+  }
+
+  /** A task's state as tests, `starling stat` and the console show it. */
+  stat(taskId: string): TaskStat | undefined {
+    const task = this.resources.tasks.get(taskId);
+    if (!task) return undefined;
+    return {
+      taskId: task.id,
+      contentLength: task.contentLength,
+      pieceCount: task.pieceCount,
+      trustedDigests: task.digests.size,
+      peers: [...task.peers.values()].map((p) => ({
+        peerId: p.id,
+        hostId: p.host.id,
+        pieces: p.pieces.size,
+        parents: p.parents.map((parent) => parent.id),
+        backToSource: p.state === 'backToSource',
+        seed: p.isSeed,
+        finished: p.isFinished,
+        bytesByParentHost: Object.fromEntries(p.bytesByParentHost),
+        labels: p.host.info.labels,
+      })),
+      bytesFromPeers: task.bytes.peer,
+      bytesFromSeeds: task.bytes.seed,
+      bytesFromOrigin: task.bytes.origin,
+      cyclesDetected: task.cyclesDetected,
+    };
   }
 
   private setParents(peer: Peer, parents: Peer[]): void {

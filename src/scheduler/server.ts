@@ -66,6 +66,11 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
         });
       } else if (req.url === '/healthz') {
         res.end('ok\n');
+      } else if (req.url?.startsWith('/api/tasks/')) {
+        // Read-only task state for `starling stat`, tests and operators.
+        const stat = scheduling.stat(decodeURIComponent(req.url.slice('/api/tasks/'.length)));
+        res.writeHead(stat ? 200 : 404, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(stat ?? { error: 'no such task' }));
       } else {
         res.writeHead(404).end();
       }

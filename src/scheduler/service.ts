@@ -101,29 +101,9 @@ export function schedulerHandlers(
 
     StatTask(call: grpc.ServerUnaryCall<{ taskId: string }, TaskStat>, callback: grpc.sendUnaryData<TaskStat>) {
       if (!authorized(call.metadata, clusterToken)) return callback(unauthenticated);
-      const task = scheduling.resources.tasks.get(call.request.taskId);
-      if (!task) return callback({ code: grpc.status.NOT_FOUND, details: `no task ${call.request.taskId}` });
-      callback(null, {
-        taskId: task.id,
-        contentLength: task.contentLength,
-        pieceCount: task.pieceCount,
-        trustedDigests: task.digests.size,
-        peers: [...task.peers.values()].map((p) => ({
-          peerId: p.id,
-          hostId: p.host.id,
-          pieces: p.pieces.size,
-          parents: p.parents.map((parent) => parent.id),
-          backToSource: p.state === 'backToSource',
-          seed: p.isSeed,
-          finished: p.isFinished,
-          bytesByParentHost: Object.fromEntries(p.bytesByParentHost),
-          labels: p.host.info.labels,
-        })),
-        bytesFromPeers: task.bytes.peer,
-        bytesFromSeeds: task.bytes.seed,
-        bytesFromOrigin: task.bytes.origin,
-        cyclesDetected: task.cyclesDetected,
-      });
+      const stat = scheduling.stat(call.request.taskId);
+      if (!stat) return callback({ code: grpc.status.NOT_FOUND, details: `no task ${call.request.taskId}` });
+      callback(null, stat);
     },
   };
 }

@@ -20,6 +20,8 @@ export interface SwarmSettings {
   pieceTimeoutMs: number;
   /** With nothing stored for this long, ask for new parents; twice as long, go to the origin. */
   stallMs: number;
+  /** Told whenever a parent is dropped (for the peer's metrics). */
+  onParentDropped?: (reason: FailureReason) => void;
 }
 
 type Mode = 'connecting' | 'swarm' | 'origin';
@@ -257,6 +259,7 @@ export class SwarmDownload {
     link.close();
     this.links.delete(link.id);
     this.blocked.add(link.id);
+    this.settings.onParentDropped?.(reason);
     this.log.warn({ task: this.task.digest, parent: link.id, reason, message }, 'dropping parent');
     this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason, message } });
     this.pump();

@@ -1,0 +1,159 @@
+// The swarm with real processes on distinct loopback addresses and a real docker-registry:
+// one copy from the registry, no cycles, no self-downloads, topology, chaos.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { request } from 'undici';
+import { startBitFlippingPeer } from '../fixtures/bad-peer.js';
+import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
+import { startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import { waitFor } from '../fixtures/processes.js';
+import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
+import type { TaskStat } from '../../src/rpc/scheduler-api.js';
+
+const MB = 1000 * 1000;
+
+/** A loopback address per test and peer, so every process is its own "host". */
+let nextIp = 20;
+const ip = () => `127.0.0.${nextIp++}`;
+
+async function pullThrough(peer: RunningPeerProcess, registry: Registry, repo: string, digest: string) {
+  const response = await request(`${peer.url}/v2/${repo}/blobs/${digest}?ns=${registry.host}`);
+  const hash = createHash('sha256');
+  let bytes = 0;
+  for await (const chunk of response.body) {
+    hash.update(chunk);
+    bytes += chunk.length;
+  }
+  return { status: response.statusCode, digest: `sha256:${hash.digest('hex')}`, bytes };
+}
+
+async function taskStat(scheduler: RunningSchedulerProcess, digest: string): Promise<TaskStat> {
+  const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${digest}`));
+  assert.equal(response.statusCode, 200);
+  return (await response.body.json()) as TaskStat;
+}
+
+async function registryCopies(registry: Registry, blob: PushedBlob): Promise<number> {
+  await waitFor(() => blobRequests(registry.requests(), blob.digest).length > 0, 5000, 'registry access log');
+  return blobBytesSent(registry.requests(), blob.digest) / blob.size;
+}
+
+describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
+  let registry: Registry;
+  const running: Array<{ stop(): Promise<void> }> = [];
+  before(async () => {
+    registry = await startRegistry();
+  });
+  after(async () => {
+    for (const process of running.reverse()) await process.stop().catch(() => undefined);
+    await registry?.stop();
+  });
+
+  async function cluster(count: number, options: { seedArgs?: string[]; peerArgs?: string[]; labels?: (i: number) => Record<string, string>; seeds?: Array<Record<string, string>> } = {}) {
+    const scheduler = await startScheduler({ ip: ip() });
+    running.push(scheduler);
+    const seeds: RunningPeerProcess[] = [];
+    for (const labels of options.seeds ?? [{}]) {
+      const seed = await startPeer({ ip: ip(), schedulers: [scheduler.address], seed: true, labels, insecure: [registry.host], extraArgs: options.seedArgs });
+      running.push(seed);
+      seeds.push(seed);
+    }
+    const peers = await Promise.all(
+      Array.from({ length: count }, (_, i) =>
+        startPeer({ ip: ip(), schedulers: [scheduler.address], labels: options.labels?.(i), insecure: [registry.host], extraArgs: options.peerArgs }),
+      ),
+    );
+    running.push(...peers);
+    return { scheduler, seeds, peers };
+  }
+
+  it('1 seed + 8 peers pull a 256 MB blob at once: one copy from the registry, no cycle, no self-download', async () => {
+    const { scheduler, peers } = await cluster(8);
+    const blob = await pushRandomBlob(registry, 'swarm/big', 256 * MB);
+    const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, 'swarm/big', blob.digest)));
+    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+
+    const copies = await registryCopies(registry, blob);
+    assert.ok(copies <= 1.05, `registry sent ${copies.toFixed(3)} copies`);
+    const stat = await taskStat(scheduler, blob.digest);
+    assert.equal(stat.cyclesDetected, 0, 'the parent graph never had a cycle');
+    for (const peer of stat.peers) {
+      assert.ok(!(peer.hostId in peer.bytesByParentHost), `${peer.peerId} downloaded from itself`);
+    }
+    assert.equal(stat.bytesFromOrigin, blob.size, 'only the seed read the origin');
+    assert.ok(stat.bytesFromSeeds + stat.bytesFromPeers >= 8 * blob.size);
+    const fromOrigin = await Promise.all(peers.map((peer) => peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })));
+    assert.deepEqual(fromOrigin, Array(8).fill(0), 'no ordinary peer touched the registry');
+  });
+
+  it('a strict zone rule keeps pieces in the zone once a same-zone parent holds them', async () => {
+    const zones = (i: number) => ({ zone: i < 3 ? 'a' : 'b', rack: `r${i % 2}` });
+    const { scheduler, peers } = await cluster(6, { labels: zones, seeds: [{ zone: 'a' }] });
+    const blob = await pushRandomBlob(registry, 'swarm/zones', 48 * MB);
+    // Zone a pulls, then one peer of zone b (it may cross: zone b has nobody yet).
+    await Promise.all(peers.slice(0, 4).map((peer) => pullThrough(peer, registry, 'swarm/zones', blob.digest)));
+    // Now zone b holds the blob: the rest of zone b must not take a byte from zone a.
+    const late = await Promise.all(peers.slice(4).map((peer) => pullThrough(peer, registry, 'swarm/zones', blob.digest)));
+    for (const result of late) assert.equal(result.digest, blob.digest);
+    const stat = await taskStat(scheduler, blob.digest);
+    const zoneOf = new Map(stat.peers.map((p) => [p.hostId, p.labels.zone]));
+    for (const peer of stat.peers.filter((p) => p.labels.zone === 'a' && !p.seed)) {
+      for (const parentHost of Object.keys(peer.bytesByParentHost)) assert.equal(zoneOf.get(parentHost), 'a', `${peer.peerId} took bytes from zone b`);
+    }
+    const lateHosts = peers.slice(4).map((late) => `-${late.host.split(':')[0]}-`);
+    const latePeers = stat.peers.filter((p) => lateHosts.some((marker) => p.hostId.includes(marker)));
+    assert.equal(latePeers.length, 2);
+    for (const peer of latePeers) {
+      for (const parentHost of Object.keys(peer.bytesByParentHost)) {
+        assert.equal(zoneOf.get(parentHost), 'b', `${peer.peerId} crossed zones although zone b held the blob`);
+      }
+    }
+  });
+
+  it('survives 2 of 8 peers killed mid-transfer', async () => {
+    const limit = ['--upload-rate-limit', '40MB'];
+    const { peers } = await cluster(8, { seedArgs: limit, peerArgs: limit });
+    const blob = await pushRandomBlob(registry, 'swarm/chaos', 96 * MB);
+    const pulls = peers.map((peer) => pullThrough(peer, registry, 'swarm/chaos', blob.digest).catch((error: Error) => ({ error })));
+    const victims = peers.slice(0, 2);
+    await waitFor(async () => (await victims[0]!.metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
+    await Promise.all(victims.map((victim) => victim.service.kill9()));
+    const results = await Promise.all(pulls);
+    for (const result of results.slice(2)) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+  });
+
+  it('blocklists a peer that flips bits, and every downloader still ends with correct data', async () => {
+    const { scheduler, peers } = await cluster(4, { seedArgs: ['--upload-rate-limit', '30MB'] });
+    const blob = await pushRandomBlob(registry, 'swarm/evil', 40 * MB);
+    const bad = await startBitFlippingPeer({
+      scheduler: scheduler.address,
+      ip: ip(),
+      blobUrl: `${registry.url}/v2/swarm/evil/blobs/${blob.digest}`,
+      digest: blob.digest,
+      size: blob.size,
+    });
+    running.push(bad);
+    const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, 'swarm/evil', blob.digest)));
+    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+    assert.ok(bad.served() > 0, 'the bad peer was asked for pieces');
+    const dropped = await Promise.all(peers.map((peer) => peer.metric('starling_peer_parents_dropped_total', { reason: 'bad_piece' })));
+    assert.ok(dropped.reduce((a, b) => a + b, 0) >= 1, 'the bad peer was dropped as a parent');
+    const stat = await taskStat(scheduler, blob.digest);
+    for (const peer of stat.peers) assert.ok(!(bad.hostId in peer.bytesByParentHost), 'no byte from the bad peer was stored');
+  });
+
+  it('completes every pull when the scheduler dies mid-run', async () => {
+    const limit = ['--upload-rate-limit', '30MB'];
+    const { scheduler, peers } = await cluster(4, { seedArgs: limit, peerArgs: limit });
+    const blob = await pushRandomBlob(registry, 'swarm/no-scheduler', 64 * MB);
+    const pulls = peers.map((peer) => pullThrough(peer, registry, 'swarm/no-scheduler', blob.digest));
+    await waitFor(async () => (await peers[0]!.metric('starling_peer_storage_bytes')) > 8 * MB, 60_000, 'transfer under way');
+    await scheduler.service.kill9();
+    const results = await Promise.all(pulls);
+    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+    // And a pull that starts with no scheduler at all still works, from the origin.
+    const other = await pushRandomBlob(registry, 'swarm/no-scheduler', 5 * MB);
+    assert.equal((await pullThrough(peers[0]!, registry, 'swarm/no-scheduler', other.digest)).digest, other.digest);
+  });
+});
