@@ -1,0 +1,234 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/common/log.js';
+import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
+import { defaultScheduling, type SchedulingConfig } from '../../src/scheduler/config.js';
+import { Resources, type Peer } from '../../src/scheduler/resources.js';
+import { Scheduling } from '../../src/scheduler/scheduling.js';
+import { filterCandidates, type Exclusion } from '../../src/scheduler/selection.js';
+
+const TASK = `sha256:${'a'.repeat(64)}`;
+const PIECE = 4 * 1024 * 1024;
+
+function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
+  return { id, hostname: id, ip: '127.0.0.1', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0, ...extra };
+}
+
+/** A scheduling engine with a hand-driven clock, recording every packet and seed trigger. */
+function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false) {
+  let now = 1_000;
+  const packets = new Map<string, SchedulerPacket[]>();
+  const triggers: string[] = [];
+  const scheduling = new Scheduling(
+    new Resources(),
+    { ...defaultScheduling(), ...config },
+    {
+      now: () => now,
+      triggerSeed: async (seed) => {
+        triggers.push(seed.id);
+        if (seedTriggerFails) throw new Error('seed refused');
+      },
+    },
+    silentLogger,
+  );
+  const join = (hostId: string, info: Partial<HostInfo> = {}, pieces: number[] = [], size = 10 * PIECE, peerId?: string) => {
+    if (!scheduling.resources.hosts.has(hostId)) scheduling.announceHost(host(hostId, info));
+    const id = peerId ?? `${hostId}|${TASK}`;
+    packets.set(id, []);
+    return scheduling.register(
+      { peerId: id, hostId, taskId: TASK, contentLength: size, pieceSize: PIECE, origin: { url: 'http://registry/v2/x/blobs/d', headers: {} }, heldPieces: pieces },
+      (packet) => packets.get(id)!.push(packet),
+    );
+  };
+  const last = (peer: Peer) => packets.get(peer.id)!.at(-1);
+  /** Every piece's digest vouched for, as if a seed had read the whole blob. */
+  const vouch = (pieces = 10) => {
+    const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now);
+    for (let index = 0; index < pieces; index++) scheduling.learnDigest(task, index, digest(index));
+  };
+  return { scheduling, join, last, packets, triggers, vouch, advance: (ms: number) => (now += ms) };
+}
+
+const all = (n: number) => [...Array(n).keys()];
+const digest = (i: number) => `sha256:${i.toString(16).padStart(64, '0')}`;
+
+describe('scheduling: who reads the origin', () => {
+  it('triggers a seed when nobody holds the blob, and the seed reads the origin', () => {
+    const { join, last, triggers } = engine();
+    join('seed-1', { seed: true }, [], 10 * PIECE);
+    const child = join('node-1');
+    // The seed registered first and read the origin already? No: it only joins when triggered.
+    assert.equal(last(child)?.packet, 'wait');
+    assert.deepEqual(triggers, []);
+  });
+
+  it('sends the first peer to the origin when there is no seed, and makes the next one wait', () => {
+    const { join, last } = engine({ backToSourceLimit: 1 });
+    const first = join('node-1');
+    assert.equal(last(first)?.packet, 'backToSource');
+    const second = join('node-2');
+    assert.equal(last(second)?.packet, 'wait');
+  });
+
+  it('triggers the seed for a child, then hands the seed out as a parent once it holds pieces', () => {
+    const { scheduling, join, last, triggers } = engine();
+    scheduling.announceHost(host('seed-1', { seed: true }));
+    const child = join('node-1');
+    assert.deepEqual(triggers, ['seed-1']);
+    assert.equal(last(child)?.packet, 'wait');
+    const seed = join('seed-1', { seed: true });
+    assert.equal(last(seed)?.packet, 'backToSource');
+    scheduling.pieceFinished(seed, { index: 0, digest: digest(0), parentId: '', costMs: 5, fromOrigin: true, length: PIECE });
+    const packet = last(child)!;
+    assert.equal(packet.packet, 'parents');
+    assert.deepEqual(packet.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
+  });
+
+  it('trusts piece digests only from peers it sent to the origin, and spreads them', () => {
+    const { scheduling, join, packets } = engine();
+    const reader = join('node-1');
+    const liar = join('node-2', {}, all(10));
+    scheduling.pieceFinished(liar, { index: 3, digest: digest(99), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    assert.equal(reader.task.digests.size, 0, 'a peer not sent to the origin is not believed');
+    scheduling.pieceFinished(reader, { index: 3, digest: digest(3), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    assert.equal(reader.task.digests.get(3), digest(3));
+    scheduling.pieceFinished(reader, { index: 3, digest: digest(4), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    assert.equal(reader.task.digests.get(3), digest(3), 'the first digest stays');
+    const late = join('node-3');
+    assert.deepEqual(packets.get(late.id)![0], { packet: 'digests', digests: { digests: { 3: digest(3) } } });
+  });
+
+  it('sends a peer to the origin after R fruitless rounds whatever the limit', () => {
+    const { scheduling, join, last } = engine({ backToSourceLimit: 1, retryLimit: 3 });
+    join('node-1'); // the one origin reader, which never reports a piece
+    const waiting = join('node-2');
+    for (let round = 0; round < 2; round++) scheduling.tick();
+    assert.equal(last(waiting)?.packet, 'wait');
+    scheduling.tick();
+    assert.equal(last(waiting)?.packet, 'backToSource');
+  });
+
+  it('lets others read the origin when a triggered seed refuses', async () => {
+    const { scheduling, join, last } = engine({}, true);
+    scheduling.announceHost(host('seed-1', { seed: true }));
+    const child = join('node-1');
+    assert.equal(last(child)?.packet, 'wait');
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(last(child)?.packet, 'backToSource');
+  });
+});
+
+describe('scheduling: parent selection', () => {
+  /** A peer holding `pieces`, on a task whose digests are all known (so holders are useful parents). */
+  function holder(e: ReturnType<typeof engine>, id: string, info: Partial<HostInfo> = {}, pieces = all(10)) {
+    e.vouch();
+    return e.join(id, info, pieces);
+  }
+
+  it('filters out its own host, blocklisted peers, peers with nothing to offer, cycles and overloaded hosts', () => {
+    const e = engine();
+    const good = holder(e, 'node-1');
+    const fresh = e.join('node-2', {}, []);
+    const useless = e.join('node-3', {}, [0]);
+    const blocked = holder(e, 'node-4');
+    const overloaded = holder(e, 'node-5', { uploadSlots: 1 });
+    const busy = e.join('node-6', {}, []);
+    busy.parents = [overloaded];
+    overloaded.children.add(busy);
+    const me = e.join('node-7', {}, [0]);
+    const sameHost = e.join('node-7', {}, all(10), 10 * PIECE, 'node-7|other-daemon');
+    const downstream = holder(e, 'node-8');
+    downstream.parents = [me];
+    me.children.add(downstream);
+    me.blocklist.add(blocked.id);
+    const excluded = new Map<string, Exclusion>();
+    const candidates = filterCandidates(me, defaultScheduling(), 0, excluded);
+    assert.deepEqual(candidates.map((p) => p.id), [good.id]);
+    assert.equal(excluded.get(fresh.id), 'nothing-to-offer');
+    assert.equal(excluded.get(useless.id), 'nothing-to-offer');
+    assert.equal(excluded.get(blocked.id), 'blocklisted');
+    assert.equal(excluded.get(overloaded.id), 'overloaded');
+    assert.equal(excluded.get(sameHost.id), 'same-host');
+    assert.equal(excluded.get(downstream.id), 'cycle');
+  });
+
+  it('leaves out slow outliers', () => {
+    const e = engine();
+    const child = e.join('child', {}, []);
+    const parents = ['p1', 'p2', 'p3', 'p4'].map((id) => holder(e, id));
+    parents.forEach((p, i) => (p.costPerMiB = i === 3 ? 500 : 10));
+    const excluded = new Map<string, Exclusion>();
+    const kept = filterCandidates(child, defaultScheduling(), 0, excluded);
+    assert.equal(excluded.get(parents[3]!.id), 'slow');
+    assert.equal(kept.length, 3);
+  });
+
+  it('never crosses a strict zone while a same-zone candidate exists, and prefers the same rack', () => {
+    const e = engine({ candidateParentLimit: 2 });
+    const a1 = holder(e, 'a1', { labels: { zone: 'a', rack: 'r1' } });
+    const a2 = holder(e, 'a2', { labels: { zone: 'a', rack: 'r2' } });
+    holder(e, 'b1', { labels: { zone: 'b', rack: 'r1' } });
+    const child = e.join('a3', { labels: { zone: 'a', rack: 'r2' } }, []);
+    assert.deepEqual(child.parents.map((p) => p.id), [a2.id, a1.id]);
+    const lonely = e.join('c1', { labels: { zone: 'c' } }, []);
+    assert.equal(lonely.parents.length, 2, 'no same-zone candidate: crossing is allowed');
+  });
+
+  it('keeps the parent graph acyclic while peers exchange pieces', () => {
+    const e = engine({ candidateParentLimit: 3 });
+    const seed = e.join('seed', { seed: true });
+    assert.equal(e.last(seed)?.packet, 'backToSource');
+    const peers = ['n1', 'n2', 'n3', 'n4', 'n5'].map((id) => e.join(id));
+    for (let index = 0; index < 10; index++) {
+      e.scheduling.pieceFinished(seed, { index, digest: digest(index), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+      for (const [i, peer] of peers.entries()) {
+        if ((index + i) % 2 === 0) e.scheduling.pieceFinished(peer, { index, digest: digest(index), parentId: seed.id, costMs: 1, fromOrigin: false, length: PIECE });
+      }
+      e.scheduling.tick();
+    }
+    assert.equal(seed.task.cyclesDetected, 0);
+    for (const peer of peers) assert.ok(peer.parents.every((p) => p.host !== peer.host));
+  });
+
+  it('blocklists a parent that served a bad piece and finds another', () => {
+    const e = engine();
+    const bad = holder(e, 'bad');
+    const good = holder(e, 'good');
+    const child = e.join('child', {}, []);
+    assert.ok(child.parents.includes(bad));
+    e.scheduling.pieceFailed(child, { index: 0, parentId: bad.id, reason: 'FAILURE_REASON_BAD_PIECE', message: 'digest mismatch' });
+    assert.ok(child.blocklist.has(bad.id));
+    assert.deepEqual(child.parents, [good]);
+    assert.equal(bad.recentFailures(2_000), 1);
+  });
+
+  it('reschedules the children of a peer that leaves', () => {
+    const e = engine({ candidateParentLimit: 1 });
+    const first = holder(e, 'p1');
+    const child = e.join('child', {}, []);
+    const other = holder(e, 'p2');
+    assert.deepEqual(child.parents, [first]);
+    e.scheduling.leave(first);
+    assert.deepEqual(child.parents, [other]);
+  });
+
+  it('drops hosts that stop announcing themselves', () => {
+    const e = engine();
+    holder(e, 'p1');
+    e.advance(20_000);
+    e.scheduling.announceHost(host('p2'));
+    const expired = e.scheduling.expireHosts(15_000);
+    assert.deepEqual(expired.map((h) => h.id), ['p1']);
+    assert.equal(e.scheduling.resources.tasks.get(TASK), undefined);
+  });
+
+  it('refuses a register that contradicts the task or names an unknown host', () => {
+    const e = engine();
+    e.join('p1');
+    assert.throws(() => e.join('p2', {}, [], 3 * PIECE), /is known with size/);
+    assert.throws(
+      () => e.scheduling.register({ peerId: 'x', hostId: 'ghost', taskId: TASK, contentLength: 1, pieceSize: PIECE, heldPieces: [] }, () => undefined),
+      /has not announced itself/,
+    );
+  });
+});
