@@ -3,10 +3,12 @@ import { Command, CommanderError } from 'commander';
 import { UserError } from '../common/errors.js';
 import { registerEstargzCommands } from './commands/estargz.js';
 import { registerContainerdConfigCommand } from './commands/containerd-config.js';
+import { registerConvertCommand } from './commands/convert.js';
 import { registerGetCommand } from './commands/get.js';
 import { registerPeerCommand } from './commands/peer.js';
 import { registerSchedulerCommand } from './commands/scheduler.js';
 import { registerStatCommand } from './commands/stat.js';
+import { registerUpCommand } from './commands/up.js';
 
 const program = new Command();
 program
@@ -17,11 +19,13 @@ program
 
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
 registerEstargzCommands(program);
+registerConvertCommand(program);
 registerPeerCommand(program);
 registerSchedulerCommand(program);
 registerContainerdConfigCommand(program);
 registerGetCommand(program);
 registerStatCommand(program);
+registerUpCommand(program);
 
 try {
   await program.parseAsync(process.argv);

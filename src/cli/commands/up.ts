@@ -1,0 +1,88 @@
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { loadConfig } from '../../common/config.js';
+import { createLogger } from '../../common/log.js';
+import { peerConfigSchema } from '../../peer/config.js';
+import { startPeer, type RunningPeer } from '../../peer/daemon.js';
+import { schedulerConfigSchema } from '../../scheduler/config.js';
+import { startScheduler } from '../../scheduler/server.js';
+import { collect, waitForShutdown } from '../shared.js';
+
+/**
+ * Everything on one machine with defaults: a scheduler, a seed peer and the peer mirror that
+ * containerd pulls through, all keeping their state under one data directory.
+ */
+export function registerUpCommand(program: Command): void {
+  program
+    .command('up')
+    .description('run Starling on this machine: scheduler, seed peer and the peer mirror on 127.0.0.1:65001')
+    .option('--data-dir <dir>', 'where everything is stored', '.starling')
+    .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP (repeatable)', collect, [])
+    .option('--registry-default <url>', 'upstream for clients that name no registry (skopeo, podman)')
+    .option('--quota <size>', 'disk quota of the peer mirror', '20GiB')
+    .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
+    .action(async (options) => {
+      const dataDir = resolve(options.dataDir);
+      const log = createLogger({ level: options.logLevel, name: 'starling' });
+      const scheduler = await startScheduler(
+        loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003' } }),
+        log.child({ component: 'scheduler' }),
+      );
+      const registries = { insecure: options.insecureRegistry, default: options.registryDefault };
+      const peers: RunningPeer[] = [];
+      try {
+        peers.push(
+          await startPeer(
+            loadConfig(peerConfigSchema, {
+              flags: {
+                dataDir: join(dataDir, 'seed'),
+                mirror: { listen: '127.0.0.1:65011' },
+                registries,
+                storage: { quota: options.quota },
+                swarm: { schedulers: [scheduler.address], uploadListen: '127.0.0.1:65012', seed: true, hostId: 'local-seed' },
+              },
+            }),
+            log.child({ component: 'seed' }),
+          ),
+        );
+        peers.push(
+          await startPeer(
+            loadConfig(peerConfigSchema, {
+              flags: {
+                dataDir: join(dataDir, 'peer'),
+                mirror: { listen: '127.0.0.1:65001' },
+                registries,
+                storage: { quota: options.quota },
+                swarm: { schedulers: [scheduler.address], uploadListen: '127.0.0.1:65002', hostId: 'local-peer' },
+              },
+            }),
+            log.child({ component: 'peer' }),
+          ),
+        );
+      } catch (error) {
+        for (const peer of peers) await peer.close();
+        await scheduler.close();
+        throw error;
+      }
+      const mirror = peers[1]!.mirrorAddress;
+      process.stdout.write(
+        [
+          '',
+          `Starling is up (data in ${dataDir}).`,
+          `  peer mirror   http://${mirror}   (metrics: http://${mirror}/metrics)`,
+          `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
+          `  seed peer     http://${peers[0]!.mirrorAddress}`,
+          '',
+          'Point containerd at the mirror:',
+          `  starling containerd-config --hosts-dir /etc/containerd/certs.d --mirror http://${mirror}`,
+          '  then set config_path = "/etc/containerd/certs.d" under [plugins."io.containerd.grpc.v1.cri".registry],',
+          `  or pass --hosts-dir /etc/containerd/certs.d to ctr.`,
+          '',
+        ].join('\n'),
+      );
+      await waitForShutdown(log, async () => {
+        for (const peer of [...peers].reverse()) await peer.close();
+        await scheduler.close();
+      });
+    });
+}

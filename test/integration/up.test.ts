@@ -1,0 +1,45 @@
+// `starling up`, the README's first command: scheduler, seed and mirror on one machine.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { request } from 'undici';
+import { pushRandomBlob } from '../fixtures/images.js';
+import { STARLING_CLI } from '../fixtures/peer.js';
+import { makeTempDir, spawnService, waitFor, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
+import { blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
+
+describe('starling up', { timeout: 120_000 }, () => {
+  let registry: Registry;
+  let work: TempDir;
+  let up: Service;
+
+  before(async () => {
+    work = await makeTempDir('starling-up-');
+    registry = await startRegistry();
+    up = await spawnService({
+      cmd: process.execPath,
+      args: [STARLING_CLI, 'up', '--data-dir', work.path, '--insecure-registry', registry.host],
+      name: 'starling-up',
+    });
+    await waitForHttp('http://127.0.0.1:65001/healthz', 20_000, up);
+  });
+  after(async () => {
+    await up?.stop();
+    await registry?.stop();
+    await work?.remove();
+  });
+
+  it('prints where things are and serves pulls through the seed', async () => {
+    await waitFor(() => up.readLog().includes('Point containerd at the mirror'), 10_000, 'the start-up banner');
+    assert.match(up.readLog(), /peer mirror\s+http:\/\/127\.0\.0\.1:65001/);
+    const blob = await pushRandomBlob(registry, 'up/blob', 9 * 1024 * 1024);
+    const response = await request(`http://127.0.0.1:65001/v2/up/blob/blobs/${blob.digest}?ns=${registry.host}`);
+    const hash = createHash('sha256');
+    for await (const chunk of response.body) hash.update(chunk);
+    assert.equal(`sha256:${hash.digest('hex')}`, blob.digest);
+    await waitFor(() => blobRequests(registry.requests(), blob.digest).length > 0, 5000, 'registry access log');
+    assert.equal(blobRequests(registry.requests(), blob.digest).length, 1);
+    const metrics = await (await request('http://127.0.0.1:65001/metrics')).body.text();
+    assert.match(metrics, /starling_peer_downloaded_bytes_total\{source="seed"\} 9437184/, 'the mirror got the blob from the seed');
+  });
+});
