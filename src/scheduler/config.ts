@@ -48,6 +48,8 @@ export const schedulerConfigSchema = z
     keepaliveIntervalMs: z.number().int().min(100).default(5_000),
     /** How often peers short of parents get another look. */
     tickMs: z.number().int().min(50).default(2_000),
+    /** How long a task with no peer is remembered (with its piece digests). */
+    taskTtlMs: z.number().int().min(0).default(30 * 60_000),
     scheduling: schedulingSchema.default(defaultScheduling()),
     log: z
       .object({ level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info') })

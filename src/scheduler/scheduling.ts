@@ -188,7 +188,21 @@ export class Scheduling {
     peer.host.peers.delete(peer);
     for (const child of orphans) this.schedule(child);
     if (wasReadingOrigin) for (const other of peer.task.peers.values()) if (other.state === 'waiting') this.schedule(other);
-    if (peer.task.peers.size === 0) this.resources.tasks.delete(peer.task.id);
+    // An empty task is kept a while: its vouched-for digests make restarted holders useful at once.
+    peer.task.lastActive = this.hooks.now();
+  }
+
+  /** Forgets tasks that have had no peer for `ttlMs`. */
+  expireTasks(ttlMs: number): number {
+    const now = this.hooks.now();
+    let removed = 0;
+    for (const [id, task] of this.resources.tasks) {
+      if (task.peers.size === 0 && now - task.lastActive > ttlMs) {
+        this.resources.tasks.delete(id);
+        removed++;
+      }
+    }
+    return removed;
   }
 
   /**

@@ -82,6 +82,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     setInterval(() => scheduling.tick(), config.tickMs),
     setInterval(() => {
       for (const host of scheduling.expireHosts(3 * config.keepaliveIntervalMs)) log.info({ host: host.id }, 'host went silent; dropped');
+      scheduling.expireTasks(config.taskTtlMs);
     }, config.keepaliveIntervalMs),
   ];
   for (const timer of timers) timer.unref();

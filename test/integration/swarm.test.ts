@@ -55,6 +55,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     running.push(scheduler);
     const seeds: RunningPeerProcess[] = [];
     for (const labels of options.seeds ?? [{}]) {
+      // seeds: [] builds a swarm without seeds.
       const seed = await startPeer({ ip: ip(), schedulers: [scheduler.address], seed: true, labels, insecure: [registry.host], extraArgs: options.seedArgs });
       running.push(seed);
       seeds.push(seed);
@@ -141,6 +142,20 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.ok(dropped.reduce((a, b) => a + b, 0) >= 1, 'the bad peer was dropped as a parent');
     const stat = await taskStat(scheduler, blob.digest);
     for (const peer of stat.peers) assert.ok(!(bad.hostId in peer.bytesByParentHost), 'no byte from the bad peer was stored');
+  });
+
+  it('a restarted peer offers the blobs it kept, so the next pull needs no origin', async () => {
+    const { peers } = await cluster(2, { seeds: [] });
+    const blob = await pushRandomBlob(registry, 'swarm/restart', 20 * MB);
+    const [first, second] = peers as [RunningPeerProcess, RunningPeerProcess];
+    assert.equal((await pullThrough(first, registry, 'swarm/restart', blob.digest)).digest, blob.digest);
+    await first.stop();
+    const restarted = await first.restart();
+    running.push(restarted);
+    const result = await pullThrough(second, registry, 'swarm/restart', blob.digest);
+    assert.equal(result.digest, blob.digest);
+    assert.equal(blobRequests(registry.requests(), blob.digest).length, 1, 'the registry sent the blob once');
+    assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
   });
 
   it('completes every pull when the scheduler dies mid-run', async () => {

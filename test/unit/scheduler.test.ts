@@ -219,6 +219,11 @@ describe('scheduling: parent selection', () => {
     e.scheduling.announceHost(host('p2'));
     const expired = e.scheduling.expireHosts(15_000);
     assert.deepEqual(expired.map((h) => h.id), ['p1']);
+    const task = e.scheduling.resources.tasks.get(TASK)!;
+    assert.equal(task.peers.size, 0);
+    assert.equal(task.digests.size, 10, 'an empty task keeps its digests for a while');
+    e.advance(60_000);
+    assert.equal(e.scheduling.expireTasks(30_000), 1);
     assert.equal(e.scheduling.resources.tasks.get(TASK), undefined);
   });
 

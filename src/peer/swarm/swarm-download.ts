@@ -122,6 +122,14 @@ export class SwarmDownload {
     this.pump();
   }
 
+  /** Registers a blob this peer already holds whole (after a restart), so others can fetch from it. */
+  announceHolding(): void {
+    if (this.stream || this.finished) return;
+    this.mode = 'swarm';
+    this.connect();
+    this.completed();
+  }
+
   /** The whole blob is stored and verified: say so, and stay on as a holder. */
   completed(): void {
     if (this.finished) return;

@@ -50,6 +50,8 @@ export class Swarm {
 
   async start(): Promise<void> {
     await this.schedulers.startAnnouncing(() => this.hostInfo());
+    // Blobs kept from before a restart are offered to the swarm again.
+    for (const task of this.tasks.list()) if (task.complete) this.downloadFor(task).announceHolding();
   }
 
   hostInfo(): HostInfo {
