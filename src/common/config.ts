@@ -74,23 +74,19 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Zod helpers shared by the processes' schemas. */
-export const sizeField = () =>
-  z.union([z.number(), z.string()]).transform((value, ctx) => {
+/** A config value given as a number or as text with a unit, parsed by `parse` (sizes, rates). */
+function unitField(parse: (value: string | number) => number) {
+  return z.union([z.number(), z.string()]).transform((value, ctx) => {
     try {
-      return parseSize(value);
+      return parse(value);
     } catch (error) {
       ctx.addIssue({ code: 'custom', message: (error as Error).message });
       return z.NEVER;
     }
   });
+}
 
-export const rateField = () =>
-  z.union([z.number(), z.string()]).transform((value, ctx) => {
-    try {
-      return parseRate(value);
-    } catch (error) {
-      ctx.addIssue({ code: 'custom', message: (error as Error).message });
-      return z.NEVER;
-    }
-  });
+/** Bytes: `4MiB`, `1.5GB` or a plain number. */
+export const sizeField = () => unitField(parseSize);
+/** Bytes per second: `100MB`, `800Mbit` or a plain number; 0 means unlimited. */
+export const rateField = () => unitField(parseRate);

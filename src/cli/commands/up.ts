@@ -30,35 +30,23 @@ export function registerUpCommand(program: Command): void {
       );
       const registries = { insecure: options.insecureRegistry, default: options.registryDefault };
       const peers: RunningPeer[] = [];
+      // The seed and the mirror differ only in role, ports and folder.
+      const startLocalPeer = (role: 'seed' | 'peer', mirrorPort: number, uploadPort: number) =>
+        startPeer(
+          loadConfig(peerConfigSchema, {
+            flags: {
+              dataDir: join(dataDir, role),
+              mirror: { listen: `127.0.0.1:${mirrorPort}` },
+              registries,
+              storage: { quota: options.quota },
+              swarm: { schedulers: [scheduler.address], uploadListen: `127.0.0.1:${uploadPort}`, seed: role === 'seed', hostId: `local-${role}` },
+            },
+          }),
+          log.child({ component: role }),
+        );
       try {
-        peers.push(
-          await startPeer(
-            loadConfig(peerConfigSchema, {
-              flags: {
-                dataDir: join(dataDir, 'seed'),
-                mirror: { listen: '127.0.0.1:65011' },
-                registries,
-                storage: { quota: options.quota },
-                swarm: { schedulers: [scheduler.address], uploadListen: '127.0.0.1:65012', seed: true, hostId: 'local-seed' },
-              },
-            }),
-            log.child({ component: 'seed' }),
-          ),
-        );
-        peers.push(
-          await startPeer(
-            loadConfig(peerConfigSchema, {
-              flags: {
-                dataDir: join(dataDir, 'peer'),
-                mirror: { listen: '127.0.0.1:65001' },
-                registries,
-                storage: { quota: options.quota },
-                swarm: { schedulers: [scheduler.address], uploadListen: '127.0.0.1:65002', hostId: 'local-peer' },
-              },
-            }),
-            log.child({ component: 'peer' }),
-          ),
-        );
+        peers.push(await startLocalPeer('seed', 65011, 65012));
+        peers.push(await startLocalPeer('peer', 65001, 65002));
       } catch (error) {
         for (const peer of peers) await peer.close();
         await scheduler.close();
