@@ -267,6 +267,7 @@ export class Scheduling {
   }
 
   private sendToOrigin(peer: Peer, reason: string): void {
+    this.log.info({ task: peer.task.id, peer: peer.id, reason }, 'peer sent to the origin');
     this.setParents(peer, []);
     peer.state = 'backToSource';
     peer.send({ packet: 'backToSource', backToSource: { reason } });

@@ -11,6 +11,8 @@ interface SchedulerEndpoint {
   address: string;
   client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
   healthy: boolean;
+  /** The scheduler accepted this host's latest announcement (so it may open task streams). */
+  announced: boolean;
 }
 
 /**
@@ -38,6 +40,7 @@ export class SchedulerClient {
         'grpc.max_reconnect_backoff_ms': 2_000,
       }) as SchedulerEndpoint['client'],
       healthy: true,
+      announced: false,
     }));
   }
 
@@ -47,14 +50,29 @@ export class SchedulerClient {
     return metadata;
   }
 
-  /** Announces the host now and then every keep-alive interval; `host()` gives its current figures. */
+  /**
+   * Announces the host now and then every keep-alive interval; `host()` gives its current
+   * figures. While some scheduler has not accepted an announcement, retry every second.
+   */
   startAnnouncing(host: () => HostInfo): Promise<void> {
+    this.host = host;
     const round = async () => {
       await Promise.all(this.endpoints.map((endpoint) => this.announce(endpoint, host())));
-      this.keepalive = setTimeout(() => void round(), this.intervalMs);
+      const pending = this.endpoints.some((endpoint) => !endpoint.announced);
+      this.keepalive = setTimeout(() => void round(), pending ? Math.min(1_000, this.intervalMs) : this.intervalMs);
       this.keepalive.unref();
     };
     return round();
+  }
+
+  private host?: () => HostInfo;
+
+  /** Makes sure the scheduler knows this host before a task stream is opened on it. */
+  async ready(address: string): Promise<boolean> {
+    const endpoint = this.endpoints.find((e) => e.address === address);
+    if (!endpoint) return false;
+    if (!endpoint.announced && this.host) await this.announce(endpoint, this.host());
+    return endpoint.announced;
   }
 
   private announce(endpoint: SchedulerEndpoint, host: HostInfo): Promise<void> {
@@ -67,7 +85,9 @@ export class SchedulerClient {
           if (error) {
             if (endpoint.healthy) this.log.warn({ scheduler: endpoint.address, err: error.details || error.message }, 'scheduler unreachable');
             endpoint.healthy = false;
+            endpoint.announced = false;
           } else {
+            endpoint.announced = true;
             if (!endpoint.healthy) this.log.info({ scheduler: endpoint.address }, 'scheduler reachable again');
             endpoint.healthy = true;
             if (response?.keepaliveIntervalMs) this.intervalMs = Math.max(100, Math.floor(response.keepaliveIntervalMs / 2));
@@ -92,9 +112,13 @@ export class SchedulerClient {
     return endpoint.client.AnnouncePeer(this.metadata()) as PeerStream;
   }
 
+  /** A stream on this scheduler failed: it may have restarted and forgotten the host. */
   markUnhealthy(address: string): void {
     const endpoint = this.endpoints.find((e) => e.address === address);
-    if (endpoint) endpoint.healthy = false;
+    if (endpoint) {
+      endpoint.healthy = false;
+      endpoint.announced = false;
+    }
   }
 
   async leave(hostId: string): Promise<void> {

@@ -85,7 +85,7 @@ export class SwarmDownload {
       }
     }
     if (added && wasIdle) this.lastProgress = Date.now();
-    if (this.mode === 'connecting' && !this.stream) this.connect();
+    if (this.mode === 'connecting' && !this.connectStarted) this.connect();
     if (this.mode === 'origin') this.fetchFromOrigin();
     else this.pump();
   }
@@ -124,8 +124,8 @@ export class SwarmDownload {
 
   /** Registers a blob this peer already holds whole (after a restart), so others can fetch from it. */
   announceHolding(): void {
-    if (this.stream || this.finished) return;
-    this.mode = 'swarm';
+    if (this.connectStarted || this.finished) return;
+    // Still 'connecting': the finished report waits in `unsent` until the register is sent.
     this.connect();
     this.completed();
   }
@@ -157,12 +157,17 @@ export class SwarmDownload {
 
   // ---- scheduler stream
 
+  private connectStarted = false;
+
   private connect(): void {
+    this.connectStarted = true;
     const tried = new Set<string>();
-    const attempt = () => {
+    const attempt = async (): Promise<void> => {
       const address = this.schedulers.schedulersFor(this.task.digest).find((a) => !tried.has(a));
       if (!address) return this.goToOrigin('no scheduler reachable');
       tried.add(address);
+      if (!(await this.schedulers.ready(address))) return attempt();
+      if (this.closed) return;
       this.schedulerAddress = address;
       const stream = this.schedulers.openStream(address);
       this.stream = stream;
@@ -178,7 +183,7 @@ export class SwarmDownload {
         if (!answered) {
           this.schedulers.markUnhealthy(address);
           this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'scheduler stream failed; trying the next');
-          return attempt();
+          return void attempt();
         }
         if (!this.finished) {
           this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'lost the scheduler mid-download; reading the origin');
@@ -204,7 +209,7 @@ export class SwarmDownload {
     };
     this.watchdog ??= setInterval(() => this.checkProgress(), 1_000);
     this.watchdog.unref();
-    attempt();
+    void attempt();
   }
 
   private originRequest() {

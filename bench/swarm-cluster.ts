@@ -1,0 +1,148 @@
+// Scenario (b): the Starling swarm, full download, on an emulated cluster.
+//
+//   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit]
+//
+// The same emulated cluster as bench/direct-pull.ts and bench/bittorrent-baseline.ts: a real
+// docker-registry behind the origin's capped NIC, a Starling seed peer with the origin's rate
+// (the role the BitTorrent seeder plays in the baseline), a scheduler on an uncapped host,
+// and N nodes, each running a Starling peer in its own namespace behind its capped NIC. All
+// nodes ask their local mirror for the blob at once (curl, piped through sha256sum). Reports
+// per-node completion, the registry's egress in copies, T* (with the seed as the source) and
+// last/T*, and the CPU use of the machine.
+
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { writeRandomFile } from '../test/fixtures/images.js';
+import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
+import { blobBytesSent } from '../test/fixtures/registry.js';
+import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster, type ClusterHost } from './lib/cluster.js';
+import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
+import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { fixed, table } from './lib/stats.js';
+
+const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/cli/main.js');
+const a = scenarioArgs('swarm-cluster', {
+  'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
+});
+warnIfOverBudget(a);
+const F = a.sizeBytes;
+const N = a.nodes;
+const REPO = 'bench/blob';
+
+const work = await makeTempDir('starling-bench-swarm-');
+let cluster: Cluster | undefined;
+let registry: NsRegistry | undefined;
+const services: Service[] = [];
+try {
+  const blobFile = path.join(work.path, 'blob');
+  const { sha256 } = await writeRandomFile(blobFile, F, `swarm-${F}`);
+  const digest = `sha256:${sha256}`;
+
+  cluster = await createCluster({
+    nodes: N,
+    nodeRate: a.nodeRate,
+    originRate: a.originRate,
+    seed: { rate: a.originRate },
+    extras: [{ name: 'sched' }],
+  });
+  const c = cluster;
+  registry = await startNsRegistry(c, c.origin);
+  await registry.pushBlobFile(REPO, blobFile, digest);
+  const registryHost = `${c.origin.ip}:${registry.port}`;
+  const scheduler = `${c.extras.sched!.ip}:8002`;
+
+  const peerLog = (host: ClusterHost) => path.join(work.path, `${host.name}.log`);
+  services.push(
+    await c.spawn(c.extras.sched!, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', `${c.extras.sched!.ip}:8003`, '--candidate-parent-limit', String(a.extra['parent-limit'])], {
+      name: 'scheduler',
+      logFile: path.join(work.path, 'scheduler.log'),
+    }),
+  );
+  await waitFor(
+    async () => (await c.exec(c.extras.sched!, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', `http://${c.extras.sched!.ip}:8003/healthz`], { allowFail: true })).stdout === '200',
+    30_000,
+    'scheduler',
+  );
+  const startPeer = (host: ClusterHost, seed: boolean) =>
+    c.spawn(
+      host,
+      process.execPath,
+      [
+        CLI, 'peer', '--data-dir', path.join(work.path, `data-${host.name}`), '--mirror-listen', '127.0.0.1:65001',
+        '--insecure-registry', registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
+        '--host-id', host.name, '--log-level', 'warn', ...(seed ? ['--seed'] : []),
+      ],
+      { name: host.name, logFile: peerLog(host) },
+    );
+  services.push(await startPeer(c.seed!, true));
+  services.push(...(await Promise.all(c.nodes.map((node) => startPeer(node, false)))));
+  // Every mirror answers before the clock starts.
+  await Promise.all(
+    [c.seed!, ...c.nodes].map((host) =>
+      waitFor(async () => (await c.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', 'http://127.0.0.1:65001/healthz'], { allowFail: true })).stdout === '200', 30_000, `${host.name} peer`),
+    ),
+  );
+
+  const before = await c.counters(c.origin);
+  const cpu = startCpuSampler(500, () => c.cpuSeconds());
+  const t0 = nowSeconds();
+  const url = `http://127.0.0.1:65001/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
+  const timings = await Promise.all(
+    c.nodes.map(async (node) => {
+      const res = await c.exec(
+        node,
+        'bash',
+        ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download}\\n' "$0" | sha256sum`, url],
+        { timeoutMs: 3_600_000 },
+      );
+      const done = nowSeconds() - t0;
+      const m = /RESULT (\d+) (\d+)/.exec(res.stderr);
+      if (!m || Number(m[2]) !== F) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
+      const got = res.stdout.trim().split(/\s+/)[0];
+      if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
+      return { node: node.name, done } satisfies NodeTiming;
+    }),
+  );
+  const cpuReport = cpu.stop();
+  const after = await c.counters(c.origin);
+  const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
+  const logged = blobBytesSent(registry.requests(), digest);
+  const lb = clusterLowerBound(F, c.seed!, c.nodes);
+  const s = summarize(timings);
+  const result = {
+    kind: 'starling-swarm',
+    nodes: N,
+    sizeBytes: F,
+    nodeRate: a.nodeRate,
+    originRate: a.originRate,
+    lowerBound: lb,
+    firstSeconds: s.first,
+    medianSeconds: s.median,
+    lastSeconds: s.last,
+    ratio: s.last / lb.seconds,
+    originEgressCopies: egressPayload / F,
+    registryLoggedCopies: logged / F,
+    cpu: cpuReport,
+    perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
+  };
+  console.log(`starling swarm: ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
+  console.log(boundLine(lb));
+  console.log(
+    table(
+      ['scenario', 'N', 'size', 'node', 'seed/origin', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'registry egress (copies)'],
+      [[
+        'starling swarm', String(N), a.sizeText, a.nodeRate, a.originRate,
+        fixed(lb.seconds), fixed(s.first), fixed(s.median), fixed(s.last), fixed(result.ratio),
+        `${fixed(result.originEgressCopies)} (log ${fixed(result.registryLoggedCopies)})`,
+      ]],
+    ),
+  );
+  console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
+  console.log(cpuLine(cpuReport));
+  console.log(JSON.stringify(result));
+} finally {
+  for (const service of services.reverse()) await service.stop().catch(() => {});
+  await registry?.stop().catch(() => {});
+  await cluster?.destroy();
+  await work.remove();
+}
