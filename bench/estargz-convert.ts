@@ -4,7 +4,11 @@
  * size, in the same run. The layer is a tar of directories from this machine (Python's stdlib
  * and the Go toolchain: source text plus binaries, ~430 MB), built once and cached in the temp dir.
  *
- *   npx tsx bench/estargz-convert.ts [--level 6] [--chunk-size 4194304] [--runs 1] [--dirs /usr/lib/python3.11,...]
+ * With --zstd both sides build zstd:chunked: Starling at libzstd level 3, Go's zstdchunked
+ * Compressor at zstd.SpeedDefault (what its converter uses; klauspost's "default" ≈ level 3).
+ * Both use every core (Go: GOMAXPROCS; Starling: one compression worker per core).
+ *
+ *   npx tsx bench/estargz-convert.ts [--level 6] [--chunk-size 4194304] [--runs 1] [--zstd] [--dirs /usr/lib/python3.11,...]
  */
 import { execFile } from 'node:child_process';
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
@@ -21,9 +25,12 @@ const { values } = parseArgs({
     'chunk-size': { type: 'string', default: String(4 << 20) },
     runs: { type: 'string', default: '1' },
     dirs: { type: 'string', default: '/usr/lib/python3.11,/usr/lib/python3,/usr/lib/go-1.19' },
+    zstd: { type: 'boolean', default: false },
   },
 });
-const level = Number(values.level);
+const zstd = values.zstd;
+const level = zstd ? 3 : Number(values.level);
+const GO_ZSTD_SPEED_DEFAULT = 2;
 const chunkSize = Number(values['chunk-size']);
 const runs = Number(values.runs);
 const harness = resolve(import.meta.dirname, '../test-tools/estargz-conformance/bin/estargz-conformance');
@@ -37,17 +44,20 @@ if (!existsSync(layer)) {
 }
 const inputBytes = (await stat(layer)).size;
 const MB = 1e6;
-console.log(`layer: ${(inputBytes / MB).toFixed(0)} MB tar; gzip level ${level}; chunk size ${chunkSize} bytes; ${runs} run(s) each`);
+const format = zstd ? `zstd:chunked (Starling level ${level}, Go SpeedDefault)` : `gzip level ${level}`;
+console.log(`layer: ${(inputBytes / MB).toFixed(0)} MB tar; ${format}; chunk size ${chunkSize} bytes; ${runs} run(s) each`);
 
 async function timeStarling(out: string): Promise<{ seconds: number; size: number; tocDigest: string }> {
   const start = process.hrtime.bigint();
-  const result = await buildEstargz(createReadStream(layer, { highWaterMark: 1 << 20 }), createWriteStream(out), { level, chunkSize });
+  const result = await buildEstargz(createReadStream(layer, { highWaterMark: 1 << 20 }), createWriteStream(out), { level, chunkSize, compression: zstd ? 'zstd' : 'gzip' });
   return { seconds: Number(process.hrtime.bigint() - start) / 1e9, size: result.size, tocDigest: result.tocDigest };
 }
 
 async function timeGo(out: string): Promise<{ seconds: number; size: number; tocDigest: string }> {
   const start = process.hrtime.bigint();
-  const { stdout } = await run(harness, ['build', '-in', layer, '-out', out, '-level', String(level), '-chunk-size', String(chunkSize)]);
+  const args = ['build', '-in', layer, '-out', out, '-chunk-size', String(chunkSize)];
+  args.push(...(zstd ? ['-zstd', '-level', String(GO_ZSTD_SPEED_DEFAULT)] : ['-level', String(level)]));
+  const { stdout } = await run(harness, args, { maxBuffer: 1 << 20 });
   const result = JSON.parse(stdout);
   return { seconds: Number(process.hrtime.bigint() - start) / 1e9, size: result.size, tocDigest: result.tocDigest };
 }

@@ -2,8 +2,22 @@ import { createHash, type Hash } from 'node:crypto';
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
-import { CompressionPool, type MemberJob, type MemberResult } from './compress-pool.js';
+import { CompressionPool, type MemberFormat, type MemberJob, type MemberResult } from './compress-pool.js';
 import { encodeFooter } from './footer.js';
+import { END_OF_ARCHIVE, paddingFor, ustarFileHeader } from './tar.js';
+import { TOC_TAR_NAME } from './toc.js';
+import { zstdCompress } from './zstd.js';
+import { encodeZstdFooter, skippableFrame, SKIPPABLE_HEADER_SIZE } from './zstd-footer.js';
+
+export interface AssembledBlob {
+  diffID: string;
+  digest: string;
+  size: number;
+  uncompressedSize: number;
+  tocOffset: number;
+  /** zstd:chunked: sha256 of the compressed TOC and "offset:compressed:raw:type", as Go annotates. */
+  zstdManifest?: { checksum: string; position: string };
+}
 
 /** Called once a chunk's member has its place in the blob: compressed offset and chunk digest. */
 export type ChunkPlaced = (offset: number, chunkDigest: string) => void;
@@ -17,7 +31,7 @@ const BATCH_BYTES = 1 << 20;
 const BATCH_MEMBERS = 256;
 
 /**
- * Lays the uncompressed tar stream out as gzip members the way Go's estargz.Writer does: a new
+ * Lays the uncompressed tar stream out as gzip members (or zstd frames) the way Go's estargz.Writer does: a new
  * member starts exactly where each chunk of file data starts; headers, padding and entries
  * without data go into the member that is open (after the previous chunk). Members are
  * compressed in parallel and written in order, which is when their compressed offsets become
@@ -42,6 +56,7 @@ export class BlobAssembler {
   constructor(
     private readonly output: Writable,
     private readonly pool: CompressionPool,
+    private readonly format: MemberFormat,
     private readonly level: number,
     /** Header-only runs are split into members of about this size. */
     private readonly memberLimit: number,
@@ -73,27 +88,48 @@ export class BlobAssembler {
   }
 
   /**
-   * Compresses and writes everything still buffered, then the TOC member and the footer.
-   * `tocTar` is called once every chunk has its offset, and returns the TOC's tar bytes.
+   * Compresses and writes everything still buffered, then the TOC and the footer. `tocJson` is
+   * called once every chunk has its offset, and returns the TOC JSON.
    */
-  async finish(tocTar: () => Buffer): Promise<{ diffID: string; digest: string; size: number; uncompressedSize: number; tocOffset: number }> {
+  async finish(tocJson: () => Buffer): Promise<AssembledBlob> {
     await this.closeMember();
     await this.submitBatch();
     while (this.inFlight.length > 0) await this.writeOldest();
-    const tocOffset = this.written;
-    const tar = tocTar();
-    this.diffHash.update(tar);
-    this.uncompressed += tar.length;
-    // The TOC goes in a member of its own: readers fetch [tocOffset, footer) and gunzip it alone.
-    await this.write(gzipSync(tar, { level: this.level }));
-    await this.write(encodeFooter(tocOffset));
+    const json = tocJson();
+    const trailer = this.format === 'zstd' ? await this.writeZstdTrailer(json) : await this.writeGzipTrailer(json);
     return {
       diffID: `sha256:${this.diffHash.digest('hex')}`,
       digest: `sha256:${this.blobHash.digest('hex')}`,
       size: this.written,
       uncompressedSize: this.uncompressed,
-      tocOffset,
+      ...trailer,
     };
+  }
+
+  /** eStargz: the TOC is the last tar entry, in a gzip member of its own, then the 51-byte footer. */
+  private async writeGzipTrailer(json: Buffer): Promise<{ tocOffset: number }> {
+    const tocOffset = this.written;
+    const tar = Buffer.concat([ustarFileHeader(TOC_TAR_NAME, json.length), json, Buffer.alloc(paddingFor(json.length)), END_OF_ARCHIVE]);
+    this.diffHash.update(tar);
+    this.uncompressed += tar.length;
+    // Readers fetch [tocOffset, footer) and gunzip it alone.
+    await this.write(gzipSync(tar, { level: this.level }));
+    await this.write(encodeFooter(tocOffset));
+    return { tocOffset };
+  }
+
+  /**
+   * zstd:chunked (as Go's zstdchunked.Compressor): the TOC JSON, zstd-compressed, in a skippable
+   * frame, then the footer in another. Neither is part of the tar stream, which (like Go's) has
+   * no end-of-archive blocks.
+   */
+  private async writeZstdTrailer(json: Buffer): Promise<{ tocOffset: number; zstdManifest: { checksum: string; position: string } }> {
+    const compressed = zstdCompress(json, this.level);
+    const tocOffset = this.written + SKIPPABLE_HEADER_SIZE;
+    await this.write(skippableFrame(compressed));
+    await this.write(skippableFrame(encodeZstdFooter(tocOffset, compressed.length, json.length)));
+    const checksum = `sha256:${createHash('sha256').update(compressed).digest('hex')}`;
+    return { tocOffset, zstdManifest: { checksum, position: `${tocOffset}:${compressed.length}:${json.length}:1` } };
   }
 
   private addBytes(bytes: Buffer): void {

@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { ZSTD_MODULE_PATH } from './zstd.js';
 
 /** One gzip member to compress; digestLength leading bytes are a chunk whose sha256 is wanted. */
 export interface MemberJob {
@@ -16,18 +17,24 @@ export interface MemberResult {
 /*
  * The worker's code is plain JavaScript evaluated in the thread (eval: true) rather than a
  * module file: worker threads do not inherit tsx's loader, so a .ts worker would not load under
- * the test runner, while this runs the same from src/ and dist/. zlib output is deterministic
- * for a given level, so which worker compresses a member does not change the blob.
+ * the test runner, while this runs the same from src/ and dist/. zlib and libzstd output is
+ * deterministic for a given level, so which worker compresses a member does not change the blob.
+ * zstd-napi is required by absolute path: an eval'd worker resolves modules from the cwd.
  */
 const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { gzipSync } = require('node:zlib');
 const { createHash } = require('node:crypto');
+let zstd;
+if (workerData.format === 'zstd') {
+  zstd = new (require(workerData.zstdPath).Compressor)();
+  zstd.setParameters({ compressionLevel: workerData.level });
+}
 parentPort.on('message', ({ id, members }) => {
   try {
     const transfer = [];
     const results = members.map(({ data, digestLength }) => {
-      let compressed = gzipSync(data, { level: workerData.level });
+      let compressed = zstd ? zstd.compress(data) : gzipSync(data, { level: workerData.level });
       if (compressed.byteOffset !== 0 || compressed.byteLength !== compressed.buffer.byteLength) {
         compressed = new Uint8Array(compressed); // own the memory so it can be transferred
       }
@@ -49,7 +56,10 @@ interface Pending {
   reject(error: Error): void;
 }
 
-/** gzip compression (and chunk hashing) on worker threads, one batch of members per message. */
+/** Each member becomes its own gzip member or zstd frame. */
+export type MemberFormat = 'gzip' | 'zstd';
+
+/** Compression (and chunk hashing) on worker threads, one batch of members per message. */
 export class CompressionPool {
   private readonly workers: Worker[] = [];
   private readonly idle: Worker[] = [];
@@ -59,10 +69,10 @@ export class CompressionPool {
   private nextId = 0;
   private failure: Error | undefined;
 
-  constructor(level: number, workers = availableParallelism()) {
+  constructor(level: number, workers = availableParallelism(), format: MemberFormat = 'gzip') {
     const count = Math.max(1, Math.floor(workers));
     for (let i = 0; i < count; i++) {
-      const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { level } });
+      const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { level, format, zstdPath: ZSTD_MODULE_PATH } });
       worker.on('message', (message: { id: number; results?: MemberResult[]; error?: string }) => {
         this.busy.delete(worker);
         const pending = this.pending.get(message.id);
@@ -85,7 +95,7 @@ export class CompressionPool {
     return this.workers.length;
   }
 
-  /** Compresses each member into its own gzip stream; the buffers are transferred (detached). */
+  /** Compresses each member into its own gzip stream or zstd frame; the buffers are transferred (detached). */
   compress(members: MemberJob[]): Promise<MemberResult[]> {
     if (this.failure) return Promise.reject(this.failure);
     const id = this.nextId++;

@@ -136,10 +136,11 @@ export async function spoolTar(tar: AsyncIterable<Buffer>, spoolPath: string): P
 /**
  * Go's sortEntries: each prioritized path is moved to the front together with its parent
  * directories (first) and, for hardlinks, the link target. Paths are cleaned leniently as in
- * Go ("/a", "./a" mean "a"). A missing prioritized file is an error; a missing parent directory
+ * Go ("/a", "./a" mean "a"). A missing prioritized file is an error (or, given `missing`, is
+ * recorded there); a missing parent directory
  * is not (Go would fail, but tars often omit parent entries and readers create them implicitly).
  */
-export function orderSpooled(records: SpooledRecord[], prioritized: string[]): { front: SpooledRecord[]; rest: SpooledRecord[] } {
+export function orderSpooled(records: SpooledRecord[], prioritized: string[], missing?: string[]): { front: SpooledRecord[]; rest: SpooledRecord[] } {
   const remaining = new Map(records.map((r) => [r.name, r]));
   const moved = new Set<string>();
   const front: SpooledRecord[] = [];
@@ -170,7 +171,11 @@ export function orderSpooled(records: SpooledRecord[], prioritized: string[]): {
     }
     visiting.delete(name);
   };
-  for (const path of prioritized) move(cleanPrioritizedName(path), true);
+  for (const path of prioritized) {
+    const name = cleanPrioritizedName(path);
+    if (missing && !remaining.has(name) && !moved.has(name)) missing.push(path);
+    else move(name, true);
+  }
   return { front, rest: [...remaining.values()] };
 }
 

@@ -13,6 +13,7 @@ export type EstargzErrorCode =
   | 'CHUNK_DIGEST'
   | 'TAR'
   | 'GZIP'
+  | 'ZSTD'
   | 'MISMATCH'
   | 'NOT_FOUND'
   | 'INPUT'

@@ -1,4 +1,5 @@
 import { EstargzError } from './errors.js';
+import { hasZstdFooterMagic, parseZstdFooter, ZSTD_FOOTER_SIZE } from './zstd-footer.js';
 
 /**
  * The eStargz footer is an empty gzip member whose header carries an Extra field
@@ -14,9 +15,15 @@ const PAYLOAD_LENGTH = 16 + MAGIC.length; // 22
 const GZIP_FLAG_EXTRA = 0x04;
 
 export interface Footer {
+  format: 'gzip' | 'zstd';
   tocOffset: number;
-  /** 51 for eStargz, 47 for legacy stargz. */
+  /** Footer bytes at the end of the blob: 51 for eStargz, 47 for legacy stargz, 40 for zstd:chunked. */
   size: number;
+  /** Where file data ends: the TOC offset for gzip, the TOC's skippable frame header for zstd. */
+  payloadEnd: number;
+  /** zstd:chunked only: compressed and raw TOC sizes from the footer. */
+  tocLength?: number;
+  tocRawLength?: number;
 }
 
 /** The 51-byte footer pointing at the TOC member that starts at tocOffset. */
@@ -42,7 +49,8 @@ export function parseFooter(bytes: Uint8Array): Footer {
   if (extra[0] !== 0x53 || extra[1] !== 0x47) throw footerError('gzip Extra subfield ID is not "SG"');
   const subfieldLength = extra.readUInt16LE(2);
   if (subfieldLength !== PAYLOAD_LENGTH) throw footerError(`"SG" subfield length is ${subfieldLength}, expected 22`);
-  return { tocOffset: parsePayload(extra.subarray(4)), size: FOOTER_SIZE };
+  const tocOffset = parsePayload(extra.subarray(4));
+  return { format: 'gzip', tocOffset, size: FOOTER_SIZE, payloadEnd: tocOffset };
 }
 
 /** Parses the 47-byte footer of legacy (pre-eStargz) stargz blobs. */
@@ -52,11 +60,14 @@ export function parseLegacyFooter(bytes: Uint8Array): Footer {
   }
   const extra = gzipExtraField(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length));
   if (extra.length !== PAYLOAD_LENGTH) throw footerError(`legacy gzip Extra field is ${extra.length} bytes, expected 22`);
-  return { tocOffset: parsePayload(extra), size: LEGACY_FOOTER_SIZE };
+  const tocOffset = parsePayload(extra);
+  return { format: 'gzip', tocOffset, size: LEGACY_FOOTER_SIZE, payloadEnd: tocOffset };
 }
 
-/** Tries the eStargz footer, then the legacy one, on the tail of a blob (at least 51 bytes if available). */
+/** Tries the zstd:chunked footer, the eStargz footer, then the legacy one, on the tail of a blob (at least 51 bytes if available). */
 export function parseAnyFooter(tail: Uint8Array): Footer {
+  // zstd:chunked ends with its own magic; gzip footers end with a CRC and length of nothing.
+  if (hasZstdFooterMagic(tail)) return parseZstdFooter(tail.subarray(tail.length - ZSTD_FOOTER_SIZE));
   const problems: string[] = [];
   for (const [size, parse] of [
     [FOOTER_SIZE, parseFooter],

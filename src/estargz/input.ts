@@ -3,12 +3,11 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { EstargzError } from './errors.js';
 import { isGzip } from './gzip.js';
-
-const ZSTD_MAGIC = [0x28, 0xb5, 0x2f, 0xfd];
+import { isZstd, zstdDecompressStream } from './zstd.js';
 
 /**
- * The uncompressed tar stream of a layer given as plain tar or gzip (detected by its magic bytes,
- * like Go's Build). Several gzip members are read as one stream.
+ * The uncompressed tar stream of a layer given as plain tar, gzip or zstd (detected by its magic
+ * bytes, like Go's Build). Several gzip members or zstd frames are read as one stream.
  */
 export async function* plainTarStream(input: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
   const source = input[Symbol.asyncIterator]();
@@ -29,8 +28,9 @@ export async function* plainTarStream(input: AsyncIterable<Buffer>): AsyncGenera
     if (!ended) for (let next = await source.next(); !next.done; next = await source.next()) yield next.value;
   }
   const magic = Buffer.concat(head).subarray(0, 4);
-  if (magic.length === 4 && ZSTD_MAGIC.every((byte, i) => magic[i] === byte)) {
-    throw new EstargzError('UNSUPPORTED', 'zstd-compressed input is not supported yet; decompress it first');
+  if (isZstd(magic)) {
+    yield* zstdDecompressStream(replay(), 'input is not a valid zstd stream');
+    return;
   }
   if (!isGzip(magic)) {
     yield* replay();

@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { EstargzError, wrapError } from './errors.js';
 import { parseAnyFooter, FOOTER_SIZE, type Footer } from './footer.js';
 import { gunzipCapped, inflatePrefix } from './gzip.js';
+import { zstdDecompressCapped, zstdDecompressPrefix } from './zstd.js';
+import { SKIPPABLE_HEADER_SIZE } from './zstd-footer.js';
 import { normalizeEntryName, shorten } from './names.js';
 import type { RangeSource } from './source.js';
 import { ByteReader } from './byte-reader.js';
@@ -24,9 +26,21 @@ export interface OpenOptions {
  */
 export async function openEstargz(source: RangeSource, options: OpenOptions = {}): Promise<EstargzReader> {
   const maxTocSize = options.maxTocSize ?? DEFAULT_MAX_TOC_SIZE;
+  // 51 bytes hold any footer: eStargz (51), legacy (47) or zstd:chunked (40).
   const tailLength = Math.min(source.size, FOOTER_SIZE);
   const tail = await readSource(source, source.size - tailLength, tailLength, 'footer');
   const footer = parseAnyFooter(tail);
+  const json = footer.format === 'zstd' ? await readZstdToc(source, footer, maxTocSize) : await readGzipToc(source, footer, maxTocSize);
+  const tocDigest = `sha256:${createHash('sha256').update(json).digest('hex')}`;
+  if (options.tocDigest !== undefined && options.tocDigest !== tocDigest) {
+    throw new EstargzError('TOC_DIGEST', `TOC digest mismatch: the blob's TOC is ${tocDigest}, expected ${options.tocDigest}`);
+  }
+  const toc = parseTocJson(json);
+  return new EstargzReader(source, footer, toc, tocDigest, indexToc(toc, footer.payloadEnd));
+}
+
+/** eStargz: the TOC is a tar entry in its own gzip member, between the TOC offset and the footer. */
+async function readGzipToc(source: RangeSource, footer: Footer, maxTocSize: number): Promise<Buffer> {
   const tocEnd = source.size - footer.size;
   if (footer.tocOffset >= tocEnd) {
     throw new EstargzError('FOOTER', `TOC offset ${footer.tocOffset} is out of range (the TOC must start before byte ${tocEnd} of a ${source.size}-byte blob)`);
@@ -40,13 +54,21 @@ export async function openEstargz(source: RangeSource, options: OpenOptions = {}
   const compressed = await readSource(source, footer.tocOffset, compressedLength, 'TOC');
   // The member holds a tar header, the JSON, padding and the end-of-archive marker.
   const tocTar = gunzipCapped(compressed, maxTocSize + 4 * BLOCK, `TOC member (limit: ${maxTocSize} bytes of JSON)`);
-  const json = await extractTocJson(tocTar, maxTocSize);
-  const tocDigest = `sha256:${createHash('sha256').update(json).digest('hex')}`;
-  if (options.tocDigest !== undefined && options.tocDigest !== tocDigest) {
-    throw new EstargzError('TOC_DIGEST', `TOC digest mismatch: the blob's TOC is ${tocDigest}, expected ${options.tocDigest}`);
+  return extractTocJson(tocTar, maxTocSize);
+}
+
+/** zstd:chunked: the footer gives the compressed TOC's place and size; the TOC is bare JSON. */
+async function readZstdToc(source: RangeSource, footer: Footer, maxTocSize: number): Promise<Buffer> {
+  const length = footer.tocLength!;
+  const trailerStart = source.size - footer.size - SKIPPABLE_HEADER_SIZE;
+  if (footer.tocOffset + length > trailerStart) {
+    throw new EstargzError('FOOTER', `TOC [${footer.tocOffset}, +${length}) runs past the footer frame at ${trailerStart} of a ${source.size}-byte blob`);
   }
-  const toc = parseTocJson(json);
-  return new EstargzReader(source, footer, toc, tocDigest, indexToc(toc, footer.tocOffset));
+  if (length > maxTocSize + 64 * 1024 || (footer.tocRawLength ?? 0) > maxTocSize) {
+    throw new EstargzError('TOC_TOO_LARGE', `TOC is ${footer.tocRawLength} bytes (${length} compressed), over the ${maxTocSize}-byte limit`);
+  }
+  const compressed = await readSource(source, footer.tocOffset, length, 'TOC');
+  return zstdDecompressCapped(compressed, maxTocSize, `zstd TOC (limit: ${maxTocSize} bytes)`);
 }
 
 async function extractTocJson(tar: Buffer, maxTocSize: number): Promise<Buffer> {
@@ -93,6 +115,16 @@ export class EstargzReader {
 
   get tocOffset(): number {
     return this.footer.tocOffset;
+  }
+
+  /** 'gzip' (eStargz) or 'zstd' (zstd:chunked). */
+  get format(): 'gzip' | 'zstd' {
+    return this.footer.format;
+  }
+
+  /** Where file data ends (the TOC's gzip member, or the zstd TOC's skippable frame). */
+  get payloadEnd(): number {
+    return this.footer.payloadEnd;
   }
 
   /** File-system entries in TOC order (chunk entries are folded into their file). */
@@ -144,12 +176,12 @@ export class EstargzReader {
     for (const chunk of this.regularFile(path).chunks) yield await this.readChunk(chunk);
   }
 
-  /** Fetches one chunk's gzip range, decompresses just the chunk, and checks its digest. */
+  /** Fetches one chunk's compressed range, decompresses just the chunk, and checks its digest. */
   async readChunk(chunk: ChunkRef): Promise<Buffer> {
     const where = `chunk [${chunk.chunkOffset}, +${chunk.chunkSize}) of "${shorten(chunk.file)}" at blob offset ${chunk.offset}`;
     const compressed = await readSource(this.source, chunk.offset, chunk.end - chunk.offset, where);
     const want = chunk.innerOffset + chunk.chunkSize;
-    const plain = await inflatePrefix(compressed, want, where);
+    const plain = this.footer.format === 'zstd' ? zstdDecompressPrefix(compressed, want, where) : await inflatePrefix(compressed, want, where);
     if (plain.length < want) {
       throw new EstargzError('CHUNK', `${where}: gzip data ends after ${plain.length} of ${want} bytes`);
     }

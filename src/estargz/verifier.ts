@@ -7,6 +7,9 @@ import { EstargzError } from './errors.js';
 import { gunzipCapped } from './gzip.js';
 import { normalizeEntryName, shorten } from './names.js';
 import { openEstargz, type OpenOptions } from './reader.js';
+import type { Footer } from './footer.js';
+import { zstdDecompressStream } from './zstd.js';
+import { isSkippableHeader, SKIPPABLE_HEADER_SIZE, ZSTD_FOOTER_SIZE } from './zstd-footer.js';
 import { readRangePieces, type RangeSource } from './source.js';
 import { BLOCK, formatModtime, paddingFor, readTarEntry, TYPE_BLOCK, TYPE_CHAR, TYPE_DIR, TYPE_FIFO, TYPE_LINK, TYPE_REG, TYPE_SYMLINK, type TarHeader } from './tar.js';
 import { DEFAULT_MAX_TOC_SIZE, TOC_TAR_NAME, type EstargzEntry } from './toc.js';
@@ -30,16 +33,18 @@ const TYPE_NAMES: Record<string, string> = {
  * in order. The tar stream must match the TOC entry for entry (name, type, size, link, mode,
  * owner, device, mtime, xattrs); every chunk must hash to its chunkDigest and every file to its
  * digest; each chunk's TOC offset must be the start of a gzip member whose output begins exactly
- * at that chunk's bytes. The TOC member must hold the same JSON and end the archive.
+ * at that chunk's bytes. The TOC member must hold the same JSON and end the archive (eStargz), or
+ * sit in its skippable frame followed by the footer's (zstd:chunked).
  */
 export async function verifyEstargz(source: RangeSource, options: OpenOptions = {}): Promise<VerifyResult> {
   const reader = await openEstargz(source, options);
-  const tocOffset = reader.tocOffset;
+  const payloadEnd = reader.payloadEnd;
+  const zstd = reader.format === 'zstd';
   // Decompress the blob as independent segments cut at every data offset: a segment that does
-  // not start at a member boundary fails to decompress. Record where each segment's output starts.
+  // not start at a member (frame) boundary fails to decompress. Record where each segment's output starts.
   const boundaries = [...new Set(reader.chunks.map((c) => c.offset))].sort((a, b) => a - b);
   if (boundaries[0] !== 0) boundaries.unshift(0);
-  boundaries.push(tocOffset);
+  boundaries.push(payloadEnd);
   const segmentStart = new Map<number, number>();
   const diffHash = createHash('sha256');
   let produced = 0;
@@ -47,13 +52,18 @@ export async function verifyEstargz(source: RangeSource, options: OpenOptions = 
     for (let i = 0; i + 1 < boundaries.length; i++) {
       segmentStart.set(boundaries[i]!, produced);
       if (boundaries[i] === boundaries[i + 1]) continue; // no content before the TOC
-      for await (const piece of gunzipRange(source, boundaries[i]!, boundaries[i + 1]!)) {
+      const segment = zstd ? zstdRange(source, boundaries[i]!, boundaries[i + 1]!) : gunzipRange(source, boundaries[i]!, boundaries[i + 1]!);
+      for await (const piece of segment) {
         diffHash.update(piece);
         produced += piece.length;
         yield piece;
       }
     }
-    const tocMember = await source.read(tocOffset, source.size - reader.footer.size - tocOffset);
+    if (zstd) {
+      await checkZstdTrailer(source, reader.footer);
+      return; // the zstd:chunked TOC is not part of the tar stream
+    }
+    const tocMember = await source.read(reader.tocOffset, source.size - reader.footer.size - reader.tocOffset);
     const tocTar = gunzipCapped(tocMember, (options.maxTocSize ?? DEFAULT_MAX_TOC_SIZE) + 4 * BLOCK, 'TOC member');
     diffHash.update(tocTar);
     produced += tocTar.length;
@@ -71,7 +81,7 @@ export async function verifyEstargz(source: RangeSource, options: OpenOptions = 
     const entry = await readTarEntry(tar);
     if (!entry) break;
     const { header } = entry;
-    if (header.name === TOC_TAR_NAME) {
+    if (header.name === TOC_TAR_NAME && !zstd) {
       await checkTocEntry(tar, header.size, reader.tocDigest);
       continue;
     }
@@ -104,6 +114,28 @@ async function* gunzipRange(source: RangeSource, start: number, end: number): As
     throw new EstargzError('GZIP', `blob bytes [${start}, ${end}) are not whole gzip members (a TOC offset does not start a member, or the data is corrupt): ${(error as Error).message}`, { cause: error });
   } finally {
     gunzip.destroy();
+  }
+}
+
+function zstdRange(source: RangeSource, start: number, end: number): AsyncGenerator<Buffer> {
+  return zstdDecompressStream(
+    readRangePieces(source, start, end - start),
+    `blob bytes [${start}, ${end}) are not whole zstd frames (a TOC offset does not start a frame, or the data is corrupt)`,
+  );
+}
+
+/** The two skippable frames after the data: the TOC's, then the footer's; nothing else. */
+async function checkZstdTrailer(source: RangeSource, footer: Footer): Promise<void> {
+  const tocHeader = await source.read(footer.payloadEnd, SKIPPABLE_HEADER_SIZE);
+  if (!isSkippableHeader(tocHeader, footer.tocLength!)) {
+    throw new EstargzError('FOOTER', `no skippable frame of ${footer.tocLength} bytes holds the TOC at offset ${footer.payloadEnd}`);
+  }
+  const footerFrame = footer.tocOffset + footer.tocLength!;
+  if (footerFrame !== source.size - SKIPPABLE_HEADER_SIZE - ZSTD_FOOTER_SIZE) {
+    throw new EstargzError('FOOTER', `the footer frame should start right after the TOC at ${footerFrame}, but the blob is ${source.size} bytes`);
+  }
+  if (!isSkippableHeader(await source.read(footerFrame, SKIPPABLE_HEADER_SIZE), ZSTD_FOOTER_SIZE)) {
+    throw new EstargzError('FOOTER', 'the zstd:chunked footer is not in a 40-byte skippable frame');
   }
 }
 

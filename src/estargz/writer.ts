@@ -11,11 +11,12 @@ import { EstargzError, wrapError } from './errors.js';
 import { plainTarStream } from './input.js';
 import { shorten } from './names.js';
 import { fileSource } from './source.js';
+import { DEFAULT_ZSTD_LEVEL, MAX_ZSTD_LEVEL } from './zstd.js';
 import {
-  END_OF_ARCHIVE, formatModtime, paddingFor, ustarFileHeader,
+  formatModtime, paddingFor,
   TYPE_BLOCK, TYPE_CHAR, TYPE_DIR, TYPE_FIFO, TYPE_LINK, TYPE_REG, TYPE_SYMLINK, type TarHeader,
 } from './tar.js';
-import { serializeToc, TOC_TAR_NAME, type EntryType, type Toc, type TocEntry } from './toc.js';
+import { serializeToc, type EntryType, type Toc, type TocEntry } from './toc.js';
 
 export const DEFAULT_CHUNK_SIZE = 4 << 20;
 /** Go's estargz.Build defaults to gzip.BestCompression. */
@@ -24,10 +25,17 @@ export const DEFAULT_LEVEL = 9;
 export interface BuildOptions {
   /** Largest piece of a file stored as one gzip member (Go's default: 4 MiB). */
   chunkSize?: number;
-  /** gzip level 0-9 (default 9, like Go's Build). */
+  /** 'gzip' makes eStargz; 'zstd' makes zstd:chunked (each chunk its own zstd frame). */
+  compression?: 'gzip' | 'zstd';
+  /** gzip level 0-9 (default 9, like Go's Build), or zstd level 1-19 (default 3, Go's SpeedDefault). */
   level?: number;
   /** Paths to place first, followed by `.prefetch.landmark`; implies spooling. */
   prioritizedFiles?: string[];
+  /**
+   * When given, prioritized paths missing from the layer are appended here instead of failing
+   * (Go's WithAllowPrioritizeNotFound): an image-wide list meets each layer.
+   */
+  missingPrioritized?: string[];
   /** Compression threads (default: available cores). Does not change the output. */
   workers?: number;
   /**
@@ -48,6 +56,8 @@ export interface BuildResult {
   digest: string;
   size: number;
   uncompressedSize: number;
+  /** zstd:chunked only: the io.containers.zstd-chunked.manifest-{checksum,position} annotation values. */
+  zstdManifest?: { checksum: string; position: string };
 }
 
 const TYPES: Record<string, EntryType> = {
@@ -57,20 +67,25 @@ const TYPES: Record<string, EntryType> = {
 const EMPTY_DIGEST = `sha256:${createHash('sha256').digest('hex')}`;
 
 /**
- * Converts a tar or tar.gz layer into an eStargz blob written to `output` (which is ended).
+ * Converts a tar, tar.gz or tar.zst layer into an eStargz (or zstd:chunked) blob written to
+ * `output` (which is ended).
  * The output is the same for the same input and chunkSize/level, whatever the worker count.
  */
 export async function buildEstargz(input: Readable, output: Writable, options: BuildOptions = {}): Promise<BuildResult> {
   const chunkSize = options.chunkSize ?? DEFAULT_CHUNK_SIZE;
-  const level = options.level ?? DEFAULT_LEVEL;
+  const format = options.compression ?? 'gzip';
+  const level = options.level ?? (format === 'zstd' ? DEFAULT_ZSTD_LEVEL : DEFAULT_LEVEL);
   const prioritized = options.prioritizedFiles ?? [];
   if (!Number.isSafeInteger(chunkSize) || chunkSize < 1) throw new EstargzError('INPUT', `invalid chunk size ${chunkSize}`);
-  if (!Number.isInteger(level) || level < 0 || level > 9) throw new EstargzError('INPUT', `invalid gzip level ${level} (0-9)`);
+  const [minLevel, maxLevel] = format === 'zstd' ? [1, MAX_ZSTD_LEVEL] : [0, 9];
+  if (!Number.isInteger(level) || level < minLevel || level > maxLevel) {
+    throw new EstargzError('INPUT', `invalid ${format} level ${level} (${minLevel}-${maxLevel})`);
+  }
   const spool = options.spool ?? prioritized.length > 0;
   if (prioritized.length > 0 && !spool) throw new EstargzError('INPUT', 'prioritized files need spooling');
 
-  const pool = new CompressionPool(level, options.workers);
-  const assembler = new BlobAssembler(output, pool, level, Math.max(chunkSize, 64 * 1024));
+  const pool = new CompressionPool(level, options.workers, format);
+  const assembler = new BlobAssembler(output, pool, format, level, Math.max(chunkSize, 64 * 1024));
   const encoder = new TocEncoder(assembler, chunkSize);
   let spoolDir: string | undefined;
   try {
@@ -80,7 +95,7 @@ export async function buildEstargz(input: Readable, output: Writable, options: B
     } else {
       spoolDir = await mkdtemp(join(options.tmpDir ?? tmpdir(), 'starling-estargz-'));
       const spoolPath = join(spoolDir, 'layer.tar');
-      const { front, rest } = orderSpooled(await spoolTar(tar, spoolPath), prioritized);
+      const { front, rest } = orderSpooled(await spoolTar(tar, spoolPath), prioritized, options.missingPrioritized);
       const file = await fileSource(spoolPath);
       try {
         for (const record of front) await encoder.add(await spooledEntry(file, record));
@@ -90,10 +105,13 @@ export async function buildEstargz(input: Readable, output: Writable, options: B
         await file.close();
       }
     }
-    const result = await assembler.finish(() => encoder.tocTar());
+    const result = await assembler.finish(() => encoder.tocJson());
     output.end();
     await finished(output);
-    return { tocDigest: encoder.tocDigest!, diffID: result.diffID, digest: result.digest, size: result.size, uncompressedSize: result.uncompressedSize };
+    return {
+      tocDigest: encoder.tocDigest!, diffID: result.diffID, digest: result.digest, size: result.size, uncompressedSize: result.uncompressedSize,
+      ...(result.zstdManifest ? { zstdManifest: result.zstdManifest } : {}),
+    };
   } catch (error) {
     // Destroy without an error argument: an 'error' event nobody listens to would crash the
     // process; the rejected promise is how the failure is reported.
@@ -202,12 +220,12 @@ class TocEncoder {
     if (fileHash) file.digest = `sha256:${fileHash.digest('hex')}`;
   }
 
-  /** The TOC as a tar member followed by the end-of-archive marker; records the TOC digest. */
-  tocTar(): Buffer {
+  /** The TOC JSON; records the TOC digest. */
+  tocJson(): Buffer {
     const toc: Toc = { version: 1, entries: this.entries };
     const json = serializeToc(toc);
     this.tocDigest = `sha256:${createHash('sha256').update(json).digest('hex')}`;
-    return Buffer.concat([ustarFileHeader(TOC_TAR_NAME, json.length), json, Buffer.alloc(paddingFor(json.length)), END_OF_ARCHIVE]);
+    return json;
   }
 }
 

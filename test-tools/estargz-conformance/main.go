@@ -1,13 +1,16 @@
 // Command estargz-conformance drives the reference Go estargz library (stargz-snapshotter v0.12,
 // from Debian) so Starling's tests can check compatibility in both directions.
 //
-//	build -in TAR -out BLOB [-chunk-size N] [-level N] [-prioritized FILE]
-//	    estargz.Build; prints {"tocDigest","diffID","digest","size"} as JSON.
+//	build -in TAR -out BLOB [-chunk-size N] [-level N] [-prioritized FILE] [-zstd]
+//	    estargz.Build; prints {"tocDigest","diffID","digest","size"} as JSON. With -zstd the
+//	    blob is zstd:chunked (zstdchunked.Compressor at -level as a zstd EncoderLevel, as the
+//	    converter uses SpeedDefault = 2) and the JSON adds the manifest checksum/position.
 //	append -in TAR -out BLOB [-chunk-size N] [-level N]
 //	    single estargz.Writer + AppendTar (no landmark, no reordering); prints the same JSON.
 //	verify-and-dump -blob BLOB -toc-digest D
 //	    estargz.Open + VerifyTOC, then reads every regular file lazily chunk by chunk, checking
-//	    each chunk against its verifier; prints one JSON line per TOC entry.
+//	    each chunk against its verifier; prints one JSON line per TOC entry. Opens eStargz and
+//	    zstd:chunked blobs alike.
 package main
 
 import (
@@ -23,8 +26,16 @@ import (
 	"strings"
 
 	"github.com/containerd/stargz-snapshotter/estargz"
+	"github.com/containerd/stargz-snapshotter/estargz/zstdchunked"
+	"github.com/klauspost/compress/zstd"
 	digest "github.com/opencontainers/go-digest"
 )
+
+// zstdCompression pairs the zstd:chunked compressor and decompressor as estargz.Compression.
+type zstdCompression struct {
+	*zstdchunked.Decompressor
+	*zstdchunked.Compressor
+}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -56,6 +67,9 @@ type buildResult struct {
 	DiffID    string `json:"diffID"`
 	Digest    string `json:"digest"`
 	Size      int64  `json:"size"`
+	// zstd:chunked only: the io.containers.zstd-chunked.manifest-* annotation values.
+	ManifestChecksum string `json:"manifestChecksum,omitempty"`
+	ManifestPosition string `json:"manifestPosition,omitempty"`
 }
 
 func build(args []string) error {
@@ -65,6 +79,7 @@ func build(args []string) error {
 	chunkSize := fs.Int("chunk-size", 0, "chunk size in bytes (0: library default)")
 	level := fs.Int("level", 9, "gzip level")
 	prioritized := fs.String("prioritized", "", "file listing prioritized paths, one per line")
+	useZstd := fs.Bool("zstd", false, "build zstd:chunked")
 	fs.Parse(args)
 
 	f, err := os.Open(*in)
@@ -84,6 +99,13 @@ func build(args []string) error {
 		}
 		opts = append(opts, estargz.WithPrioritizedFiles(files))
 	}
+	metadata := map[string]string{}
+	if *useZstd {
+		opts = append(opts, estargz.WithCompression(&zstdCompression{
+			new(zstdchunked.Decompressor),
+			&zstdchunked.Compressor{CompressionLevel: zstd.EncoderLevel(*level), Metadata: metadata},
+		}))
+	}
 	blob, err := estargz.Build(io.NewSectionReader(f, 0, st.Size()), opts...)
 	if err != nil {
 		return err
@@ -95,6 +117,8 @@ func build(args []string) error {
 	}
 	res.TOCDigest = blob.TOCDigest().String()
 	res.DiffID = blob.DiffID().String() // valid once the blob has been read to the end
+	res.ManifestChecksum = metadata[zstdchunked.ManifestChecksumAnnotation]
+	res.ManifestPosition = metadata[zstdchunked.ManifestPositionAnnotation]
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -170,7 +194,7 @@ func verifyAndDump(args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := estargz.Open(io.NewSectionReader(f, 0, st.Size()))
+	r, err := estargz.Open(io.NewSectionReader(f, 0, st.Size()), estargz.WithDecompressors(new(zstdchunked.Decompressor)))
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}

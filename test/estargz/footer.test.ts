@@ -17,8 +17,8 @@ test('the footer is an empty gzip member and parses back', () => {
   for (const offset of [0, 1, 0x31142, 2 ** 40 + 7, Number.MAX_SAFE_INTEGER]) {
     const footer = encodeFooter(offset);
     assert.equal(gunzipSync(footer).length, 0);
-    assert.deepEqual(parseFooter(footer), { tocOffset: offset, size: 51 });
-    assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.from('prefix'), footer])), { tocOffset: offset, size: 51 });
+    assert.deepEqual(parseFooter(footer), { format: 'gzip', tocOffset: offset, size: 51, payloadEnd: offset });
+    assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.from('prefix'), footer])), { format: 'gzip', tocOffset: offset, size: 51, payloadEnd: offset });
   }
 });
 
@@ -35,8 +35,8 @@ function legacyFooter(offset: number): Buffer {
 test('legacy 47-byte footers are accepted, as Go does', () => {
   const footer = legacyFooter(0xabc);
   assert.equal(gunzipSync(footer).length, 0);
-  assert.deepEqual(parseLegacyFooter(footer), { tocOffset: 0xabc, size: 47 });
-  assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.alloc(10), footer])), { tocOffset: 0xabc, size: 47 });
+  assert.deepEqual(parseLegacyFooter(footer), { format: 'gzip', tocOffset: 0xabc, size: 47, payloadEnd: 0xabc });
+  assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.alloc(10), footer])), { format: 'gzip', tocOffset: 0xabc, size: 47, payloadEnd: 0xabc });
 });
 
 test('forged footers are refused with a message naming the problem', () => {

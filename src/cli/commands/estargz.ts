@@ -1,16 +1,20 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, existsSync } from 'node:fs';
 import { once } from 'node:events';
 import { readFile, rm } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { UserError } from '../../common/errors.js';
 import {
-  buildEstargz, fileSource, openEstargz, verifyEstargz, DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL,
-  type EstargzEntry, type RangeSource,
+  buildEstargz, fileSource, openEstargz, registryBlobSource, verifyEstargz, DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, DEFAULT_ZSTD_LEVEL,
+  MAX_ZSTD_LEVEL, type EstargzEntry, type RangeSource,
 } from '../../estargz/index.js';
+import { parseCredentials, RegistryClient } from '../../oci/client.js';
+import { parseImageReference } from '../../oci/reference.js';
+import { RegistryHosts } from '../../oci/registry-hosts.js';
+import { collect } from '../shared.js';
 
 /**
- * `starling estargz build|verify|ls|cat`. Blobs are local files for now; every reader command
- * goes through a RangeSource, so a registry layer source can be added in openSource().
+ * `starling estargz build|verify|ls|cat`. Reader commands take a local file or a registry layer
+ * (`registry/repo@sha256:...`), read through a RangeSource (pread, or HTTP Range requests).
  */
 export function registerEstargzCommands(program: Command): void {
   const estargz = program.command('estargz').description('Build and inspect eStargz (lazily pullable) layers');
@@ -22,16 +26,18 @@ export function registerEstargzCommands(program: Command): void {
     .argument('<output>', 'eStargz blob to write')
     .option('--prioritized-files <file>', 'file listing paths to place first (one per line), followed by .prefetch.landmark')
     .option('--chunk-size <bytes>', 'largest file piece per gzip member', String(DEFAULT_CHUNK_SIZE))
-    .option('--level <n>', 'gzip level 0-9', String(DEFAULT_LEVEL))
+    .option('--level <n>', `gzip level 0-9 (default ${DEFAULT_LEVEL})`)
     .option('--workers <n>', 'compression threads (default: all cores)')
     .option('--spool', 'copy the tar to a temporary file first (keeps only the last of duplicate names)')
-    .option('--zstd', 'build zstd:chunked instead of gzip (not supported yet)')
+    .option('--zstd', `build zstd:chunked instead of gzip (--level 1-${MAX_ZSTD_LEVEL}, default ${DEFAULT_ZSTD_LEVEL})`)
     .action(async (input: string, output: string, opts: BuildFlags) => {
-      if (opts.zstd) throw new UserError('--zstd: zstd:chunked layers are not supported yet; build a gzip eStargz instead');
       const prioritizedFiles = opts.prioritizedFiles ? await readPrioritizedList(opts.prioritizedFiles) : undefined;
       const options = {
         chunkSize: positiveInteger(opts.chunkSize, '--chunk-size'),
-        level: integerInRange(opts.level, '--level', 0, 9),
+        compression: opts.zstd ? ('zstd' as const) : ('gzip' as const),
+        level: opts.zstd
+          ? integerInRange(opts.level ?? String(DEFAULT_ZSTD_LEVEL), '--level', 1, MAX_ZSTD_LEVEL)
+          : integerInRange(opts.level ?? String(DEFAULT_LEVEL), '--level', 0, 9),
         workers: opts.workers === undefined ? undefined : positiveInteger(opts.workers, '--workers'),
         prioritizedFiles,
         spool: opts.spool || undefined,
@@ -51,10 +57,12 @@ export function registerEstargzCommands(program: Command): void {
   estargz
     .command('verify')
     .description('Check a blob completely: TOC digest, every chunk, and the tar stream against the TOC')
-    .argument('<blob>', 'eStargz blob')
+    .argument('<blob>', 'eStargz blob: a file, or a registry layer registry/repo@sha256:...')
+    .option('--insecure-registry <host:port>', 'reach this registry over plain HTTP (repeatable)', collect, [])
+    .option('--creds <user:password>', 'registry credentials')
     .option('--toc-digest <digest>', 'expected TOC digest (the layer annotation containerd.io/snapshot/stargz/toc.digest)')
-    .action(async (blob: string, opts: { tocDigest?: string }) => {
-      await withSource(blob, async (source) => {
+    .action(async (blob: string, opts: { tocDigest?: string } & RegistryFlags) => {
+      await withSource(blob, opts, async (source) => {
         console.log(JSON.stringify(await verifyEstargz(source, { tocDigest: opts.tocDigest })));
       });
     });
@@ -62,10 +70,12 @@ export function registerEstargzCommands(program: Command): void {
   estargz
     .command('ls')
     .description('List the entries of a blob from its TOC')
-    .argument('<blob>', 'eStargz blob')
+    .argument('<blob>', 'eStargz blob: a file, or a registry layer registry/repo@sha256:...')
+    .option('--insecure-registry <host:port>', 'reach this registry over plain HTTP (repeatable)', collect, [])
+    .option('--creds <user:password>', 'registry credentials')
     .option('--json', 'one JSON object per entry')
-    .action(async (blob: string, opts: { json?: boolean }) => {
-      await withSource(blob, async (source) => {
+    .action(async (blob: string, opts: { json?: boolean } & RegistryFlags) => {
+      await withSource(blob, opts, async (source) => {
         const reader = await openEstargz(source);
         for (const entry of reader.entries) await writeOut(`${opts.json ? entryJson(entry) : entryLine(entry)}\n`);
       });
@@ -74,10 +84,12 @@ export function registerEstargzCommands(program: Command): void {
   estargz
     .command('cat')
     .description('Write one file of a blob to stdout, fetching and verifying only its chunks')
-    .argument('<blob>', 'eStargz blob')
+    .argument('<blob>', 'eStargz blob: a file, or a registry layer registry/repo@sha256:...')
+    .option('--insecure-registry <host:port>', 'reach this registry over plain HTTP (repeatable)', collect, [])
+    .option('--creds <user:password>', 'registry credentials')
     .argument('<path>', 'file inside the layer')
-    .action(async (blob: string, path: string) => {
-      await withSource(blob, async (source) => {
+    .action(async (blob: string, path: string, opts: RegistryFlags) => {
+      await withSource(blob, opts, async (source) => {
         const reader = await openEstargz(source);
         for await (const chunk of reader.fileChunks(path)) await writeOut(chunk);
       });
@@ -87,27 +99,45 @@ export function registerEstargzCommands(program: Command): void {
 interface BuildFlags {
   prioritizedFiles?: string;
   chunkSize: string;
-  level: string;
+  level?: string;
   workers?: string;
   spool?: boolean;
   zstd?: boolean;
 }
 
-async function withSource(blob: string, use: (source: RangeSource) => Promise<void>): Promise<void> {
-  const source = await openSource(blob);
-  try {
-    await use(source);
-  } finally {
-    await source.close?.();
-  }
+interface RegistryFlags {
+  insecureRegistry: string[];
+  creds?: string;
 }
 
-/** Where a blob argument is read from; registry references will be resolved here later. */
-async function openSource(blob: string): Promise<RangeSource> {
+async function withSource(blob: string, flags: RegistryFlags, use: (source: RangeSource) => Promise<void>): Promise<void> {
+  if (existsSync(blob) || !blob.includes('@')) {
+    const source = await fileSource(blob).catch((error: Error) => {
+      throw new UserError(`cannot open ${blob}: ${error.message}`);
+    });
+    try {
+      await use(source);
+    } finally {
+      await source.close();
+    }
+    return;
+  }
+  // Not a file, and it has a digest: a registry layer, read with Range requests.
+  let ref;
   try {
-    return await fileSource(blob);
+    ref = parseImageReference(blob);
   } catch (error) {
-    throw new UserError(`cannot open ${blob}: ${(error as Error).message}`);
+    throw new UserError(`${blob} is neither a file nor a registry layer reference: ${(error as Error).message}`);
+  }
+  if (!ref.digest || ref.tag) throw new UserError(`registry layer ${blob} must be registry/repository@sha256:<digest>`);
+  const client = new RegistryClient(ref.registry, {
+    hosts: new RegistryHosts(flags.insecureRegistry),
+    credentials: flags.creds ? parseCredentials(flags.creds) : undefined,
+  });
+  try {
+    await use(await registryBlobSource(client, ref.repository, ref.digest));
+  } finally {
+    await client.close();
   }
 }
 
