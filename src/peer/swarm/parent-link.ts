@@ -75,7 +75,7 @@ export class ParentLink {
           continue; // the parent has nothing of the task yet; its long poll already waited
         }
         if (response.statusCode !== 200) throw new Error(`bitmap request answered ${response.statusCode}`);
-        const body = (await response.body.json()) as { count: number; bitmap: string };
+        const body = (await response.body.json()) as { count: number; bitmap: string; complete: boolean };
         this.consecutiveFailures = 0;
         this.known = body.count;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
@@ -87,6 +87,8 @@ export class ParentLink {
           }
         }
         if (changed) this.onUpdate();
+        // A parent holding the whole blob has no news to wait for.
+        if (body.complete) return;
       } catch (error) {
         if (this.closed) return;
         this.consecutiveFailures++;

@@ -58,6 +58,12 @@ export class SwarmDownload {
   private closed = false;
   private failure?: Error;
   private originAttempts = 0;
+  /**
+   * A random rank per piece, fixed for this download: among equally rare pieces each peer
+   * starts somewhere else, so a seed sends different pieces to different children (which can
+   * then trade them) instead of the same first pieces to everyone.
+   */
+  private readonly tieBreak: Float64Array;
 
   constructor(
     readonly task: BlobTask,
@@ -66,7 +72,9 @@ export class SwarmDownload {
     private readonly settings: SwarmSettings,
     private readonly log: Logger,
     private readonly onClosed: (download: SwarmDownload) => void,
-  ) {}
+  ) {
+    this.tieBreak = Float64Array.from({ length: task.layout.pieceCount }, () => Math.random());
+  }
 
   get peerId(): string {
     return `${this.settings.hostId}|${this.task.digest}`;
@@ -304,15 +312,17 @@ export class SwarmDownload {
       for (const link of this.links.values()) if (link.pieces.has(index)) holders++;
       if (holders > 0) available.push({ index, holders });
     }
+    const rarestFirst = (a: { index: number; holders: number }, b: { index: number; holders: number }) =>
+      a.holders - b.holders || this.tieBreak[a.index]! - this.tieBreak[b.index]!;
     if (this.task.streamingReaders > 0) {
-      // A client is reading from the start: the pieces it needs next come first.
+      // A client is reading from the start: the next pieces it needs come first (rarest first among them).
       const window = 2 * this.settings.parallelism;
       available.sort((a, b) => a.index - b.index);
-      const head = available.slice(0, window);
-      const rest = available.slice(window).sort((a, b) => a.holders - b.holders || a.index - b.index);
+      const head = available.slice(0, window).sort(rarestFirst);
+      const rest = available.slice(window).sort(rarestFirst);
       return [...head, ...rest].map((c) => c.index);
     }
-    return available.sort((a, b) => a.holders - b.holders || a.index - b.index).map((c) => c.index);
+    return available.sort(rarestFirst).map((c) => c.index);
   }
 
   private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
