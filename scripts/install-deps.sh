@@ -8,6 +8,8 @@ PACKAGES=(
   docker-registry apache2-utils nginx-light
   containerd runc skopeo podman umoci busybox-static
   golang-go golang-github-containerd-stargz-snapshotter-dev stargz-snapshotter
+  fuse3 libfuse3-dev attr
+  curl ethtool aria2 opentracker mktorrent
 )
 
 missing=()

@@ -1,0 +1,65 @@
+// The compiled addon (native/fuse), loaded from the package root so it works from src/ (tsx)
+// and from dist/ alike: both sit two levels below it.
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import type { Attr, DirEntry, Statfs } from './types.js';
+
+/** Operation codes; the same numbers as `enum class Op` in native/fuse/src/session.h. */
+export const OpCode = {
+  Lookup: 1, Forget: 2, Getattr: 3, Readlink: 4, Open: 5, Read: 6, Release: 7,
+  Opendir: 8, Readdir: 9, Readdirplus: 10, Releasedir: 11, Statfs: 12, Getxattr: 13, Listxattr: 14,
+} as const;
+export type OpCode = (typeof OpCode)[keyof typeof OpCode];
+
+/**
+ * Called on the JS thread for every kernel request: `id` is 0 for forget (which needs no
+ * answer); `last` is the open flags, or the nlookup of a forget.
+ */
+export type Dispatch = (op: OpCode, id: number, ino: number, size: number, off: number, fh: number, last: number, name: string) => void;
+
+export interface NativeSession {
+  mount(): Promise<void>;
+  /** Resolves with 0 once the mount left the namespace, or an errno (EBUSY) when it did not. */
+  unmount(lazy: boolean): Promise<number>;
+  // Each returns false when the request is no longer pending (answered, or its session ended).
+  replyErr(id: number, errno: number): boolean;
+  replyEntry(id: number, attr: Attr, entryTimeout: number, attrTimeout: number): boolean;
+  replyAttr(id: number, attr: Attr, attrTimeout: number): boolean;
+  replyReadlink(id: number, target: string): boolean;
+  replyOpen(id: number, fh: number, directIo: boolean, keepCache: boolean): boolean;
+  replyBuf(id: number, data: Buffer): boolean;
+  replyDir(id: number, entries: DirEntry[], entryTimeout: number, attrTimeout: number): boolean;
+  replyStatfs(id: number, st: Statfs): boolean;
+  replyXattr(id: number, data: Buffer): boolean;
+  pendingCount(): number;
+}
+
+export interface NativeAddon {
+  Session: new (
+    mountpoint: string,
+    options: string,
+    settings: { maxReadahead: number; maxBackground: number; congestionThreshold: number },
+    dispatch: Dispatch,
+    onExit: (loopResult: number, unmountRequested: boolean) => void,
+  ) => NativeSession;
+  /** umount2(path, lazy ? MNT_DETACH : 0) on a worker thread; resolves with 0 or the errno. */
+  umount(path: string, lazy: boolean): Promise<number>;
+  /** libfuse's version, e.g. 314. */
+  fuseVersion: number;
+}
+
+const ADDON_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/fuse/build/Release/starling_fuse.node');
+
+let addon: NativeAddon | undefined;
+
+export function loadAddon(): NativeAddon {
+  if (!addon) {
+    try {
+      addon = createRequire(import.meta.url)(ADDON_PATH) as NativeAddon;
+    } catch (error) {
+      throw new Error(`the FUSE addon is not built (${ADDON_PATH}): run \`npm run build:fuse\` (needs libfuse3-dev)`, { cause: error });
+    }
+  }
+  return addon;
+}

@@ -1,0 +1,67 @@
+// Background fetch: brings the rest of the layer into the cache while the workload is not
+// reading, so later reads (and the node going offline) cost nothing. It yields to on-demand
+// reads — every span waits until no on-demand fetch has run for `idleMs` — and runs at most
+// `concurrency` requests at once.
+import type { ChunkRef } from '../estargz/index.js';
+import { spans, type ChunkFetcher } from './chunk-fetcher.js';
+
+export interface BackgroundFetchOptions {
+  enabled: boolean;
+  /** Parallel requests (default 2). */
+  concurrency?: number;
+  /** Quiet time on the on-demand path before each background request (default 100 ms). */
+  idleMs?: number;
+  /** Compressed bytes per request (default 4 MiB). */
+  spanBytes?: number;
+}
+
+export interface BackgroundProgress {
+  /** Chunks the background pass still had to fetch when it started. */
+  total: number;
+  done: number;
+  failed: number;
+  finished: boolean;
+}
+
+export class BackgroundFetcher {
+  readonly progress: BackgroundProgress = { total: 0, done: 0, failed: 0, finished: false };
+  /** Resolves when every chunk has been tried (or stop() was called). */
+  readonly finished: Promise<void>;
+  private readonly abort = new AbortController();
+
+  constructor(
+    chunks: readonly ChunkRef[],
+    private readonly fetcher: ChunkFetcher,
+    private readonly options: BackgroundFetchOptions,
+    private readonly onError: (error: unknown) => void = () => {},
+  ) {
+    const work = spans(chunks.filter((c) => !fetcher.store.has(c.digest)), options.spanBytes ?? 4 << 20);
+    this.progress.total = work.reduce((n, span) => n + span.length, 0);
+    this.finished = this.run(work).finally(() => (this.progress.finished = true));
+  }
+
+  stop(): void {
+    this.abort.abort();
+  }
+
+  private async run(work: ChunkRef[][]): Promise<void> {
+    const signal = this.abort.signal;
+    let next = 0;
+    const worker = async () => {
+      while (next < work.length && !signal.aborted) {
+        const span = work[next++]!;
+        await this.fetcher.waitForIdle(this.options.idleMs ?? 100, signal);
+        if (signal.aborted) return;
+        // Chunks an on-demand read fetched meanwhile are skipped by ensure().
+        try {
+          await this.fetcher.fill(span, 'background');
+          this.progress.done += span.length;
+        } catch (error) {
+          this.progress.failed += span.length;
+          this.onError(error);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.max(1, this.options.concurrency ?? 2) }, worker));
+  }
+}

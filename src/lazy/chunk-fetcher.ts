@@ -1,0 +1,215 @@
+// Gets chunks into the ChunkStore: fetches compressed ranges from the source (adjacent chunks
+// in one Range request), decompresses each chunk, checks it against its chunkDigest and only
+// then stores it. A chunk whose bytes do not match is an error for whoever asked: never data.
+import { createHash } from 'node:crypto';
+import { EstargzError, type ChunkRef, type RangeSource } from '../estargz/index.js';
+import { inflatePrefix } from '../estargz/gzip.js';
+import { zstdDecompressPrefix } from '../estargz/zstd.js';
+import { shorten } from '../estargz/names.js';
+import type { ChunkStore } from './chunk-store.js';
+
+export interface FetchStats {
+  /** Compressed bytes fetched for chunks (on demand, prefetch and background). */
+  bytesFetched: number;
+  /** Chunks fetched, verified and stored. */
+  chunksFetched: number;
+  /** Chunk reads answered from the store without fetching. */
+  cacheHits: number;
+  /** Chunks whose content did not match the TOC. */
+  digestMismatches: number;
+}
+
+export type Priority = 'demand' | 'background';
+
+export interface ChunkFetcherOptions {
+  /** Largest compressed span fetched in one request when chunks are adjacent (default 8 MiB). */
+  maxSpan?: number;
+  /**
+   * Chunks of the same file fetched ahead (without waiting for them) when a read reaches into the
+   * second half of a chunk: sequential readers then find the next chunk on its way. Default 2; 0 disables.
+   */
+  readAheadChunks?: number;
+}
+
+export class ChunkFetcher {
+  readonly stats: FetchStats = { bytesFetched: 0, chunksFetched: 0, cacheHits: 0, digestMismatches: 0 };
+  /** In-flight fetches by chunk digest: one fetch per chunk, however many readers wait. */
+  private readonly inflight = new Map<string, Promise<Buffer>>();
+  private demandActive = 0;
+  private lastDemandEnd = 0;
+  private readonly maxSpan: number;
+  private readonly readAheadChunks: number;
+
+  constructor(
+    private readonly source: RangeSource,
+    readonly store: ChunkStore,
+    private readonly format: 'gzip' | 'zstd',
+    options: ChunkFetcherOptions = {},
+  ) {
+    this.maxSpan = options.maxSpan ?? 8 << 20;
+    this.readAheadChunks = options.readAheadChunks ?? 2;
+  }
+
+  /**
+   * [offset, offset+length) of a file given its chunks: the missing chunks are fetched together
+   * (adjacent ones in one request), the others read from the store.
+   */
+  async readFile(chunks: readonly ChunkRef[], offset: number, length: number): Promise<Buffer> {
+    const end = offset + length;
+    const needed = chunks.filter((c) => c.chunkOffset < end && c.chunkOffset + c.chunkSize > offset);
+    const missing = needed.filter((c) => !this.store.has(c.digest));
+    this.readAhead(chunks, needed, end);
+    const fetched = new Map<ChunkRef, Buffer>();
+    if (missing.length > 0) (await this.ensure(missing, 'demand')).forEach((data, i) => fetched.set(missing[i]!, data));
+    const parts = await Promise.all(
+      needed.map((c) => {
+        const from = Math.max(offset, c.chunkOffset) - c.chunkOffset;
+        const to = Math.min(end, c.chunkOffset + c.chunkSize) - c.chunkOffset;
+        const data = fetched.get(c);
+        return data ? data.subarray(from, to) : this.readChunk(c, from, to - from);
+      }),
+    );
+    return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+  }
+
+  private readAhead(chunks: readonly ChunkRef[], needed: readonly ChunkRef[], end: number): void {
+    const last = needed[needed.length - 1];
+    if (!last || this.readAheadChunks === 0 || end < last.chunkOffset + last.chunkSize / 2) return;
+    const index = chunks.indexOf(last);
+    const ahead = chunks.slice(index + 1, index + 1 + this.readAheadChunks).filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
+    if (ahead.length > 0) this.fill(ahead, 'demand').catch(() => {}); // the read that needs them will see any error
+  }
+
+  /** `length` bytes from `offset` in a chunk (fetched if needed). */
+  async readChunk(chunk: ChunkRef, offset: number, length: number): Promise<Buffer> {
+    const cached = await this.store.read(chunk.digest, offset, length);
+    if (cached) {
+      this.stats.cacheHits++;
+      return cached;
+    }
+    const [data] = await this.ensure([chunk], 'demand');
+    return data!.subarray(offset, offset + length);
+  }
+
+  /**
+   * Makes sure every chunk is in the store; returns each chunk's bytes (from the fetch, or read
+   * back from the store). On-demand calls are tracked so background work can yield to them.
+   */
+  async ensure(chunks: readonly ChunkRef[], priority: Priority): Promise<Buffer[]> {
+    return this.tracked(priority, async () => {
+      const started = this.start(chunks);
+      return Promise.all(chunks.map((chunk) => started.get(chunk) ?? this.fromStore(chunk, priority)));
+    });
+  }
+
+  /** Like ensure() without reading anything back: for prefetch and background fetch. */
+  async fill(chunks: readonly ChunkRef[], priority: Priority): Promise<void> {
+    await this.tracked(priority, async () => {
+      await Promise.all(this.start(chunks).values());
+    });
+  }
+
+  /** Starts fetches for the chunks not stored yet; returns the running fetch of each such chunk. */
+  private start(chunks: readonly ChunkRef[]): Map<ChunkRef, Promise<Buffer>> {
+    const running = new Map<ChunkRef, Promise<Buffer>>();
+    const missing: ChunkRef[] = [];
+    for (const chunk of chunks) {
+      const inflight = this.inflight.get(chunk.digest);
+      if (inflight) running.set(chunk, inflight);
+      else if (!this.store.has(chunk.digest)) missing.push(chunk);
+    }
+    for (const span of spans(missing, this.maxSpan)) {
+      const fetched = this.fetchSpan(span);
+      span.forEach((chunk, i) => running.set(chunk, fetched[i]!));
+    }
+    // Chunks sharing a digest with one being fetched wait for that fetch.
+    for (const chunk of missing) if (!running.has(chunk)) running.set(chunk, this.inflight.get(chunk.digest)!);
+    return running;
+  }
+
+  private async tracked<T>(priority: Priority, fn: () => Promise<T>): Promise<T> {
+    if (priority === 'demand') this.demandActive++;
+    try {
+      return await fn();
+    } finally {
+      if (priority === 'demand') {
+        this.demandActive--;
+        this.lastDemandEnd = Date.now();
+      }
+    }
+  }
+
+  /** Resolves once no on-demand fetch has run for `idleMs` (checked every `idleMs / 2`). */
+  async waitForIdle(idleMs: number, signal?: AbortSignal): Promise<void> {
+    while (!signal?.aborted && (this.demandActive > 0 || Date.now() - this.lastDemandEnd < idleMs)) {
+      await new Promise((resolve) => setTimeout(resolve, Math.max(5, idleMs / 2)));
+    }
+  }
+
+  /** Decodes, verifies and stores one chunk whose compressed bytes start at chunk.offset. */
+  async accept(chunk: ChunkRef, compressed: Buffer): Promise<Buffer> {
+    const data = await decodeChunk(this.format, chunk, compressed).catch((error: unknown) => {
+      if (error instanceof EstargzError && error.code === 'CHUNK_DIGEST') this.stats.digestMismatches++;
+      throw error;
+    });
+    await this.store.write(chunk.digest, data);
+    this.stats.chunksFetched++;
+    return data;
+  }
+
+  /** Counts bytes fetched outside fetchSpan (the streaming prefetch). */
+  countFetched(bytes: number): void {
+    this.stats.bytesFetched += bytes;
+  }
+
+  private async fromStore(chunk: ChunkRef, priority: Priority): Promise<Buffer> {
+    const data = await this.store.read(chunk.digest, 0, chunk.chunkSize);
+    if (data) return data;
+    const [fetched] = await this.ensure([chunk], priority); // vanished from disk: fetch again
+    return fetched!;
+  }
+
+  private fetchSpan(span: ChunkRef[]): Array<Promise<Buffer>> {
+    const start = span[0]!.offset;
+    const end = span[span.length - 1]!.end;
+    const compressed = this.source.read(start, end - start).then((bytes) => {
+      this.stats.bytesFetched += bytes.length;
+      return bytes;
+    });
+    return span.map((chunk) => {
+      const done = compressed
+        .then((bytes) => this.accept(chunk, bytes.subarray(chunk.offset - start, chunk.end - start)))
+        .finally(() => this.inflight.delete(chunk.digest));
+      this.inflight.set(chunk.digest, done);
+      done.catch(() => {}); // each waiter sees the error; none is left unhandled
+      return done;
+    });
+  }
+}
+
+/** Groups chunks (any order) into runs that are adjacent in the blob and at most maxSpan long. */
+export function spans(chunks: readonly ChunkRef[], maxSpan: number): ChunkRef[][] {
+  const sorted = [...new Map(chunks.map((c) => [c.digest, c])).values()].sort((a, b) => a.offset - b.offset);
+  const out: ChunkRef[][] = [];
+  for (const chunk of sorted) {
+    const last = out[out.length - 1];
+    const tail = last?.[last.length - 1];
+    if (last && tail && tail.end === chunk.offset && chunk.end - last[0]!.offset <= maxSpan) last.push(chunk);
+    else out.push([chunk]);
+  }
+  return out;
+}
+
+/** The chunk's uncompressed bytes, checked against its digest (EstargzError CHUNK_DIGEST if not). */
+export async function decodeChunk(format: 'gzip' | 'zstd', chunk: ChunkRef, compressed: Buffer): Promise<Buffer> {
+  const where = `chunk [${chunk.chunkOffset}, +${chunk.chunkSize}) of "${shorten(chunk.file)}" at blob offset ${chunk.offset}`;
+  const want = chunk.innerOffset + chunk.chunkSize;
+  const plain = format === 'zstd' ? zstdDecompressPrefix(compressed, want, where) : await inflatePrefix(compressed, want, where);
+  if (plain.length < want) throw new EstargzError('CHUNK', `${where}: compressed data ends after ${plain.length} of ${want} bytes`);
+  const data = plain.subarray(chunk.innerOffset, want);
+  const actual = `sha256:${createHash('sha256').update(data).digest('hex')}`;
+  if (actual !== chunk.digest) {
+    throw new EstargzError('CHUNK_DIGEST', `${where}: content digest ${actual} does not match the TOC's ${chunk.digest}`);
+  }
+  return data;
+}

@@ -1,0 +1,142 @@
+// mountLazyLayer: an eStargz layer as a read-only FUSE file system whose file data is fetched
+// on first read. Opening costs the footer and the TOC; the prioritized files (before the
+// `.prefetch.landmark`) come in one Range request before the layer is reported ready.
+import { openEstargz, type EstargzReader, type RangeSource } from '../estargz/index.js';
+import { mountFuse, type FuseExit, type FuseMount, type FuseOptions } from '../fuse/index.js';
+import { BackgroundFetcher, type BackgroundFetchOptions, type BackgroundProgress } from './background.js';
+import { ChunkFetcher, type FetchStats } from './chunk-fetcher.js';
+import { ChunkStore } from './chunk-store.js';
+import type { StreamingRangeSource } from './http-source.js';
+import { layerOps } from './layer-ops.js';
+import { LayerTree, type WhiteoutMode } from './layer-tree.js';
+import { prefetch, prefetchLength, type PrefetchResult } from './prefetch.js';
+
+export interface LazyLayerOptions {
+  /** The blob (an HttpRangeSource through the peer, or any RangeSource). */
+  source: RangeSource;
+  /** The layer's `containerd.io/snapshot/stargz/toc.digest`: the TOC must hash to it. */
+  tocDigest: string;
+  /** An existing, empty directory. */
+  mountpoint: string;
+  /** Chunk cache (may be shared by many layers). */
+  cacheDir: string;
+  /** Fetch [0, landmark) before resolving (default true). */
+  prefetch?: boolean;
+  /** Bytes to prefetch when the layer has no landmark at all (stargz-snapshotter's prefetch_size; default 0). */
+  prefetchSize?: number;
+  backgroundFetch?: BackgroundFetchOptions;
+  /** How `.wh.` entries appear (default 'overlayfs', as stargz-snapshotter). */
+  whiteouts?: WhiteoutMode;
+  /** xattrs marking opaque directories (default trusted.overlay.opaque). */
+  opaqueXattrs?: string[];
+  /** FUSE settings; defaults suit an immutable layer (long timeouts, page cache kept). */
+  fuse?: FuseOptions;
+  /** Problems that did not stop the mount (failed prefetch or background chunks, read errors). */
+  onWarning?: (message: string, error?: unknown) => void;
+}
+
+export interface LazyLayerStats extends FetchStats {
+  /** Bytes received by the source, including footer and TOC (when the source counts them). */
+  sourceBytes?: number;
+  sourceRequests?: number;
+  prefetch: PrefetchResult;
+  background?: BackgroundProgress;
+}
+
+export interface LazyLayer {
+  readonly mountpoint: string;
+  readonly tocDigest: string;
+  readonly cacheDir: string;
+  readonly reader: EstargzReader;
+  readonly tree: LayerTree;
+  readonly alive: boolean;
+  /** Resolves when the FUSE session ends. */
+  readonly closed: Promise<FuseExit>;
+  /** When background fetch is enabled: resolves once every chunk has been tried. */
+  readonly backgroundDone?: Promise<void>;
+  stats(): LazyLayerStats;
+  /** Unmounts (see FuseMount.unmount for `lazy` and EBUSY), then stops background work and closes the cache. */
+  unmount(options?: { lazy?: boolean }): Promise<void>;
+}
+
+const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'starling', entryTimeout: 60, attrTimeout: 60, keepCache: true };
+
+export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
+  const warn = options.onWarning ?? (() => {});
+  const reader = await openEstargz(options.source, { tocDigest: options.tocDigest });
+  const tree = new LayerTree(reader, { whiteouts: options.whiteouts, opaqueXattrs: options.opaqueXattrs });
+  const store = await ChunkStore.open(options.cacheDir);
+  const fetcher = new ChunkFetcher(options.source, store, reader.format);
+
+  let prefetched: PrefetchResult = { length: 0, chunks: 0, failed: [] };
+  if (options.prefetch ?? true) {
+    const length = prefetchLength(reader, options.prefetchSize);
+    try {
+      prefetched = await prefetch(reader, streaming(options.source), fetcher, length);
+      for (const error of prefetched.failed) warn(`prefetch: ${error.message}`, error);
+    } catch (error) {
+      // The layer still works without its prefetch: each file is fetched on first read.
+      warn(`prefetch of [0, ${length}) failed: ${(error as Error).message}`, error);
+    }
+  }
+
+  let mount: FuseMount;
+  try {
+    mount = await mountFuse(options.mountpoint, layerOps(tree, fetcher), {
+      ...IMMUTABLE_FUSE_DEFAULTS,
+      ...options.fuse,
+      onError: (error, op) => {
+        warn(`${op}: ${(error as Error).message}`, error);
+        options.fuse?.onError?.(error, op);
+      },
+    });
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+
+  const background = options.backgroundFetch?.enabled
+    ? new BackgroundFetcher(reader.chunks, fetcher, options.backgroundFetch, (error) => warn(`background fetch: ${(error as Error).message}`, error))
+    : undefined;
+
+  const counters = (options.source as { counters?: { bytes: number; requests: number } }).counters;
+  return {
+    mountpoint: mount.mountpoint,
+    tocDigest: reader.tocDigest,
+    cacheDir: store.dir,
+    reader,
+    tree,
+    get alive() {
+      return mount.alive;
+    },
+    closed: mount.closed,
+    backgroundDone: background?.finished,
+    stats: () => ({
+      ...fetcher.stats,
+      sourceBytes: counters?.bytes,
+      sourceRequests: counters?.requests,
+      prefetch: prefetched,
+      background: background ? { ...background.progress } : undefined,
+    }),
+    async unmount(opts = {}) {
+      await mount.unmount(opts); // EBUSY leaves everything running
+      background?.stop();
+      await background?.finished;
+      // A lazy unmount keeps serving open files: the cache stays open until the session ends.
+      if (opts.lazy) void mount.closed.then(() => store.close());
+      else await store.close();
+    },
+  };
+}
+
+/** The source's own stream() when it has one (one request); else one read of the whole range. */
+function streaming(source: RangeSource): StreamingRangeSource {
+  if (typeof (source as Partial<StreamingRangeSource>).stream === 'function') return source as StreamingRangeSource;
+  return {
+    size: source.size,
+    read: (offset, length) => source.read(offset, length),
+    async *stream(offset, length) {
+      yield await source.read(offset, length);
+    },
+  };
+}
