@@ -15,17 +15,19 @@ const listenAddress = z.string().refine(
   { message: 'expected HOST:PORT, for example 127.0.0.1:65001' },
 );
 
-const registryUrl = z.string().refine(
-  (value) => {
-    try {
-      const url = new URL(value);
-      return (url.protocol === 'http:' || url.protocol === 'https:') && url.pathname === '/' && !url.search;
-    } catch {
-      return false;
-    }
-  },
-  { message: 'expected a registry URL such as https://registry.example.com or http://127.0.0.1:5000' },
-);
+/** An http(s) URL with no path: a registry's or the manager's base URL. */
+const baseUrl = (example: string) =>
+  z.string().refine(
+    (value) => {
+      try {
+        const url = new URL(value);
+        return (url.protocol === 'http:' || url.protocol === 'https:') && url.pathname === '/' && !url.search;
+      } catch {
+        return false;
+      }
+    },
+    { message: `expected a base URL such as ${example}` },
+  );
 
 /** The peer's configuration file (YAML) and flags, in one validated shape. Unknown keys are errors. */
 export const peerConfigSchema = z
@@ -42,7 +44,7 @@ export const peerConfigSchema = z
         insecure: z
           .array(z.string().refine(isRegistryHost, { message: 'expected HOST[:PORT]' }))
           .default([]),
-        default: registryUrl.optional(),
+        default: baseUrl('https://registry.example.com or http://127.0.0.1:5000').optional(),
       })
       .strict()
       .default({ insecure: [] }),
@@ -63,8 +65,10 @@ export const peerConfigSchema = z
       .default({ rateLimit: 0 }),
     swarm: z
       .object({
-        /** Scheduler addresses; none means the peer works alone as a pull-through cache. */
+        /** Scheduler addresses; none (and no manager) means the peer works alone as a pull-through cache. */
         schedulers: z.array(listenAddress).default([]),
+        /** The manager's URL: it tells the peer its schedulers and sends it preheat jobs. */
+        manager: baseUrl('http://10.0.0.1:8080').optional(),
         uploadListen: listenAddress.default('127.0.0.1:65002'),
         /** The address other peers use to reach the upload server; defaults to its listen host. */
         advertiseIp: z.string().optional(),

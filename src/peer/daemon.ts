@@ -78,7 +78,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
   const closers: Array<() => Promise<void>> = [];
   let uploadAddress: string | undefined;
 
-  if (config.swarm.schedulers.length > 0) {
+  if (config.swarm.schedulers.length > 0 || config.swarm.manager) {
     const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
     const uploadSlots = config.swarm.uploadSlots ?? (config.swarm.seed ? 32 : 8);
     const uploads = new UploadService({
@@ -90,6 +90,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       log,
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
       seedTrigger: config.swarm.seed ? (body) => swarm!.seedTask(body) : undefined,
+      preheat: { start: (body) => swarm!.preheatTask(body), status: (digest) => swarm!.fetchStatus(digest) },
     });
     const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, 'upload');
     uploadAddress = upload.address;
@@ -99,6 +100,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     swarm = new Swarm(
       {
         schedulers: config.swarm.schedulers,
+        manager: config.swarm.manager ? { url: new URL(config.swarm.manager), mirrorUrl: `http://${config.mirror.listen}` } : undefined,
         hostId: config.swarm.hostId ?? defaultHostId(advertiseIp, listen.port),
         clusterToken,
         advertiseIp,

@@ -41,7 +41,7 @@ describe('peer configuration', () => {
       (error: Error) => {
         assert.match(error.message, /unknown key "mirorr"/);
         assert.match(error.message, /storage\.quota: invalid size "lots"/);
-        assert.match(error.message, /registries\.default: expected a registry URL/);
+        assert.match(error.message, /registries\.default: expected a base URL/);
         assert.match(error.message, /registries\.insecure\.0: expected HOST\[:PORT\]/);
         return true;
       },

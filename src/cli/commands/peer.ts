@@ -17,6 +17,7 @@ export function registerPeerCommand(program: Command): void {
     .option('--quota <size>', 'disk quota for blob data, e.g. 20GiB')
     .option('--download-rate-limit <rate>', 'download rate limit from the origin, e.g. 100MB or 800Mbit (0 = none)')
     .option('--scheduler <host:port,...>', 'schedulers to join (comma-separated); without one the peer works alone')
+    .option('--manager <url>', 'the manager: it names the schedulers and sends preheat jobs')
     .option('--upload-listen <host:port>', 'where other peers fetch pieces (default 127.0.0.1:65002)')
     .option('--advertise-ip <ip>', 'the address other peers use to reach the upload server')
     .option('--host-id <id>', 'this host\'s id in the swarm (default: hostname-ip-port)')
@@ -42,6 +43,7 @@ export function registerPeerCommand(program: Command): void {
           download: { rateLimit: options.downloadRateLimit },
           swarm: {
             schedulers: options.scheduler ? String(options.scheduler).split(',').map((s: string) => s.trim()).filter(Boolean) : undefined,
+            manager: options.manager,
             uploadListen: options.uploadListen,
             advertiseIp: options.advertiseIp,
             hostId: options.hostId,

@@ -21,7 +21,7 @@ interface SchedulerEndpoint {
  * rendezvous hashing, moving to the next one when that scheduler is unreachable.
  */
 export class SchedulerClient {
-  private readonly endpoints: SchedulerEndpoint[];
+  private endpoints: SchedulerEndpoint[] = [];
   private keepalive?: NodeJS.Timeout;
   private intervalMs = 5_000;
 
@@ -30,18 +30,35 @@ export class SchedulerClient {
     private readonly clusterToken: string | undefined,
     private readonly log: Logger,
   ) {
+    this.setAddresses(addresses);
+  }
+
+  get addresses(): string[] {
+    return this.endpoints.map((endpoint) => endpoint.address);
+  }
+
+  /** Follows the scheduler list (from flags, or from the manager as schedulers come and go). */
+  setAddresses(addresses: string[]): void {
+    const wanted = new Set(addresses);
+    for (const endpoint of this.endpoints) if (!wanted.has(endpoint.address)) endpoint.client.close();
+    const kept = this.endpoints.filter((endpoint) => wanted.has(endpoint.address));
     const Service = SchedulerService();
-    this.endpoints = addresses.map((address) => ({
-      address,
-      client: new Service(address, grpc.credentials.createInsecure(), {
-        'grpc.keepalive_time_ms': 20_000,
-        'grpc.max_receive_message_length': 16 * 1024 * 1024,
-        'grpc.initial_reconnect_backoff_ms': 200,
-        'grpc.max_reconnect_backoff_ms': 2_000,
-      }) as SchedulerEndpoint['client'],
-      healthy: true,
-      announced: false,
-    }));
+    for (const address of wanted) {
+      if (kept.some((endpoint) => endpoint.address === address)) continue;
+      kept.push({
+        address,
+        client: new Service(address, grpc.credentials.createInsecure(), {
+          'grpc.keepalive_time_ms': 20_000,
+          'grpc.max_receive_message_length': 16 * 1024 * 1024,
+          'grpc.initial_reconnect_backoff_ms': 200,
+          'grpc.max_reconnect_backoff_ms': 2_000,
+        }) as SchedulerEndpoint['client'],
+        healthy: true,
+        announced: false,
+      });
+      if (this.host) void this.announce(kept[kept.length - 1]!, this.host());
+    }
+    this.endpoints = kept;
   }
 
   private metadata(): grpc.Metadata {

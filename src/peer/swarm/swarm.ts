@@ -10,11 +10,14 @@ import type { BlobTask } from '../blob-task.js';
 import { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sources/piece-source.js';
 import type { TaskManager } from '../task-manager.js';
+import { keepaliveFromHost, ManagerClient } from './manager-client.js';
 import { SchedulerClient } from './scheduler-client.js';
 import { SwarmDownload, type SwarmSettings } from './swarm-download.js';
 
 export interface SwarmOptions extends SwarmSettings {
   schedulers: string[];
+  /** The manager that hands out schedulers (and sends preheats); optional. */
+  manager?: { url: URL; mirrorUrl: string };
   advertiseIp: string;
   uploadPort: number;
   seed: boolean;
@@ -48,7 +51,29 @@ export class Swarm {
     this.schedulers = new SchedulerClient(options.schedulers, options.clusterToken, log);
   }
 
+  private managerClient?: ManagerClient;
+
   async start(): Promise<void> {
+    const manager = this.options.manager;
+    if (manager) {
+      this.managerClient = new ManagerClient(manager.url, this.options.clusterToken, this.log);
+      await this.managerClient.start(
+        () =>
+          keepaliveFromHost(
+            this.hostInfo(),
+            manager.mirrorUrl,
+            this.tasks.list().map((task) => ({ digest: task.digest, size: task.size, complete: task.complete, bytesFrom: { ...task.bytesBySource } })),
+          ),
+        (addresses) => {
+          // Flags name schedulers too; the manager's list comes on top of them.
+          const all = [...new Set([...this.options.schedulers, ...addresses])];
+          if (all.join(',') !== this.schedulers.addresses.join(',')) {
+            this.log.info({ schedulers: all }, 'schedulers from the manager');
+            this.schedulers.setAddresses(all);
+          }
+        },
+      );
+    }
     await this.schedulers.startAnnouncing(() => this.hostInfo());
     // Blobs kept from before a restart are offered to the swarm again.
     for (const task of this.tasks.list()) if (task.complete) this.downloadFor(task).announceHolding();
@@ -97,6 +122,31 @@ export class Swarm {
   /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm. */
   async seedTask(body: unknown): Promise<void> {
     if (!this.options.seed) throw new Error('this peer is not a seed');
+    await this.fetchTask(body, 'seed');
+  }
+
+  /** `POST /_starling/preheat` from the manager: fetch the task through the swarm ahead of need. */
+  async preheatTask(body: unknown): Promise<void> {
+    await this.fetchTask(body, 'preheat');
+  }
+
+  /** How a preheated (or seeded) task is doing, for the manager's job progress. */
+  fetchStatus(digest: string): { digest: string; size: number; storedBytes: number; complete: boolean; error?: string } | undefined {
+    const lease = this.tasks.lease(digest);
+    const error = this.fetchErrors.get(digest);
+    if (!lease) return error ? { digest, size: 0, storedBytes: 0, complete: false, error } : undefined;
+    try {
+      const { task } = lease;
+      return { digest, size: task.size, storedBytes: task.blob.storedBytes, complete: task.complete, ...(error ? { error } : {}) };
+    } finally {
+      lease.release();
+    }
+  }
+
+  private readonly fetchErrors = new Map<string, string>();
+
+  /** Fetches a whole task on someone else's behalf (the scheduler's seed trigger, the manager's preheat). */
+  private async fetchTask(body: unknown, why: 'seed' | 'preheat'): Promise<void> {
     const request = parseSeedRequest(body);
     if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
       throw new Error(`piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`);
@@ -108,13 +158,23 @@ export class Swarm {
       lease.release();
       throw new Error(`task ${request.taskId} is stored here with ${task.size} bytes, not ${request.contentLength}`);
     }
+    this.fetchErrors.delete(task.digest);
     const origin = new OriginSource(new URL(request.origin.url), request.origin.headers, this.transport, this.downloadLimiter, this.log);
-    this.log.info({ task: task.digest, origin: new URL(request.origin.url).host }, 'seed fetching task for the swarm');
+    this.log.info({ task: task.digest, origin: new URL(request.origin.url).host, why }, 'fetching task for the swarm');
     task.request(0, task.layout.pieceCount - 1, this.sourceFor(task, origin));
     task
       .whenVerified()
-      .catch((error: Error) => this.log.warn({ task: task.digest, err: error.message }, 'seed fetch failed'))
+      .catch((error: Error) => {
+        this.fetchErrors.set(task.digest, error.message);
+        this.log.warn({ task: task.digest, err: error.message, why }, 'fetch for the swarm failed');
+      })
       .finally(() => lease.release());
+    // A fetch that fails before verification (origin refused, pieces lost) is reported too.
+    for (let index = 0; index < task.layout.pieceCount; index++) {
+      task.waitForPiece(index).catch((error: Error) => {
+        if (!task.hasPiece(index)) this.fetchErrors.set(task.digest, error.message);
+      });
+    }
   }
 
   private downloadFor(task: BlobTask): SwarmDownload {
@@ -129,6 +189,7 @@ export class Swarm {
   }
 
   async close(): Promise<void> {
+    this.managerClient?.stop();
     for (const download of [...this.downloads.values()]) download.close('peer shutting down');
     await this.schedulers.leave(this.options.hostId);
     this.schedulers.close();

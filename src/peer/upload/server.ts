@@ -10,6 +10,7 @@ import { encodeBitmap, type PieceBoard } from './piece-board.js';
 
 export const PIECE_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)$/;
 export const BITMAP_PATH = /^\/_starling\/tasks\/(sha256:[0-9a-f]{64})\/pieces$/;
+export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 const WRITE_CHUNK = 256 * 1024;
 const MAX_LONG_POLL_MS = 30_000;
 
@@ -24,6 +25,11 @@ export interface UploadServiceDeps {
   onUploaded(bytes: number): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (body: unknown) => Promise<void>;
+  /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
+  preheat?: {
+    start(body: unknown): Promise<void>;
+    status(digest: string): unknown;
+  };
 }
 
 export class UploadService {
@@ -53,7 +59,13 @@ export class UploadService {
     if (piece && req.method === 'GET') return this.servePiece(res, piece[1]!, Number(piece[2]));
     const bitmap = BITMAP_PATH.exec(path);
     if (bitmap && req.method === 'GET') return this.serveBitmap(req, res, bitmap[1]!, new URLSearchParams(queryText ?? ''));
-    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptSeedTrigger(req, res);
+    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptTrigger(req, res, this.deps.seedTrigger, 'this peer is not a seed');
+    if (path === '/_starling/preheat' && req.method === 'POST') return this.acceptTrigger(req, res, this.deps.preheat?.start, 'preheat is not enabled');
+    const preheat = PREHEAT_STATUS_PATH.exec(path);
+    if (preheat && req.method === 'GET' && this.deps.preheat) {
+      const status = this.deps.preheat.status(preheat[1]!);
+      return this.reply(res, status ? 200 : 404, status ?? { error: `no preheat of ${preheat[1]} here` });
+    }
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
 
@@ -116,8 +128,13 @@ export class UploadService {
     }
   }
 
-  private async acceptSeedTrigger(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (!this.deps.seedTrigger) return this.reply(res, 403, { error: 'this peer is not a seed' });
+  private async acceptTrigger(
+    req: IncomingMessage,
+    res: ServerResponse,
+    handler: ((body: unknown) => Promise<void>) | undefined,
+    refusal: string,
+  ): Promise<void> {
+    if (!handler) return this.reply(res, 403, { error: refusal });
     let body: unknown;
     try {
       body = JSON.parse(await readBody(req, 64 * 1024));
@@ -125,7 +142,7 @@ export class UploadService {
       return this.reply(res, 400, { error: `bad seed request: ${(error as Error).message}` });
     }
     try {
-      await this.deps.seedTrigger(body);
+      await handler(body);
     } catch (error) {
       return this.reply(res, 400, { error: (error as Error).message });
     }
