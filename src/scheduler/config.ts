@@ -45,6 +45,10 @@ export const schedulerConfigSchema = z
     listen: z.string().default('127.0.0.1:8002'),
     metricsListen: z.string().default('127.0.0.1:8003'),
     clusterTokenFile: z.string().optional(),
+    /** The manager's base URL: the scheduler registers there and takes its cluster's settings from it. */
+    manager: z.string().url().optional(),
+    /** The scheduler cluster to join in the manager (default: the manager's default cluster). */
+    clusterName: z.string().min(1).optional(),
     keepaliveIntervalMs: z.number().int().min(100).default(5_000),
     /** How often peers short of parents get another look. */
     tickMs: z.number().int().min(50).default(2_000),

@@ -1,4 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
+import { networkInterfaces } from 'node:os';
 import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry } from '../common/metrics.js';
@@ -6,6 +7,7 @@ import { parseListenAddress, formatHostPort } from '../common/net.js';
 import { readTokenFile } from '../common/token.js';
 import { SchedulerService } from '../rpc/proto.js';
 import type { SchedulerConfig } from './config.js';
+import { ManagerLink } from './manager-link.js';
 import { createSchedulerMetrics } from './metrics.js';
 import { Resources } from './resources.js';
 import { Scheduling } from './scheduling.js';
@@ -78,6 +80,20 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     'scheduler metrics',
   );
 
+  let managerLink: ManagerLink | undefined;
+  if (config.manager) {
+    managerLink = new ManagerLink(
+      new URL(config.manager),
+      { ip: advertisedIp(listen.host), port, clusterName: config.clusterName },
+      clusterToken,
+      (settings) => {
+        scheduling.config = settings;
+      },
+      log,
+    );
+    await managerLink.start();
+  }
+
   const timers = [
     setInterval(() => scheduling.tick(), config.tickMs),
     setInterval(() => {
@@ -93,10 +109,20 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     metricsAddress: metricsServer.address,
     scheduling,
     async close() {
+      managerLink?.stop();
       for (const timer of timers) clearInterval(timer);
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       server.forceShutdown();
       await closeHttp(metricsServer.server);
     },
   };
+}
+
+/** The address peers should dial: the listen address, or this host's first external IPv4 when listening on all. */
+function advertisedIp(listenHost: string): string {
+  if (listenHost !== '0.0.0.0' && listenHost !== '::') return listenHost;
+  for (const addresses of Object.values(networkInterfaces())) {
+    for (const address of addresses ?? []) if (address.family === 'IPv4' && !address.internal) return address.address;
+  }
+  return '127.0.0.1';
 }

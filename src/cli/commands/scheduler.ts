@@ -11,6 +11,8 @@ export function registerSchedulerCommand(program: Command): void {
     .description('run the scheduler: picks parents for peers, decides who reads the origin, triggers seeds')
     .option('--listen <host:port>', 'gRPC address (default 127.0.0.1:8002)')
     .option('--metrics-listen <host:port>', 'Prometheus /metrics address (default 127.0.0.1:8003)')
+    .option('--manager <url>', 'the manager: register there and take the scheduler cluster\'s settings from it')
+    .option('--cluster-name <name>', 'the scheduler cluster to join in the manager')
     .option('--cluster-token-file <file>', 'token peers must present; also sent to seeds when triggering them')
     .option('--candidate-parent-limit <n>', 'parents handed to each peer', (v) => Number(v))
     .option('--back-to-source-limit <n>', 'peers per task that may read the origin at once', (v) => Number(v))
@@ -23,6 +25,8 @@ export function registerSchedulerCommand(program: Command): void {
           listen: options.listen,
           metricsListen: options.metricsListen,
           clusterTokenFile: options.clusterTokenFile,
+          manager: options.manager,
+          clusterName: options.clusterName,
           scheduling:
             options.candidateParentLimit !== undefined || options.backToSourceLimit !== undefined
               ? { candidateParentLimit: options.candidateParentLimit, backToSourceLimit: options.backToSourceLimit }
