@@ -24,6 +24,8 @@ export class ParentLink {
   consecutiveFailures = 0;
   /** Bytes per millisecond, moving average of finished pieces. */
   rate = 0;
+  /** The parent said all its upload slots were busy: leave it alone until then. */
+  busyUntil = 0;
   private known = -1;
   private readonly stop = new AbortController();
 
@@ -111,6 +113,7 @@ export class ParentLink {
     });
     if (response.statusCode === 429) {
       await response.body.dump();
+      this.busyUntil = Date.now() + 250;
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
     if (response.statusCode === 404) {

@@ -327,8 +327,9 @@ export class SwarmDownload {
 
   private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
     let best: ParentLink | undefined;
+    const now = Date.now();
     for (const link of this.links.values()) {
-      if (link === except || !link.pieces.has(index) || link.inflight >= this.settings.perParent) continue;
+      if (link === except || !link.pieces.has(index) || link.inflight >= this.settings.perParent || link.busyUntil > now) continue;
       if (!best || link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)) best = link;
     }
     return best;
