@@ -402,6 +402,7 @@ export class SwarmDownload {
 
   private checkProgress(): void {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
+    this.pump(); // parents that were busy may have free slots again
     const idle = Date.now() - this.lastProgress;
     if (idle > 2 * this.settings.stallMs) return this.goToOrigin(`nothing stored for ${idle} ms`);
     if (idle > this.settings.stallMs && this.attempts.size === 0) {
