@@ -34,6 +34,9 @@ function deferred(): Deferred {
 }
 
 const RETRIES_PER_RUN = 3;
+/** Bytes of recent pieces a task keeps in memory, and the most pieces it may keep to finish its hash. */
+const RECENT_BYTES = 16 * 1024 * 1024;
+const RECENT_PIECES_MAX = 16;
 
 /**
  * One blob being served and fetched. The task id is the blob digest. It makes sure each missing
@@ -45,6 +48,7 @@ export class BlobTask {
   readonly layout: PieceLayout;
   private readonly inflight = new Map<number, Deferred>();
   private readonly verification = deferred();
+  private readonly persisted = deferred();
   private hashedPieces = 0;
   private readonly hasher: Hash;
   private hashing: Promise<void> = Promise.resolve();
@@ -53,6 +57,11 @@ export class BlobTask {
   private readonly writing = new Set<number>();
   /** Clients reading the whole blob from its start: the swarm fetches the head first for them. */
   streamingReaders = 0;
+  /**
+   * The last pieces stored, kept in memory for the whole-blob hash and for clients streaming
+   * the blob as it arrives, so neither has to read them back from disk.
+   */
+  private readonly recent = new Map<number, Buffer>();
   readonly bytesBySource: Record<PieceOrigin, number> = { origin: 0, peer: 0, seed: 0 };
 
   constructor(
@@ -66,6 +75,7 @@ export class BlobTask {
     if (blob.complete) {
       this.hashedPieces = this.layout.pieceCount;
       this.verification.resolve();
+      this.persisted.resolve();
     }
   }
 
@@ -85,6 +95,11 @@ export class BlobTask {
   /** Resolves when the whole blob has been verified against its digest. */
   whenVerified(): Promise<void> {
     return this.verification.promise;
+  }
+
+  /** Resolves when the verified blob is also flushed to disk and recorded as complete. */
+  whenPersisted(): Promise<void> {
+    return this.persisted.promise;
   }
 
   /** Starts fetching whatever of pieces [first, last] is neither stored nor already on its way. */
@@ -183,8 +198,33 @@ export class BlobTask {
     } finally {
       this.writing.delete(index);
     }
+    this.remember(index, bytes);
     this.settle(index);
-    this.foldIntoBlobHash(index === this.hashedPieces ? { index, bytes } : undefined);
+    this.foldIntoBlobHash();
+  }
+
+  /** A stored piece's bytes if they are still in memory. */
+  recentPiece(index: number): Buffer | undefined {
+    return this.recent.get(index);
+  }
+
+  private remember(index: number, bytes: Buffer): void {
+    this.recent.set(index, bytes);
+    let held = 0;
+    for (const buffer of this.recent.values()) held += buffer.length;
+    // Drop the oldest pieces first, sparing those the running hash has yet to consume unless
+    // too many are waiting (a gap in the prefix): those are read back from disk instead.
+    for (const [oldest, buffer] of [...this.recent]) {
+      if (held <= RECENT_BYTES) break;
+      if (oldest >= this.hashedPieces && this.recent.size <= RECENT_PIECES_MAX) continue;
+      this.recent.delete(oldest);
+      held -= buffer.length;
+    }
+  }
+
+  /** Lets go of in-memory pieces once nobody streams the blob as it arrives. */
+  releaseMemory(): void {
+    if (this.streamingReaders === 0 && this.blob.complete) this.recent.clear();
   }
 
   /** Marks pieces as expected from a fetch the caller runs itself (the swarm), so waiters can wait. */
@@ -206,12 +246,13 @@ export class BlobTask {
   }
 
   /** Advances the whole-blob hash over the stored prefix, in order, one pass at a time. */
-  private foldIntoBlobHash(fresh?: { index: number; bytes: Buffer }): void {
+  private foldIntoBlobHash(): void {
     this.hashing = this.hashing.then(async () => {
       while (!this.failure && this.hashedPieces < this.layout.pieceCount && this.blob.hasPiece(this.hashedPieces)) {
         const index = this.hashedPieces;
-        if (fresh && fresh.index === index) {
-          this.hasher.update(fresh.bytes);
+        const inMemory = this.recent.get(index);
+        if (inMemory) {
+          this.hasher.update(inMemory);
         } else {
           const { offset, length } = pieceBounds(this.layout, index);
           const buffer = Buffer.allocUnsafe(length);
@@ -231,8 +272,18 @@ export class BlobTask {
       await this.fail(error);
       return;
     }
-    await this.blob.markComplete();
+    // Clients may have their last bytes now: they are verified. The complete flag follows the fsync.
     this.verification.resolve();
+    try {
+      await this.blob.markComplete();
+    } catch (error) {
+      // Not recorded as complete: after a restart its pieces are checked again and it is finished then.
+      this.log.warn({ digest: this.digest, err: (error as Error).message }, 'could not record the blob as complete');
+      this.persisted.reject(error as Error);
+      return;
+    }
+    this.persisted.resolve();
+    this.releaseMemory();
     this.events.verified(this);
   }
 
@@ -242,6 +293,7 @@ export class BlobTask {
     this.failure = error;
     this.log.error({ digest: this.digest, err: error.message }, 'blob failed verification; discarding it');
     this.verification.reject(error);
+    this.persisted.reject(error);
     for (const index of [...this.inflight.keys()]) this.settle(index, error);
     await this.store.remove(this.digest);
     this.events.failed(this, error);

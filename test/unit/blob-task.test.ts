@@ -93,7 +93,7 @@ describe('BlobTask with an origin source', () => {
     const last = task.layout.pieceCount - 1;
     task.request(0, last, source(origin));
     task.request(0, last, source(origin));
-    await Promise.all([task.waitForPiece(last), task.waitForPiece(0), task.whenVerified()]);
+    await Promise.all([task.waitForPiece(last), task.waitForPiece(0), task.whenPersisted()]);
     assert.equal(origin.requests.length, 1);
     assert.equal(origin.requests[0]!.range, undefined, 'a whole-blob run is a plain GET');
     assert.ok(task.complete);
@@ -116,7 +116,7 @@ describe('BlobTask with an origin source', () => {
     const task = await makeTask();
     task.request(2, 2, source(origin));
     await task.waitForPiece(2);
-    await task.whenVerified();
+    await task.whenPersisted();
     assert.ok((await readAll(task)).equals(data));
     await origin.close();
   });
@@ -134,7 +134,7 @@ describe('BlobTask with an origin source', () => {
     const origin = await startOrigin(data, 'drop-once');
     const task = await makeTask();
     task.request(0, task.layout.pieceCount - 1, source(origin));
-    await task.whenVerified();
+    await task.whenPersisted();
     assert.equal(origin.requests.length, 2);
     assert.equal(origin.requests[1]!.range, `bytes=${MIN_PIECE_SIZE}-${data.length - 1}`);
     assert.ok((await readAll(task)).equals(data));

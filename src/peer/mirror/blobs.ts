@@ -130,6 +130,7 @@ export class BlobService {
         await this.streamRange(res, task, { start: 0, end: size - 1 }, source, true);
       } finally {
         task.streamingReaders--;
+        task.releaseMemory();
       }
       return void res.end();
     }
@@ -185,6 +186,13 @@ export class BlobService {
       const bounds = pieceBounds(task.layout, index);
       let position = Math.max(range.start, bounds.offset);
       const stop = Math.min(range.end, bounds.offset + bounds.length - 1);
+      const inMemory = task.recentPiece(index);
+      if (inMemory) {
+        // Just arrived: send it from memory rather than reading it back from disk.
+        await writeChunk(res, inMemory.subarray(position - bounds.offset, stop - bounds.offset + 1));
+        this.deps.metrics.servedBytes.inc(stop - position + 1);
+        continue;
+      }
       while (position <= stop) {
         const length = Math.min(READ_CHUNK, stop - position + 1);
         const buffer = Buffer.allocUnsafe(length);

@@ -4,6 +4,9 @@ import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
 import { UpstreamStatusError, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
 
+/** Pieces handed to the sink but not yet stored, while reading goes on. */
+const PIPELINE_DEPTH = 2;
+
 /** Headers of an origin response worth relaying to a client that is refused. */
 export function relayableHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
   const out: Record<string, string> = {};
@@ -95,6 +98,14 @@ export class OriginSource implements PieceSource {
     let piece = Buffer.allocUnsafe(bounds.length);
     let filled = 0;
     let position = bodyStart;
+    // Pieces being hashed and written while the next ones are read from the network.
+    const pending: Promise<void>[] = [];
+    const deliver = async (at: number, bytes: Buffer) => {
+      const stored = sink(at, bytes);
+      stored.catch(() => undefined); // awaited below, in order
+      pending.push(stored);
+      if (pending.length > PIPELINE_DEPTH) await pending.shift();
+    };
     try {
       // A zero-length blob still has one (empty) piece to deliver.
       if (bounds.length === 0) {
@@ -111,7 +122,7 @@ export class OriginSource implements PieceSource {
           filled += take;
           consumed += take;
           if (filled === bounds.length) {
-            await sink(index, piece);
+            await deliver(index, piece);
             index++;
             if (index >= layout.pieceCount) break;
             bounds = pieceBounds(layout, index);
@@ -122,8 +133,10 @@ export class OriginSource implements PieceSource {
         position += chunk.length;
       }
       if (position !== bodyEnd + 1) throw new Error(`origin closed the connection after ${position - bodyStart} of ${bodyEnd + 1 - bodyStart} bytes`);
+      await Promise.all(pending);
     } catch (error) {
       body.destroy();
+      await Promise.allSettled(pending);
       throw error;
     }
   }

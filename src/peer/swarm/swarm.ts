@@ -163,7 +163,7 @@ export class Swarm {
     this.log.info({ task: task.digest, origin: new URL(request.origin.url).host, why }, 'fetching task for the swarm');
     task.request(0, task.layout.pieceCount - 1, this.sourceFor(task, origin));
     task
-      .whenVerified()
+      .whenPersisted()
       .catch((error: Error) => {
         this.fetchErrors.set(task.digest, error.message);
         this.log.warn({ task: task.digest, err: error.message, why }, 'fetch for the swarm failed');
