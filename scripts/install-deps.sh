@@ -10,6 +10,7 @@ PACKAGES=(
   golang-go golang-github-containerd-stargz-snapshotter-dev stargz-snapshotter
   fuse3 libfuse3-dev attr
   curl ethtool aria2 opentracker mktorrent
+  postgresql debootstrap
 )
 
 missing=()

@@ -1,0 +1,114 @@
+// Scenario (a): every node pulls the same blob straight from the origin registry.
+//
+//   npx tsx bench/direct-pull.ts --nodes 8 [--size 16MiB] [--node-rate 20mbit] [--origin-rate 80mbit]
+//
+// An emulated cluster (bench/lib/cluster.ts): a real docker-registry (distribution 2.8) in
+// the origin's namespace behind the origin's capped NIC, N nodes in their own namespaces
+// behind their capped NICs. The blob (random bytes) is pushed over the origin's loopback
+// first; then all nodes GET /v2/<repo>/blobs/<digest> at once with curl, each piping the
+// body through sha256sum. Reports per-node completion times, the origin's egress in copies
+// of the blob (from its NIC's counters), the Kumar–Ross lower bound T* and last/T*.
+
+import path from 'node:path';
+import { writeRandomFile } from '../test/fixtures/images.js';
+import { blobBytesSent } from '../test/fixtures/registry.js';
+import { makeTempDir } from '../test/fixtures/processes.js';
+import { clusterLowerBound, createCluster, nowSeconds, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
+import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
+import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { fixed, table } from './lib/stats.js';
+
+const a = scenarioArgs('direct-pull');
+warnIfOverBudget(a);
+const F = a.sizeBytes;
+const N = a.nodes;
+const REPO = 'bench/blob';
+
+const work = await makeTempDir('starling-bench-direct-');
+let cluster: Cluster | undefined;
+let registry: NsRegistry | undefined;
+try {
+  const blobFile = path.join(work.path, 'blob');
+  const { sha256 } = await writeRandomFile(blobFile, F, `direct-pull-${F}`);
+  const digest = `sha256:${sha256}`;
+
+  cluster = await createCluster({ nodes: N, nodeRate: a.nodeRate, originRate: a.originRate });
+  registry = await startNsRegistry(cluster, cluster.origin);
+  await registry.pushBlobFile(REPO, blobFile, digest);
+  const url = `${registry.url}/v2/${REPO}/blobs/${digest}`;
+
+  const c = cluster;
+  const before = await c.counters(c.origin);
+  const softnet0 = softnetDrops();
+  const cpu = startCpuSampler(500, () => c.cpuSeconds());
+  const t0 = nowSeconds();
+  const timings = await Promise.all(
+    c.nodes.map(async (node) => {
+      const res = await c.exec(
+        node,
+        'bash',
+        [
+          '-c',
+          `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`,
+          url,
+        ],
+        { timeoutMs: 3_600_000 },
+      );
+      const done = nowSeconds() - t0;
+      const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(res.stderr);
+      if (!m || Number(m[2]) !== F) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
+      const got = res.stdout.trim().split(/\s+/)[0];
+      if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
+      return { node: node.name, done, curlSeconds: Number(m[3]) } satisfies NodeTiming & { curlSeconds: number };
+    }),
+  );
+  const cpuReport = cpu.stop();
+  const after = await c.counters(c.origin);
+
+  const egressWire = after.txBytes - before.txBytes;
+  const egressPayload = tcpPayloadBytes(egressWire, after.txPackets - before.txPackets);
+  // What the registry says it wrote for GETs of this blob (its access log), as a cross-check.
+  const logged = blobBytesSent(registry.requests(), digest);
+  const lb = clusterLowerBound(F, c.origin, c.nodes);
+  const s = summarize(timings);
+  const directBound = (N * F) / (c.origin.rate.up! / 8); // the best any direct pull can do
+  const result = {
+    kind: 'direct-pull',
+    nodes: N,
+    sizeBytes: F,
+    nodeRate: a.nodeRate,
+    originRate: a.originRate,
+    lowerBound: lb,
+    firstSeconds: s.first,
+    medianSeconds: s.median,
+    lastSeconds: s.last,
+    ratio: s.last / lb.seconds,
+    directBoundSeconds: directBound,
+    originEgressCopies: egressPayload / F,
+    originEgressWireCopies: egressWire / F,
+    registryLoggedCopies: logged / F,
+    cpu: cpuReport,
+    softnetDrops: softnetDrops() - softnet0,
+    perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3), curl: t.curlSeconds })),
+  };
+
+  console.log(`direct pull: ${N} nodes × ${a.sizeText} (${F} B) from docker-registry; nodes ${a.nodeRate}, origin ${a.originRate}`);
+  console.log(boundLine(lb));
+  console.log(
+    table(
+      ['scenario', 'N', 'size', 'node', 'origin', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'N·F/u_s s', 'origin egress (copies)'],
+      [[
+        'direct pull', String(N), a.sizeText, a.nodeRate, a.originRate,
+        fixed(lb.seconds), fixed(s.first), fixed(s.median), fixed(s.last), fixed(result.ratio),
+        fixed(directBound), `${fixed(result.originEgressCopies)} (wire ${fixed(result.originEgressWireCopies)})`,
+      ]],
+    ),
+  );
+  console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
+  console.log(cpuLine(cpuReport));
+  console.log(JSON.stringify(result));
+} finally {
+  await registry?.stop().catch(() => {});
+  await cluster?.destroy();
+  await work.remove();
+}

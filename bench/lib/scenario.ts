@@ -1,0 +1,116 @@
+// What the cluster benchmarks (direct pull, BitTorrent baseline, later the Starling swarm)
+// share: the command line, the budget check, the test blob, and the summary of a run.
+
+import { parseArgs } from 'node:util';
+import { formatRate, parseRate, type CpuReport, type LowerBound } from './cluster.js';
+import { fixed, median, parseSize } from './stats.js';
+
+export interface ScenarioArgs {
+  nodes: number;
+  sizeBytes: number;
+  sizeText: string;
+  nodeRate: string;
+  originRate: string;
+  /** Extra options of the script, as given. */
+  extra: Record<string, string | boolean | undefined>;
+}
+
+/** Total emulated traffic (Mbit/s) above which the two cores, not tc, set the pace (DESIGN.md: ~100 MB/s). */
+export const BUDGET_MBIT = 800;
+
+/**
+ * --nodes 8 --size 16MiB --node-rate 20mbit --origin-rate <4 × node rate>, plus the
+ * script's own options. Exits with a usage message on --help or bad input.
+ */
+export function scenarioArgs(
+  script: string,
+  extraOptions: Record<string, { type: 'string' | 'boolean'; default?: string | boolean; help: string }> = {},
+): ScenarioArgs {
+  const options = {
+    nodes: { type: 'string' as const, default: '8' },
+    size: { type: 'string' as const, default: '16MiB' },
+    'node-rate': { type: 'string' as const, default: '20mbit' },
+    'origin-rate': { type: 'string' as const },
+    help: { type: 'boolean' as const, default: false },
+    ...Object.fromEntries(Object.entries(extraOptions).map(([k, v]) => [k, { type: v.type, default: v.default }])),
+  };
+  const usage = () =>
+    [
+      `usage: npx tsx bench/${script}.ts [--nodes 8] [--size 16MiB] [--node-rate 20mbit] [--origin-rate 80mbit]`,
+      '  --nodes N          receiving nodes (each in its own network namespace)',
+      '  --size S           blob size (16MiB, 64MiB, 50MB…)',
+      '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
+      '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × node rate',
+      ...Object.entries(extraOptions).map(([k, v]) => `  --${k.padEnd(16)} ${v.help}`),
+    ].join('\n');
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({ options, strict: true }).values as Record<string, string | boolean | undefined>;
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${usage()}`);
+    process.exit(2);
+  }
+  if (values.help) {
+    console.log(usage());
+    process.exit(0);
+  }
+  try {
+    const nodes = Number(values.nodes);
+    if (!Number.isInteger(nodes) || nodes < 1 || nodes > 1000) throw new Error(`--nodes must be 1…1000, got ${values.nodes}`);
+    const sizeText = String(values.size);
+    const sizeBytes = parseSize(sizeText);
+    const nodeBits = parseRate(String(values['node-rate']));
+    const originBits = values['origin-rate'] ? parseRate(String(values['origin-rate'])) : 4 * nodeBits;
+    const extra: Record<string, string | boolean | undefined> = {};
+    for (const k of Object.keys(extraOptions)) extra[k] = values[k];
+    return { nodes, sizeBytes, sizeText, nodeRate: formatRate(nodeBits), originRate: formatRate(originBits), extra };
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${usage()}`);
+    process.exit(2);
+  }
+}
+
+/** Warn when the emulated traffic could exceed what two cores carry faithfully. */
+export function warnIfOverBudget(a: ScenarioArgs): void {
+  const total = Math.min(a.nodes * parseRate(a.nodeRate), parseRate(a.originRate) + a.nodes * parseRate(a.nodeRate)) / 1e6;
+  if (total > BUDGET_MBIT) {
+    console.error(
+      `warning: up to ${total.toFixed(0)} Mbit/s of emulated traffic (N × node rate); above ~${BUDGET_MBIT} Mbit/s ` +
+        '(100 MB/s) the CPU, not tc, sets the pace on this machine: lower --node-rate.',
+    );
+  }
+}
+
+export interface NodeTiming {
+  node: string;
+  /** Seconds from the common start to this node having the whole blob. */
+  done: number;
+}
+
+export interface Summary {
+  first: number;
+  median: number;
+  last: number;
+}
+
+export function summarize(t: NodeTiming[]): Summary {
+  const done = t.map((x) => x.done);
+  return { first: Math.min(...done), median: median(done), last: Math.max(...done) };
+}
+
+export function cpuLine(cpu: CpuReport): string {
+  return (
+    `CPU (whole machine, ${cpu.cpus} cores, ${fixed(cpu.seconds, 1)} s): mean ${fixed(cpu.meanBusyPct, 0)}% busy, ` +
+    `peak ${fixed(cpu.maxBusyPct, 0)}% (0.5 s samples); this benchmark's processes ${fixed(cpu.ownPct, 0)}%; ` +
+    `softirq ${fixed(cpu.softirqPct, 0)}%; per core ${cpu.perCpuMeanPct.map((p) => fixed(p, 0) + '%').join(' ')}`
+  );
+}
+
+export function boundLine(lb: LowerBound): string {
+  const t = lb.terms;
+  return `T* = ${fixed(lb.seconds, 2)} s (${lb.binding} binds: F/u_s = ${fixed(t.source, 2)} s, F/d_min = ${fixed(t.download, 2)} s, N·F/(u_s+Σu_i) = ${fixed(t.aggregate, 2)} s)`;
+}
+
+export function sha256Hex(digest: string): string {
+  return digest.replace(/^sha256:/, '');
+}
