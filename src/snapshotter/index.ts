@@ -1,0 +1,4 @@
+/** containerd remote snapshotter: eStargz layers mounted lazily through FUSE, ordinary overlay snapshots otherwise. */
+export { startSnapshotter, type RunningSnapshotter } from './daemon.js';
+export { snapshotterConfigSchema, type SnapshotterConfig } from './config.js';
+export { SnapshotsService } from './grpc-service.js';

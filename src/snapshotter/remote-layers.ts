@@ -1,0 +1,120 @@
+// The lazily mounted layers this process serves, by snapshot id: each is an eStargz blob read
+// through the local peer (so through the swarm) and mounted with FUSE at the snapshot's `fs`
+// dir. Also clears what a previous, killed process left mounted there.
+import fsp from 'node:fs/promises';
+import type { Logger } from '../common/log.js';
+import { detachMount, findMount, fuseMountHealth } from '../fuse/index.js';
+import { HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type LazyLayer, type LazyLayerStats } from '../lazy/index.js';
+import type { RemoteSource } from './metadata.js';
+
+export interface RemoteLayerSettings {
+  /** The local peer's mirror, e.g. http://127.0.0.1:65001. */
+  peer: string;
+  prefetch: { enabled: boolean; size: number };
+  backgroundFetch: { enabled: boolean; concurrency: number; idleMs: number };
+  fuse: { attrTimeout: number; entryTimeout: number; maxReadahead?: number };
+}
+
+export interface MountedLayer {
+  id: string;
+  source: RemoteSource;
+  size: number;
+  stats: LazyLayerStats;
+}
+
+interface Served {
+  layer: LazyLayer;
+  blob: HttpRangeSource;
+  source: RemoteSource;
+}
+
+export class RemoteLayers {
+  private readonly served = new Map<string, Served>();
+  /** Mounts under way, so two callers for one layer share one mount. */
+  private readonly mounting = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly settings: RemoteLayerSettings,
+    private readonly log: Logger,
+  ) {}
+
+  /** Mounts the layer unless this process already serves it alive; clears a stale mount first. */
+  ensure(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void> {
+    if (this.served.get(id)?.layer.alive) return Promise.resolve();
+    let pending = this.mounting.get(id);
+    if (!pending) {
+      pending = this.mount(id, mountpoint, cacheDir, source).finally(() => this.mounting.delete(id));
+      this.mounting.set(id, pending);
+    }
+    return pending;
+  }
+
+  /** Stops serving the layer and takes whatever is mounted at `mountpoint` away (lazily: an overlay may still hold it). */
+  async release(id: string, mountpoint: string): Promise<void> {
+    await this.mounting.get(id)?.catch(() => {});
+    const served = this.served.get(id);
+    this.served.delete(id);
+    if (served) {
+      await served.layer.unmount({ lazy: true }).catch((error) => this.log.warn({ id, err: (error as Error).message }, 'unmount failed'));
+      await served.blob.close();
+    }
+    await clearMount(mountpoint, this.log);
+  }
+
+  layers(): MountedLayer[] {
+    return [...this.served].map(([id, s]) => ({ id, source: s.source, size: s.blob.size, stats: s.layer.stats() }));
+  }
+
+  async closeAll(): Promise<void> {
+    for (const [id, served] of [...this.served]) await this.release(id, served.layer.mountpoint);
+  }
+
+  private async mount(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void> {
+    await clearMount(mountpoint, this.log);
+    const stale = this.served.get(id);
+    if (stale) {
+      this.served.delete(id);
+      await stale.blob.close();
+    }
+    await fsp.mkdir(mountpoint, { recursive: true });
+    const url = mirrorBlobUrl(this.settings.peer, source.repository, source.digest, source.registry);
+    const blob = await HttpRangeSource.open(url);
+    const log = this.log.child({ id, digest: source.digest });
+    try {
+      const { prefetch, backgroundFetch, fuse } = this.settings;
+      const layer = await mountLazyLayer({
+        source: blob,
+        tocDigest: source.tocDigest,
+        mountpoint,
+        cacheDir,
+        prefetch: prefetch.enabled,
+        prefetchSize: source.prefetchSize ?? prefetch.size,
+        backgroundFetch,
+        fuse: { attrTimeout: fuse.attrTimeout, entryTimeout: fuse.entryTimeout, maxReadahead: fuse.maxReadahead },
+        onWarning: (message) => log.warn(message),
+      });
+      const served = { layer, blob, source };
+      this.served.set(id, served);
+      // Ended from outside (umount by someone, connection aborted): forget it; ensure() mounts again.
+      void layer.closed.then(() => {
+        if (this.served.get(id) === served) this.served.delete(id);
+      });
+      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes }, 'remote layer mounted');
+    } catch (error) {
+      await blob.close();
+      throw error;
+    }
+  }
+}
+
+/**
+ * Detaches whatever is mounted at `mountpoint` (all stacked mounts): typically a FUSE layer whose
+ * server was killed ('dead': every access fails with ENOTCONN until it is gone).
+ */
+export async function clearMount(mountpoint: string, log: Logger): Promise<void> {
+  for (let mount = await findMount(mountpoint); mount; mount = await findMount(mountpoint)) {
+    const health = mount.fsType.startsWith('fuse') ? await fuseMountHealth(mountpoint) : 'not FUSE';
+    log.info({ mountpoint, fsType: mount.fsType, health }, 'detaching a leftover mount');
+    await detachMount(mountpoint);
+  }
+}

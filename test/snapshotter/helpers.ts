@@ -1,0 +1,113 @@
+// Plumbing for the snapshotter tests: `starling snapshotter` as its own process (so it can be
+// killed with -9), a gRPC client for its socket, and a containerd that loads it as a proxy plugin.
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { request } from 'undici';
+import { SnapshotsService } from '../../src/snapshotter/index.js';
+import { STARLING_CLI } from '../fixtures/peer.js';
+import { freePort, makeTempDir, mountsUnder, spawnService, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
+
+export interface SnapshotterProcess {
+  socket: string;
+  root: string;
+  metricsUrl: string;
+  service: Service;
+  /** Starts it again on the same socket, root and metrics port (after stop or kill9). */
+  restart(): Promise<SnapshotterProcess>;
+  stop(): Promise<void>;
+  /** Sum of a metric's samples, optionally only those with `digest`. */
+  metric(name: string, digest?: string): Promise<number>;
+}
+
+export interface SnapshotterOptions {
+  dir: string;
+  peerUrl: string;
+  /** YAML written to <dir>/snapshotter.yaml and passed with --config. */
+  configYaml?: string;
+  port?: number;
+}
+
+export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise<SnapshotterProcess> {
+  const socket = path.join(opts.dir, 'snapshotter.sock');
+  const root = path.join(opts.dir, 'root');
+  const port = opts.port ?? (await freePort());
+  const args = [STARLING_CLI, 'snapshotter', '--socket', socket, '--root', root, '--peer', opts.peerUrl, '--metrics-listen', `127.0.0.1:${port}`, '--log-level', 'debug'];
+  if (opts.configYaml) {
+    const file = path.join(opts.dir, 'snapshotter.yaml');
+    await fsp.writeFile(file, opts.configYaml);
+    args.push('--config', file);
+  }
+  const logFile = path.join(opts.dir, 'snapshotter.log');
+  const logStart = fs.existsSync(logFile) ? fs.statSync(logFile).size : 0; // a restart appends to the same log
+  const service = await spawnService({ cmd: process.execPath, args, name: 'starling-snapshotter', logFile });
+  await waitFor(
+    () => {
+      if (!service.running) throw Object.assign(new Error(`snapshotter exited: ${service.logTail()}`), { fatal: true });
+      return service.readLog().slice(logStart).includes('snapshotter ready');
+    },
+    30_000,
+    'snapshotter ready',
+    50,
+    (error) => Boolean((error as { fatal?: boolean }).fatal),
+  );
+  const metricsUrl = `http://127.0.0.1:${port}/metrics`;
+  return {
+    socket,
+    root,
+    metricsUrl,
+    service,
+    restart: () => startSnapshotterProcess({ ...opts, port }),
+    stop: async () => void (await service.stop()),
+    async metric(name, digest) {
+      const res = await request(metricsUrl);
+      const text = await res.body.text();
+      let total = 0;
+      for (const line of text.split('\n')) {
+        const m = /^([a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+)$/.exec(line);
+        if (!m || m[1] !== name) continue;
+        if (digest && !(m[2] ?? '').includes(`digest="${digest}"`)) continue;
+        total += Number(m[3]);
+      }
+      return total;
+    },
+  };
+}
+
+/** The `[proxy_plugins.starling]` table for containerd's config. */
+export function proxyPluginConfig(socket: string): string {
+  return ['[proxy_plugins.starling]', '  type = "snapshot"', `  address = ${JSON.stringify(socket)}`].join('\n');
+}
+
+export type SnapshotsClient = grpc.Client & Record<string, (...args: any[]) => any>;
+
+export function snapshotsClient(socket: string): SnapshotsClient {
+  const Service = SnapshotsService();
+  return new Service(`unix:${socket}`, grpc.credentials.createInsecure()) as unknown as SnapshotsClient;
+}
+
+/** A unary call as a promise; rejects with the grpc error (its `code` is the status). */
+export function call<T = any>(client: SnapshotsClient, method: string, req: object): Promise<T> {
+  return new Promise((resolve, reject) => client[method]!(req, (error: grpc.ServiceError | null, res: T) => (error ? reject(error) : resolve(res))));
+}
+
+export function list(client: SnapshotsClient, filters: string[] = []): Promise<any[]> {
+  return new Promise((resolve, reject) => {
+    const infos: any[] = [];
+    const stream = client.List!({ filters });
+    stream.on('data', (m: { info: any[] }) => infos.push(...m.info));
+    stream.on('error', reject);
+    stream.on('end', () => resolve(infos));
+  });
+}
+
+/** FUSE mounts below `dir` and whether each answers (statfs in a child: never block on a dead mount here). */
+export function fuseMountsUnder(dir: string): string[] {
+  const lines = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
+  return mountsUnder(dir).filter((p) => lines.some((l) => l.split(' ')[4] === p && / - fuse/.test(l)));
+}
+
+export async function tempDir(prefix: string): Promise<TempDir> {
+  return makeTempDir(prefix);
+}
