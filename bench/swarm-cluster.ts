@@ -23,6 +23,8 @@ import { fixed, table } from './lib/stats.js';
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/cli/main.js');
 const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
+  'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
+  'seed-args': { type: 'string', default: '', help: 'extra flags for the seed peer' },
 });
 warnIfOverBudget(a);
 const F = a.sizeBytes;
@@ -71,6 +73,7 @@ try {
         CLI, 'peer', '--data-dir', path.join(work.path, `data-${host.name}`), '--mirror-listen', '127.0.0.1:65001',
         '--insecure-registry', registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
         '--host-id', host.name, '--log-level', 'warn', ...(seed ? ['--seed'] : []),
+        ...String(a.extra[seed ? 'seed-args' : 'peer-args'] ?? '').split(' ').filter(Boolean),
       ],
       { name: host.name, logFile: peerLog(host) },
     );
@@ -105,6 +108,20 @@ try {
   );
   const cpuReport = cpu.stop();
   const after = await c.counters(c.origin);
+  // Where the nodes' bytes came from, as the scheduler saw it.
+  const statRun = await c.exec(c.extras.sched!, 'curl', ['-s', '--noproxy', '*', `http://${c.extras.sched!.ip}:8003/api/tasks/${digest}`], { allowFail: true });
+  const stat = JSON.parse(statRun.stdout || '{}') as {
+    bytesFromPeers?: number;
+    bytesFromSeeds?: number;
+    bytesFromOrigin?: number;
+    peers?: Array<{ hostId: string; bytesByParentHost: Record<string, number> }>;
+  };
+  if (process.env.STARLING_BENCH_VERBOSE) {
+    for (const peer of stat.peers ?? []) {
+      const from = Object.entries(peer.bytesByParentHost).map(([host, bytes]) => `${host}:${(bytes / 2 ** 20).toFixed(0)}M`);
+      console.log(`  ${peer.hostId} got ${from.join(' ')}`);
+    }
+  }
   const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
   const logged = blobBytesSent(registry.requests(), digest);
   const lb = clusterLowerBound(F, c.seed!, c.nodes);
@@ -122,6 +139,8 @@ try {
     ratio: s.last / lb.seconds,
     originEgressCopies: egressPayload / F,
     registryLoggedCopies: logged / F,
+    nodeBytesFromSeedCopies: (stat.bytesFromSeeds ?? 0) / F,
+    nodeBytesFromPeersCopies: (stat.bytesFromPeers ?? 0) / F,
     cpu: cpuReport,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
   };
@@ -138,6 +157,7 @@ try {
     ),
   );
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
+  console.log(`nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`);
   console.log(cpuLine(cpuReport));
   console.log(JSON.stringify(result));
 } finally {

@@ -338,7 +338,9 @@ export class Scheduling {
     }
     task.digests.set(index, digest);
     for (const peer of task.peers.values()) {
-      if (peer.state !== 'left' && !peer.isFinished) peer.send({ packet: 'digests', digests: { digests: { [index]: digest } } });
+      // Origin readers have the piece already; finished peers need no digests.
+      if (peer.state === 'left' || peer.state === 'backToSource' || peer.isFinished) continue;
+      peer.send({ packet: 'digests', digests: { digests: { [index]: digest } } });
     }
   }
 }

@@ -79,10 +79,22 @@ export function scoreCandidate(child: Peer, parent: Peer, config: SchedulingConf
   return score;
 }
 
-/** The best K candidates, keeping current parents that are still eligible. */
+/** Reasons that are passing: a current parent excluded only for one of these is kept. */
+const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overloaded']);
+
+/**
+ * The best K candidates, keeping current parents that are still eligible. A parent that holds
+ * nothing new for the child right now is kept all the same: it is likely to have something in a
+ * moment, and dropping and re-adding it every round would make the child's links flap.
+ */
 export function selectParents(child: Peer, config: SchedulingConfig, now: number): Peer[] {
-  const candidates = filterCandidates(child, config, now);
-  const kept = child.parents.filter((parent) => candidates.includes(parent));
+  const excluded = new Map<string, Exclusion>();
+  const candidates = filterCandidates(child, config, now, excluded);
+  const kept = child.parents.filter((parent) => {
+    if (candidates.includes(parent)) return true;
+    const why = excluded.get(parent.id);
+    return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, parent, candidates, config);
+  });
   const ranked = candidates
     .filter((peer) => !kept.includes(peer))
     .map((peer) => ({ peer, score: scoreCandidate(child, peer, config, now) }))
@@ -93,4 +105,15 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
     chosen.push(peer);
   }
   return chosen;
+}
+
+/** A strict rule allows a parent across its key only while no candidate is on the child's side. */
+function onAllowedSide(child: Peer, parent: Peer, candidates: Peer[], config: SchedulingConfig): boolean {
+  for (const rule of config.topology) {
+    if (!rule.strict) continue;
+    const side = child.host.info.labels[rule.key];
+    if (side === undefined || parent.host.info.labels[rule.key] === side) continue;
+    if (candidates.some((peer) => peer.host.info.labels[rule.key] === side)) return false;
+  }
+  return true;
 }

@@ -27,6 +27,7 @@ export function registerPeerCommand(program: Command): void {
     .option('--cluster-token-file <file>', 'token shared by peers and schedulers')
     .option('--upload-rate-limit <rate>', 'upload rate limit to other peers, e.g. 100MB or 800Mbit (0 = none)')
     .option('--upload-slots <n>', 'pieces uploaded at once', (v) => Number(v))
+    .option('--piece-parallelism <n>', 'pieces fetched from parents at once per blob', (v) => Number(v))
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -53,6 +54,7 @@ export function registerPeerCommand(program: Command): void {
             clusterTokenFile: options.clusterTokenFile,
             uploadRateLimit: options.uploadRateLimit,
             uploadSlots: options.uploadSlots,
+            pieceParallelism: options.pieceParallelism,
           },
           log: { level: options.logLevel },
         },

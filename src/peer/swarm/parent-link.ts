@@ -81,6 +81,7 @@ export class ParentLink {
         this.consecutiveFailures = 0;
         this.known = body.count;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
+        this.log.debug({ parent: this.id, count: body.count, complete: body.complete }, 'parent bitmap');
         let changed = false;
         for (const index of held) {
           if (!this.pieces.has(index)) {
@@ -93,6 +94,7 @@ export class ParentLink {
         if (body.complete) return;
       } catch (error) {
         if (this.closed) return;
+        this.log.debug({ parent: this.id, err: (error as Error).message }, 'parent bitmap request failed');
         this.consecutiveFailures++;
         if (this.consecutiveFailures >= 3) {
           this.onUnreachable(this, error as Error);

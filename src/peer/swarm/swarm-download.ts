@@ -26,6 +26,9 @@ export interface SwarmSettings {
 
 type Mode = 'connecting' | 'swarm' | 'origin';
 
+/** Pieces at the head of the blob fetched first while a client streams it. */
+const HEAD_WINDOW = 2;
+
 interface Attempt {
   link: ParentLink;
   controller: AbortController;
@@ -251,6 +254,7 @@ export class SwarmDownload {
   }
 
   private setParents(parents: ParentInfo[]): void {
+    this.log.debug({ task: this.task.digest, parents: parents.map((p) => p.peerId) }, 'parents from the scheduler');
     const keep = new Set(parents.map((p) => p.peerId));
     for (const [id, link] of this.links) {
       if (!keep.has(id)) {
@@ -303,34 +307,52 @@ export class SwarmDownload {
     if (order.length === 0 && this.attempts.size > 0) this.endgame();
   }
 
-  /** Wanted pieces that can be fetched now, best first. */
+  /**
+   * Wanted pieces that can be fetched now, best first: pieces other nodes hold before pieces
+   * only seeds hold (a seed's upload is the swarm's scarcest resource: it should send each piece
+   * about once and let the nodes trade), then rarest first.
+   */
   private candidateOrder(): number[] {
-    const available: Array<{ index: number; holders: number }> = [];
+    const available: Array<{ index: number; holders: number; seedOnly: boolean }> = [];
     for (const index of this.wanted) {
       if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
       let holders = 0;
-      for (const link of this.links.values()) if (link.pieces.has(index)) holders++;
-      if (holders > 0) available.push({ index, holders });
+      let nodes = 0;
+      for (const link of this.links.values()) {
+        if (!link.pieces.has(index)) continue;
+        holders++;
+        if (!link.info.seed) nodes++;
+      }
+      if (holders > 0) available.push({ index, holders, seedOnly: nodes === 0 });
     }
-    const rarestFirst = (a: { index: number; holders: number }, b: { index: number; holders: number }) =>
-      a.holders - b.holders || this.tieBreak[a.index]! - this.tieBreak[b.index]!;
+    const order = (a: (typeof available)[number], b: (typeof available)[number]) =>
+      Number(a.seedOnly) - Number(b.seedOnly) || a.holders - b.holders || this.tieBreak[a.index]! - this.tieBreak[b.index]!;
     if (this.task.streamingReaders > 0) {
-      // A client is reading from the start: the next pieces it needs come first (rarest first among them).
-      const window = 2 * this.settings.parallelism;
+      // A client is reading from the start: the next couple of pieces it needs come first. Only a
+      // couple: when every peer streams, a wide head window has them all ask for the same pieces.
       available.sort((a, b) => a.index - b.index);
-      const head = available.slice(0, window).sort(rarestFirst);
-      const rest = available.slice(window).sort(rarestFirst);
-      return [...head, ...rest].map((c) => c.index);
+      const head = available.slice(0, HEAD_WINDOW);
+      return [...head, ...available.slice(HEAD_WINDOW).sort(order)].map((c) => c.index);
     }
-    return available.sort(rarestFirst).map((c) => c.index);
+    return available.sort(order).map((c) => c.index);
   }
 
+  /** The parent to ask for a piece: a node before a seed, then the least busy, then the fastest. */
   private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
     let best: ParentLink | undefined;
     const now = Date.now();
+    // With other nodes to trade with, one piece at a time from a seed: its upload then carries
+    // distinct pieces to many children instead of the same pieces to each.
+    const hasNodeParents = [...this.links.values()].some((link) => !link.info.seed);
     for (const link of this.links.values()) {
-      if (link === except || !link.pieces.has(index) || link.inflight >= this.settings.perParent || link.busyUntil > now) continue;
-      if (!best || link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)) best = link;
+      const limit = link.info.seed && hasNodeParents ? 1 : this.settings.perParent;
+      if (link === except || !link.pieces.has(index) || link.inflight >= limit || link.busyUntil > now) continue;
+      if (!best) {
+        best = link;
+        continue;
+      }
+      const seedOrder = Number(link.info.seed) - Number(best.info.seed);
+      if (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))) best = link;
     }
     return best;
   }

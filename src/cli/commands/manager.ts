@@ -1,0 +1,46 @@
+import type { Command } from 'commander';
+import { loadConfig } from '../../common/config.js';
+import { createLogger } from '../../common/log.js';
+import { managerConfigSchema } from '../../manager/config.js';
+import { startManager } from '../../manager/server.js';
+import { collect, waitForShutdown } from '../shared.js';
+
+export function registerManagerCommand(program: Command): void {
+  program
+    .command('manager')
+    .description('run the manager: scheduler clusters and settings, peer and scheduler registry, preheat jobs, users and tokens, web console')
+    .option('--listen <host:port>', 'HTTP address of the API and console (default 127.0.0.1:8080)')
+    .option('--db <url>', 'sqlite:PATH or postgres://user:pass@host:port/db (default sqlite:<data-dir>/manager.db)')
+    .option('--data-dir <dir>', 'where the default SQLite database lives (default .starling/manager)')
+    .option('--cluster-token-file <file>', 'token schedulers and peers present, and the manager presents to peers')
+    .option('--admin-token-file <file>', 'token of the initial admin user (first start only); without it one is printed once')
+    .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP for preheats (repeatable)', collect, [])
+    .option('--console-dir <dir>', 'built web console to serve at / (default: console/dist of the installation)')
+    .option('--log-level <level>', 'trace, debug, info, warn, error')
+    .option('--config <file>', 'YAML configuration file; flags override it')
+    .action(async (options) => {
+      const config = loadConfig(managerConfigSchema, {
+        file: options.config,
+        flags: {
+          listen: options.listen,
+          db: options.db,
+          dataDir: options.dataDir,
+          clusterTokenFile: options.clusterTokenFile,
+          adminTokenFile: options.adminTokenFile,
+          registries: options.insecureRegistry.length ? { insecure: options.insecureRegistry } : undefined,
+          consoleDir: options.consoleDir,
+          log: { level: options.logLevel },
+        },
+      });
+      const log = createLogger({ level: config.log.level, name: 'manager' });
+      const manager = await startManager(config, log);
+      if (manager.initialAdminToken) {
+        // Printed once: only its hash is stored.
+        process.stdout.write(
+          `\nInitial admin token (shown only now; store it safely):\n\n  ${manager.initialAdminToken}\n\n` +
+            `Use it as "Authorization: Bearer <token>" with ${manager.url}/api/v1 or to log in to the console at ${manager.url}/\n\n`,
+        );
+      }
+      await waitForShutdown(log, () => manager.close());
+    });
+}

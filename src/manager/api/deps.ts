@@ -1,0 +1,16 @@
+import type { Kysely } from 'kysely';
+import type { Registry } from 'prom-client';
+import type { Database } from '../db/schema.js';
+import type { JobEngine } from '../services/jobs.js';
+
+/** What route modules need from the running manager. */
+export interface ApiDeps {
+  db: Kysely<Database>;
+  jobs: JobEngine;
+  metrics: Registry;
+  /** Schedulers and peers silent longer than this are inactive. */
+  livenessMs: number;
+  clusterToken?: string;
+  /** Built web console, served at / when present. */
+  consoleDir: string;
+}

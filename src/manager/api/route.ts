@@ -1,0 +1,109 @@
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import { z } from 'zod';
+import type { Database } from '../db/schema.js';
+import { ManagerError } from '../errors.js';
+import type { Actor } from '../services/audit.js';
+import { actorOf, authenticate, type Principal } from '../services/auth.js';
+import { describeIssues } from '../services/clusters.js';
+
+/**
+ * Who may call a route:
+ * - `public`: anyone (health, metrics, the OpenAPI document);
+ * - `user`: a personal access token; GETs for every role, anything else for admins only;
+ * - `cluster`: the cluster token schedulers and peers share (no check when none is configured).
+ */
+export type Access = 'public' | 'user' | 'cluster';
+
+export type Method = 'GET' | 'POST' | 'PATCH' | 'DELETE';
+
+type Shape = z.ZodType;
+
+export interface RouteInput<P extends Shape, Q extends Shape, B extends Shape> {
+  params: z.output<P>;
+  query: z.output<Q>;
+  body: z.output<B>;
+  /** Set on `user` routes. */
+  principal?: Principal;
+  /** Who the audit log names. */
+  actor: Actor;
+  request: FastifyRequest;
+  reply: FastifyReply;
+}
+
+export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B extends Shape = Shape> {
+  method: Method;
+  url: string;
+  summary: string;
+  tag: string;
+  access: Access;
+  params?: P;
+  query?: Q;
+  body?: B;
+  /** Shown in the OpenAPI document instead of `body` when validation happens deeper (cluster config). */
+  docBody?: Shape;
+  status?: number;
+  response?: Shape;
+  /** Non-JSON answers (metrics text, console files) document their media type here. */
+  produces?: string;
+  handler(input: RouteInput<P, Q, B>): Promise<unknown>;
+}
+
+/** Keeps the handler's input typed by the route's own schemas. */
+export function route<P extends Shape = z.ZodObject<{}>, Q extends Shape = z.ZodObject<{}>, B extends Shape = z.ZodUndefined>(spec: Route<P, Q, B>): Route {
+  return spec as unknown as Route;
+}
+
+export interface RouteContext {
+  db: Kysely<Database>;
+  clusterToken?: string;
+}
+
+export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Route): void {
+  app.route({
+    method: spec.method,
+    url: spec.url,
+    handler: async (request, reply) => {
+      // Authentication comes before validation: a caller without a token learns nothing about the API's rules.
+      let principal: Principal | undefined;
+      let actor: Actor = 'anonymous';
+      if (spec.access === 'user') {
+        principal = await authenticate(ctx.db, request.headers.authorization);
+        if (!principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
+        if (spec.method !== 'GET' && principal.role !== 'admin') {
+          throw new ManagerError(403, 'forbidden', `user ${principal.userName} has the ${principal.role} role, which may only read`);
+        }
+        actor = actorOf(principal);
+      } else if (spec.access === 'cluster') {
+        if (ctx.clusterToken && !sameSecret(request.headers.authorization, `Bearer ${ctx.clusterToken}`)) {
+          throw new ManagerError(401, 'unauthorized', 'the cluster token is missing or wrong (Authorization: Bearer <cluster token>)');
+        }
+      }
+      const params = validate(spec.params ?? NOTHING, request.params ?? {}, 'path');
+      const query = validate(spec.query ?? NOTHING, request.query ?? {}, 'query');
+      const body = spec.body ? validate(spec.body, request.body, 'body') : undefined;
+      const result = await spec.handler({ params, query, body, principal, actor, request, reply });
+      if (reply.sent) return reply;
+      reply.code(spec.status ?? 200);
+      return result === undefined ? reply.send() : reply.send(result);
+    },
+  });
+}
+
+/** What a route without query parameters accepts: none (an unknown one is a mistake worth naming). */
+const NOTHING = z.object({}).strict();
+
+function validate(schema: Shape | undefined, value: unknown, where: string): any {
+  if (!schema) return {};
+  if (where === 'body' && value === undefined) throw new ManagerError(400, 'invalid_request', 'body: a JSON body is required');
+  const result = schema.safeParse(value);
+  if (!result.success) throw new ManagerError(400, 'invalid_request', describeIssues(result.error, where));
+  return result.data;
+}
+
+function sameSecret(given: string | undefined, expected: string): boolean {
+  const a = Buffer.from(given ?? '');
+  const b = Buffer.from(expected);
+  return a.length === b.length && timingSafeEqual(a, b);
+}

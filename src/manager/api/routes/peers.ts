@@ -1,0 +1,28 @@
+import { z } from 'zod';
+import type { ApiDeps } from '../deps.js';
+import { route, type Route } from '../route.js';
+import { limitQuery, peerKeepaliveAnswer, peerKeepaliveBody, peerQuery, peerSchema, taskSchema } from '../schemas.js';
+import { listPeers, listTasks, peerKeepalive } from '../../services/members.js';
+
+export function peerRoutes({ db, livenessMs }: ApiDeps): Route[] {
+  return [
+    route({
+      method: 'GET', url: '/api/v1/peers', tag: 'peers', access: 'user',
+      summary: 'List peers and seed peers with labels, health and what they hold',
+      query: peerQuery, response: z.array(peerSchema),
+      handler: ({ query }) => listPeers(db, query),
+    }),
+    route({
+      method: 'POST', url: '/api/v1/peers/keepalive', tag: 'peers', access: 'cluster',
+      summary: 'A peer registers or refreshes itself (every 5 s), reports its tasks, and gets the active schedulers of its cluster',
+      body: peerKeepaliveBody, response: peerKeepaliveAnswer,
+      handler: ({ body }) => peerKeepalive(db, body, livenessMs),
+    }),
+    route({
+      method: 'GET', url: '/api/v1/tasks', tag: 'peers', access: 'user',
+      summary: 'Tasks (blobs) the peers hold, who holds them, and where their bytes came from',
+      query: limitQuery, response: z.array(taskSchema),
+      handler: ({ query }) => listTasks(db, query.limit),
+    }),
+  ];
+}

@@ -1,0 +1,117 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance } from 'fastify';
+import { UserError } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import { createMetricsRegistry } from '../common/metrics.js';
+import { formatHostPort, parseListenAddress } from '../common/net.js';
+import { readTokenFile } from '../common/token.js';
+import { buildApi } from './api/app.js';
+import { databaseUrl, type ManagerConfig } from './config.js';
+import { openStore, type Store } from './db/connect.js';
+import { createManagerMetrics } from './metrics.js';
+import { bootstrapAdmin } from './services/auth.js';
+import { JobEngine } from './services/jobs.js';
+import { markSilentInactive } from './services/members.js';
+
+export interface RunningManager {
+  /** host:port it listens on. */
+  address: string;
+  url: string;
+  /** The admin token generated at the first start (when no --admin-token-file was given); shown once. */
+  initialAdminToken?: string;
+  store: Store;
+  jobs: JobEngine;
+  app: FastifyInstance;
+  close(): Promise<void>;
+}
+
+/** The console's build output next to the package: console/dist (from src/ or dist/ alike). */
+export const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../../console/dist', import.meta.url));
+
+export async function startManager(config: ManagerConfig, log: Logger): Promise<RunningManager> {
+  const { host, port } = parseListenAddress(config.listen, 'manager listen address');
+  const clusterToken = readTokenFile(config.clusterTokenFile);
+  const adminToken = readAdminToken(config.adminTokenFile);
+  const store = await openStore(databaseUrl(config));
+  const livenessMs = config.keepalive.intervalMs * config.keepalive.missedLimit;
+  let sweeper: NodeJS.Timeout | undefined;
+  let jobs: JobEngine | undefined;
+  let app: FastifyInstance | undefined;
+  try {
+    const admin = await bootstrapAdmin(store.db, adminToken);
+    if (!admin.givenTokenKnown) {
+      log.warn({ file: config.adminTokenFile }, 'the token in the admin token file is not a valid token here (it is only used at the first start)');
+    }
+    const registry = createMetricsRegistry();
+    const metrics = createManagerMetrics(registry, store.db);
+    jobs = new JobEngine(
+      store.db,
+      {
+        ...config.preheat,
+        livenessMs,
+        insecureRegistries: config.registries.insecure,
+        clusterToken,
+        onFinished: (state) => metrics.jobsFinished.inc({ state }),
+      },
+      log.child({ component: 'jobs' }),
+    );
+    const interrupted = await jobs.recoverInterrupted();
+    if (interrupted) log.warn({ jobs: interrupted }, 'jobs left running by the previous process were marked failed');
+    app = buildApi(
+      { db: store.db, jobs, metrics: registry, livenessMs, clusterToken, consoleDir: resolve(config.consoleDir ?? DEFAULT_CONSOLE_DIR) },
+      metrics,
+      log,
+    );
+    await app.listen({ host, port });
+    const bound = app.server.address();
+    const address = typeof bound === 'object' && bound ? formatHostPort({ host: bound.address, port: bound.port }) : config.listen;
+
+    // Inactivity is also checked when schedulers are handed out; the sweep makes it visible and audited.
+    sweeper = setInterval(() => {
+      markSilentInactive(store.db, livenessMs).catch((error: Error) => log.warn({ err: error.message }, 'liveness sweep failed'));
+    }, config.keepalive.intervalMs);
+    sweeper.unref();
+
+    log.info({ address, db: store.where, clusterToken: Boolean(clusterToken) }, 'manager listening');
+    const running: RunningManager = {
+      address,
+      url: `http://${address}`,
+      initialAdminToken: admin.generated,
+      store,
+      jobs,
+      app,
+      async close() {
+        clearInterval(sweeper);
+        let t0 = Date.now();
+        await jobs!.close();
+        console.error('TIMING jobs.close', Date.now() - t0); t0 = Date.now();
+        await app!.close();
+        console.error('TIMING app.close', Date.now() - t0); t0 = Date.now();
+        await store.close();
+        console.error('TIMING store.close', Date.now() - t0);
+      },
+    };
+    return running;
+  } catch (error) {
+    clearInterval(sweeper);
+    await jobs?.close();
+    await app?.close();
+    await store.close();
+    throw error;
+  }
+}
+
+function readAdminToken(path: string | undefined): string | undefined {
+  if (!path) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new UserError(`cannot read admin token file ${path}: ${(error as Error).message}`);
+  }
+  const token = text.trim();
+  if (token.length < 16 || /\s/.test(token)) throw new UserError(`admin token in ${path} must be at least 16 characters without whitespace`);
+  return token;
+}
