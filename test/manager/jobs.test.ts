@@ -1,0 +1,281 @@
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test, type TestContext } from 'node:test';
+import { request } from 'undici';
+import { jobSchema } from '../../src/manager/api/schemas.js';
+import { pieceSizeFor } from '../../src/storage/piece-plan.js';
+import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
+import { freePort, waitFor } from '../fixtures/processes.js';
+import { startRegistry, type Registry } from '../fixtures/registry.js';
+import { ADMIN_TOKEN, backends, call, CLUSTER_TOKEN, peerBody, snapshot, startTestManager, type TestManager } from './helpers.js';
+import { startStubPeer, type Behaviour, type StubPeer } from './stub-peer.js';
+
+const CREDS = { user: 'puller', password: 'pull-secret' };
+
+let registry: Registry;
+let locked: Registry;
+let image: BuiltImage;
+let stubs: StubPeer[] = [];
+
+before(async () => {
+  [registry, locked] = await Promise.all([startRegistry(), startRegistry({ htpasswd: CREDS })]);
+  image = await buildImage({ layers: [{ sizeBytes: 200_000, seed: 'manager-jobs-1' }, { sizeBytes: 5_000_000, seed: 'manager-jobs-2' }] });
+  await pushImage(image.layoutDir, image.tag, registry.host, 'app/web:1');
+  await pushImage(image.layoutDir, image.tag, locked.host, 'private/web:1', { creds: CREDS });
+  // A multi-platform index whose amd64 and arm64 entries both name the pushed manifest.
+  const manifest = await request(`${registry.url}/v2/app/web/manifests/1`, { headers: { accept: 'application/vnd.oci.image.manifest.v1+json' } });
+  const size = Number(manifest.headers['content-length']);
+  await manifest.body.dump();
+  const index = {
+    schemaVersion: 2,
+    mediaType: 'application/vnd.oci.image.index.v1+json',
+    manifests: ['amd64', 'arm64'].map((architecture) => ({
+      mediaType: 'application/vnd.oci.image.manifest.v1+json',
+      digest: image.manifestDigest,
+      size,
+      platform: { os: 'linux', architecture },
+    })),
+  };
+  const put = await request(`${registry.url}/v2/app/web/manifests/multi`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/vnd.oci.image.index.v1+json' },
+    body: JSON.stringify(index),
+  });
+  assert.equal(put.statusCode, 201, await put.body.text());
+});
+
+after(async () => {
+  await Promise.all(stubs.map((s) => s.close()));
+  await Promise.all([registry?.stop(), locked?.stop()]);
+});
+
+for (const backend of backends()) {
+  describe(`preheat jobs on ${backend.name}`, () => {
+    let m: TestManager;
+    const admin = (method: string, pathname: string, body?: unknown) => call(m.url, method, pathname, { token: ADMIN_TOKEN, body });
+
+    before(async () => {
+      m = await startTestManager(await backend.newDatabase(), { keepalive: { intervalMs: 200, missedLimit: 3 }, preheat: { pollMs: 50, timeoutMs: 2_000, concurrency: 4 } });
+    });
+    after(async () => {
+      await m?.stop();
+      await backend.stop();
+    });
+
+    /**
+     * Starts stub peers and keeps them registered as real peers do (a keep-alive every 100 ms,
+     * a sixth of the liveness window here) until the test ends.
+     */
+    async function peers(t: TestContext, specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string }>): Promise<StubPeer[]> {
+      const started: StubPeer[] = [];
+      for (const spec of specs) {
+        const stub = await startStubPeer(`${backend.name}-${spec.id}`, spec.behaviour, CLUSTER_TOKEN);
+        stubs.push(stub);
+        started.push(stub);
+        const keepalive = () =>
+          call(m.url, 'POST', '/api/v1/peers/keepalive', {
+            token: CLUSTER_TOKEN,
+            body: peerBody(stub.hostId, { uploadPort: stub.port, seed: spec.seed ?? false, labels: spec.zone ? { zone: spec.zone } : {} }),
+          });
+        const answer = await keepalive();
+        assert.equal(answer.status, 200, JSON.stringify(answer.body));
+        const timer = setInterval(() => void keepalive().catch(() => {}), 100);
+        t.after(() => clearInterval(timer));
+      }
+      return started;
+    }
+
+    async function finished(id: number) {
+      await m.manager.jobs.settled(id);
+      const job = await admin('GET', `/api/v1/jobs/${id}`);
+      return jobSchema.parse(job.body);
+    }
+
+    test('preheat to the seeds: every layer on every seed, with the right requests, progress and audit', async (t) => {
+      const [seedA, seedB, normal] = await peers(t, [
+        { id: 'seed-a', behaviour: 'complete', seed: true },
+        { id: 'seed-b', behaviour: 'complete', seed: true },
+        { id: 'normal', behaviour: 'complete' },
+      ]);
+      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'seeds' });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const job = jobSchema.parse(created.body);
+      assert.ok(['pending', 'running'].includes(job.state));
+      assert.equal(job.progress.tasks, 4);
+      assert.deepEqual(job.args, { image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'seeds', insecure: true, withCredentials: false });
+
+      const done = await finished(job.id);
+      assert.equal(done.state, 'succeeded', done.error ?? '');
+      assert.equal(done.error, null);
+      assert.deepEqual(done.progress, { tasks: 4, pending: 0, running: 0, succeeded: 4, failed: 0, bytes: done.progress.totalBytes, totalBytes: 2 * image.layers.reduce((s, l) => s + l.size, 0) });
+      assert.deepEqual(
+        done.layers.map((l) => [l.digest, l.size, l.peers, l.succeeded]),
+        image.layers.map((l) => [l.digest, l.size, 2, 2]),
+      );
+      assert.deepEqual(new Set(done.tasks!.map((t) => t.hostId)), new Set([seedA!.hostId, seedB!.hostId]));
+      assert.equal(done.result?.manifestDigest, image.manifestDigest);
+      assert.equal(normal!.triggers.length, 0, 'a normal peer is not a seed');
+
+      for (const seed of [seedA!, seedB!]) {
+        assert.deepEqual(seed.triggers.map((t) => t.body.taskId).sort(), image.layers.map((l) => l.digest).sort());
+        for (const { authorization, body } of seed.triggers) {
+          assert.equal(authorization, `Bearer ${CLUSTER_TOKEN}`);
+          const layer = image.layers.find((l) => l.digest === body.taskId)!;
+          assert.equal(body.contentLength, layer.size);
+          assert.equal(body.pieceSize, pieceSizeFor(layer.size));
+          assert.equal(body.origin.url, `${registry.url}/v2/app/web/blobs/${layer.digest}`);
+          assert.deepEqual(body.origin.headers, {}, 'a public repository needs no header');
+          // The origin the peer is sent to really serves the layer.
+          const blob = await request(body.origin.url, { headers: body.origin.headers });
+          const hash = createHash('sha256').update(Buffer.from(await blob.body.arrayBuffer())).digest('hex');
+          assert.equal(`sha256:${hash}`, layer.digest);
+        }
+        assert.ok(seed.statusPolls >= 2 * 3, 'progress was followed until complete');
+      }
+      const audit = (await admin('GET', '/api/v1/audit?limit=50')).body as Array<{ action: string; target: string; actor: string }>;
+      const forJob = audit.filter((a) => a.target === `job:${job.id}`);
+      assert.deepEqual(forJob.map((a) => [a.action, a.actor]).reverse(), [['job.create', 'user:admin'], ['job.succeed', 'system']]);
+    });
+
+    test('an index resolves to the platform asked for; all-peers and zone scopes pick their peers', async (t) => {
+      await sleep(800); // the earlier tests' peers stopped calling: they fall out of the 600 ms liveness window
+      const [a, b] = await peers(t, [
+        { id: 'all-a', behaviour: 'complete', seed: true, zone: 'north' },
+        { id: 'all-b', behaviour: 'forget-once', zone: 'south' },
+      ]);
+      const all = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:multi`, platform: 'linux/arm64', scope: 'all-peers' });
+      assert.equal(all.status, 201, JSON.stringify(all.body));
+      const done = await finished(all.body.id);
+      assert.equal(done.state, 'succeeded', done.error ?? '');
+      assert.equal(done.result?.manifestDigest, image.manifestDigest);
+      assert.ok(b!.triggers.length > image.layers.length, 'a peer that lost a fetch is asked again');
+      assert.equal(a!.triggers.length, image.layers.length);
+
+      const zone = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:multi`, platform: 'linux/amd64', scope: 'zone:north' });
+      assert.equal(zone.status, 201, JSON.stringify(zone.body));
+      const zoned = await finished(zone.body.id);
+      assert.deepEqual([...new Set(zoned.tasks!.map((t) => t.hostId))], [a!.hostId]);
+    });
+
+    test('a peer that fails or refuses: the others finish, the job fails saying which peer, which layer and why', async (t) => {
+      const [good, failing, refusing] = await peers(t, [
+        { id: 'mixed-good', behaviour: 'complete', zone: 'mixed' },
+        { id: 'mixed-fail', behaviour: 'fail', zone: 'mixed' },
+        { id: 'mixed-refuse', behaviour: 'refuse', zone: 'mixed' },
+      ]);
+      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:mixed' });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const done = await finished(created.body.id);
+      assert.equal(done.state, 'failed');
+      assert.match(done.error!, /^4 of 6 layer fetches failed/);
+      assert.match(done.error!, new RegExp(`peer ${failing!.hostId} .*the peer's fetch failed: origin answered HTTP 500`));
+      assert.match(done.error!, new RegExp(`peer ${refusing!.hostId} .*refused the preheat: HTTP 400: disk quota would be exceeded`));
+      const byHost = (hostId: string) => done.tasks!.filter((t) => t.hostId === hostId);
+      assert.ok(byHost(good!.hostId).every((t) => t.state === 'succeeded' && t.bytes === t.size));
+      assert.ok(byHost(failing!.hostId).every((t) => t.state === 'failed' && /origin answered HTTP 500/.test(t.error!)));
+      assert.ok(byHost(refusing!.hostId).every((t) => t.state === 'failed' && /disk quota/.test(t.error!)));
+      const audit = (await admin('GET', '/api/v1/audit?limit=5')).body as Array<{ action: string; target: string; detail: { reason?: string } }>;
+      const fail = audit.find((a) => a.target === `job:${done.id}` && a.action === 'job.fail')!;
+      assert.equal(fail.detail.reason, done.error);
+    });
+
+    test('a peer that never finishes: the job times out with the bytes it got', async (t) => {
+      const [stalled] = await peers(t, [{ id: 'stall', behaviour: 'stall', zone: 'slow' }]);
+      const started = Date.now();
+      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:slow' });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      // While running, progress is visible.
+      await waitFor(async () => (await admin('GET', `/api/v1/jobs/${created.body.id}`)).body.progress.bytes > 0, 1_500, 'partial progress');
+      const done = await finished(created.body.id);
+      assert.ok(Date.now() - started >= 2_000, 'not before the timeout');
+      assert.equal(done.state, 'failed');
+      assert.match(done.error!, /timed out after \d+ s with \d+ of \d+ bytes/);
+      for (const t of done.tasks!) {
+        assert.equal(t.state, 'failed');
+        assert.equal(t.bytes, Math.floor(t.size / 2));
+        assert.equal(t.hostId, stalled!.hostId);
+      }
+    });
+
+    test('bad preheats are refused at POST with a 4xx naming the problem, and record nothing', async (t) => {
+      await peers(t, [{ id: 'bad-target', behaviour: 'complete', seed: true, zone: 'bad' }]);
+      // Peers keep calling meanwhile: what must not change is everything about jobs.
+      const jobState = async () => {
+        const all = await snapshot(m.manager);
+        return { jobs: all.jobs, job_tasks: all.job_tasks, audit: all.audit_log!.filter((a: any) => a.action.startsWith('job.')) };
+      };
+      const before = await jobState();
+      const closedPort = await freePort();
+      const cases: Array<[unknown, number, string, RegExp]> = [
+        [{ image: `${registry.host}/app/nothing:1` }, 422, 'image_not_found', new RegExp(`image: ${registry.host}/app/nothing:1 was not found`)],
+        [{ image: `${registry.host}/app/web:nope` }, 422, 'image_not_found', /image: .*app\/web:nope was not found/],
+        [{ image: `${registry.host}/app/web:1`, platform: 'linux/arm64' }, 422, 'platform_not_found', /platform: .* is linux\/amd64, not linux\/arm64/],
+        [{ image: `${registry.host}/app/web:multi`, platform: 'linux/s390x' }, 422, 'platform_not_found', /has no linux\/s390x manifest \(it has: linux\/amd64, linux\/arm64\)/],
+        [{ image: `${registry.host}/app/web:1`, platform: 'amd64' }, 400, 'invalid_request', /platform: "amd64" must be os\/architecture/],
+        [{ image: 'UPPER/case' }, 400, 'invalid_request', /^image: /],
+        [{ image: `${locked.host}/private/web:1` }, 422, 'registry_auth_refused', /credentials: .*requires credentials/],
+        [{ image: `${locked.host}/private/web:1`, credentials: { username: CREDS.user, password: 'wrong' } }, 422, 'registry_auth_refused', /credentials: .*refused the credentials/],
+        [{ image: `127.0.0.1:${closedPort}/app/web:1` }, 502, 'registry_unreachable', /cannot reach the registry/],
+        [{ image: `${registry.host}/app/web:1`, scope: 'zone:nowhere' }, 422, 'no_target_peers', /scope: no active peer is in scope "zone:nowhere"/],
+        [{ image: `${registry.host}/app/web:1`, credentials: { username: 'u' } }, 400, 'invalid_request', /body\.credentials\.password/],
+        [{ image: `${registry.host}/app/web:1`, insecure: 'yes' }, 400, 'invalid_request', /body\.insecure/],
+      ];
+      for (const [body, status, code, message] of cases) {
+        const answer = await admin('POST', '/api/v1/jobs', { type: 'preheat', platform: 'linux/amd64', scope: 'zone:bad', ...(body as object) });
+        assert.equal(answer.status, status, `${JSON.stringify(body)} → ${JSON.stringify(answer.body)}`);
+        assert.equal(answer.body.error.code, code, JSON.stringify(answer.body));
+        assert.match(answer.body.error.message, message);
+      }
+      assert.deepEqual(await jobState(), before);
+    });
+
+    test('registry credentials: peers are sent a header that opens the private layers; credentials are not stored', async (t) => {
+      const [seed] = await peers(t, [{ id: 'private', behaviour: 'complete', seed: true, zone: 'private' }]);
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${locked.host}/private/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:private',
+        credentials: { username: CREDS.user, password: CREDS.password },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const done = await finished(created.body.id);
+      assert.equal(done.state, 'succeeded', done.error ?? '');
+      for (const { body } of seed!.triggers) {
+        assert.match(body.origin.headers.authorization!, /^Basic /);
+        const blob = await request(body.origin.url, { method: 'HEAD', headers: body.origin.headers });
+        assert.equal(blob.statusCode, 200);
+        const anonymous = await request(body.origin.url, { method: 'HEAD' });
+        assert.equal(anonymous.statusCode, 401);
+      }
+      const dump = JSON.stringify(await snapshot(m.manager));
+      assert.ok(!dump.includes(CREDS.password), 'the password is stored nowhere');
+    });
+
+    test('a restart keeps jobs, clusters and tokens; a job cut off by the restart fails, saying so', async (t) => {
+      const token = (await admin('POST', '/api/v1/tokens', { name: 'keep' })).body.token as string;
+      await admin('POST', '/api/v1/clusters', { name: 'kept', scopes: { zones: ['kept'] } });
+      await peers(t, [{ id: 'restart-stall', behaviour: 'stall', zone: 'restart' }]);
+      const cut = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:restart' });
+      assert.equal(cut.status, 201);
+      // A job a crashed process left "running" (no graceful stop marked it).
+      await m.manager.store.db.updateTable('jobs').set({ state: 'running', error: null }).where('id', '=', 1).execute();
+      const jobsBefore = ((await admin('GET', '/api/v1/jobs?limit=1000')).body as Array<{ id: number; state: string }>).filter((j) => j.id !== cut.body.id && j.id !== 1);
+      const clustersBefore = (await admin('GET', '/api/v1/clusters')).body;
+
+      m = await m.restart();
+      const cutAfter = jobSchema.parse((await admin('GET', `/api/v1/jobs/${cut.body.id}`)).body);
+      assert.equal(cutAfter.state, 'failed');
+      assert.match(cutAfter.error!, /the manager stopped while the job was running/);
+      const crashed = jobSchema.parse((await admin('GET', '/api/v1/jobs/1')).body);
+      assert.equal(crashed.state, 'failed');
+      assert.equal(crashed.error, 'the manager stopped while the job was running');
+      const jobsAfter = ((await admin('GET', '/api/v1/jobs?limit=1000')).body as Array<{ id: number }>).filter((j) => j.id !== cut.body.id && j.id !== 1);
+      assert.deepEqual(jobsAfter, jobsBefore);
+      assert.ok(jobsAfter.length >= 4);
+      assert.deepEqual((await admin('GET', '/api/v1/clusters')).body, clustersBefore);
+      assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 200);
+    });
+  });
+}

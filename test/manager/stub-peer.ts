@@ -1,0 +1,79 @@
+// A stand-in for a peer's upload server, as far as preheat goes: `POST /_starling/preheat`
+// and `GET /_starling/preheat/<digest>` with the cluster token, behaving as told. The real
+// peer side is tested with real peers elsewhere; this one lets the job engine meet every outcome.
+
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type Behaviour =
+  /** Accepts, then reports growing storedBytes until complete (in `steps` polls). */
+  | 'complete'
+  /** Answers the trigger with 400 and a reason. */
+  | 'refuse'
+  /** Accepts, then its fetch fails: status carries `error`. */
+  | 'fail'
+  /** Accepts, stores half, never completes. */
+  | 'stall'
+  /** Accepts, then forgets once (status 404, as after a restart), then completes. */
+  | 'forget-once';
+
+export interface Trigger {
+  authorization?: string;
+  body: { taskId: string; contentLength: number; pieceSize: number; origin: { url: string; headers: Record<string, string> } };
+}
+
+export interface StubPeer {
+  port: number;
+  hostId: string;
+  triggers: Trigger[];
+  statusPolls: number;
+  close(): Promise<void>;
+}
+
+export async function startStubPeer(hostId: string, behaviour: Behaviour, clusterToken: string, steps = 3): Promise<StubPeer> {
+  const tasks = new Map<string, { size: number; stored: number }>();
+  let forgotten = false;
+  const stub: StubPeer = { port: 0, hostId, triggers: [], statusPolls: 0, close: async () => {} };
+  const reply = (res: http.ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  };
+  const server = http.createServer((req, res) => {
+    let text = '';
+    req.on('data', (chunk: Buffer) => (text += chunk.toString()));
+    req.on('end', () => {
+      if (req.headers.authorization !== `Bearer ${clusterToken}`) return reply(res, 401, { error: 'missing or wrong cluster token' });
+      if (req.method === 'POST' && req.url === '/_starling/preheat') {
+        const body = JSON.parse(text) as Trigger['body'];
+        stub.triggers.push({ authorization: req.headers.authorization, body });
+        if (behaviour === 'refuse') return reply(res, 400, { error: 'disk quota would be exceeded' });
+        tasks.set(body.taskId, { size: body.contentLength, stored: 0 });
+        return reply(res, 202, { accepted: true });
+      }
+      const match = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/.exec(req.url ?? '');
+      if (req.method === 'GET' && match) {
+        stub.statusPolls++;
+        const digest = match[1]!;
+        const task = tasks.get(digest);
+        if (behaviour === 'forget-once' && !forgotten && task) {
+          forgotten = true;
+          tasks.delete(digest);
+        }
+        if (!task || !tasks.has(digest)) return reply(res, 404, { error: `no preheat of ${digest} here` });
+        if (behaviour === 'fail') return reply(res, 200, { digest, size: task.size, storedBytes: 0, complete: false, error: 'origin answered HTTP 500' });
+        if (behaviour === 'stall') return reply(res, 200, { digest, size: task.size, storedBytes: Math.floor(task.size / 2), complete: false });
+        task.stored = Math.min(task.size, task.stored + Math.ceil(task.size / steps));
+        return reply(res, 200, { digest, size: task.size, storedBytes: task.stored, complete: task.stored === task.size });
+      }
+      reply(res, 404, { error: 'no such endpoint' });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  stub.port = (server.address() as AddressInfo).port;
+  stub.close = () =>
+    new Promise((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+  return stub;
+}
