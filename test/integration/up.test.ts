@@ -32,6 +32,14 @@ describe('starling up', { timeout: 120_000 }, () => {
   it('prints where things are and serves pulls through the seed', async () => {
     await waitFor(() => up.readLog().includes('Point containerd at the mirror'), 10_000, 'the start-up banner');
     assert.match(up.readLog(), /peer mirror\s+http:\/\/127\.0\.0\.1:65001/);
+    const token = /admin token\s+(\S+)/.exec(up.readLog())?.[1];
+    assert.ok(token, 'the first start prints the admin token once');
+    // The manager knows the seed and the mirror peer, and the scheduler.
+    await waitFor(async () => {
+      const response = await request('http://127.0.0.1:8080/api/v1/peers', { headers: { authorization: `Bearer ${token}` } });
+      const peers = (await response.body.json()) as Array<{ state: string }>;
+      return peers.filter((peer) => peer.state === 'active').length === 2;
+    }, 15_000, 'both peers registered with the manager');
     const blob = await pushRandomBlob(registry, 'up/blob', 9 * 1024 * 1024);
     const response = await request(`http://127.0.0.1:65001/v2/up/blob/blobs/${blob.digest}?ns=${registry.host}`);
     const hash = createHash('sha256');

@@ -4,18 +4,20 @@ import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { peerConfigSchema } from '../../peer/config.js';
 import { startPeer, type RunningPeer } from '../../peer/daemon.js';
+import { managerConfigSchema } from '../../manager/config.js';
+import { startManager } from '../../manager/server.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { startScheduler } from '../../scheduler/server.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 /**
- * Everything on one machine with defaults: a scheduler, a seed peer and the peer mirror that
- * containerd pulls through, all keeping their state under one data directory.
+ * Everything on one machine with defaults: the manager (SQLite), a scheduler, a seed peer and
+ * the peer mirror that containerd pulls through, all keeping their state under one data directory.
  */
 export function registerUpCommand(program: Command): void {
   program
     .command('up')
-    .description('run Starling on this machine: scheduler, seed peer and the peer mirror on 127.0.0.1:65001')
+    .description('run Starling on this machine: manager, scheduler, seed peer and the peer mirror on 127.0.0.1:65001')
     .option('--data-dir <dir>', 'where everything is stored', '.starling')
     .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP (repeatable)', collect, [])
     .option('--registry-default <url>', 'upstream for clients that name no registry (skopeo, podman)')
@@ -24,10 +26,22 @@ export function registerUpCommand(program: Command): void {
     .action(async (options) => {
       const dataDir = resolve(options.dataDir);
       const log = createLogger({ level: options.logLevel, name: 'starling' });
-      const scheduler = await startScheduler(
-        loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003' } }),
-        log.child({ component: 'scheduler' }),
+      const manager = await startManager(
+        loadConfig(managerConfigSchema, {
+          flags: { listen: '127.0.0.1:8080', dataDir: join(dataDir, 'manager'), registries: { insecure: options.insecureRegistry } },
+        }),
+        log.child({ component: 'manager' }),
       );
+      let scheduler;
+      try {
+        scheduler = await startScheduler(
+          loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003', manager: manager.url } }),
+          log.child({ component: 'scheduler' }),
+        );
+      } catch (error) {
+        await manager.close();
+        throw error;
+      }
       const registries = { insecure: options.insecureRegistry, default: options.registryDefault };
       const peers: RunningPeer[] = [];
       // The seed and the mirror differ only in role, ports and folder.
@@ -39,7 +53,13 @@ export function registerUpCommand(program: Command): void {
               mirror: { listen: `127.0.0.1:${mirrorPort}` },
               registries,
               storage: { quota: options.quota },
-              swarm: { schedulers: [scheduler.address], uploadListen: `127.0.0.1:${uploadPort}`, seed: role === 'seed', hostId: `local-${role}` },
+              swarm: {
+                schedulers: [scheduler.address],
+                manager: manager.url,
+                uploadListen: `127.0.0.1:${uploadPort}`,
+                seed: role === 'seed',
+                hostId: `local-${role}`,
+              },
             },
           }),
           log.child({ component: role }),
@@ -50,6 +70,7 @@ export function registerUpCommand(program: Command): void {
       } catch (error) {
         for (const peer of peers) await peer.close();
         await scheduler.close();
+        await manager.close();
         throw error;
       }
       const mirror = peers[1]!.mirrorAddress;
@@ -58,6 +79,8 @@ export function registerUpCommand(program: Command): void {
           '',
           `Starling is up (data in ${dataDir}).`,
           `  peer mirror   http://${mirror}   (metrics: http://${mirror}/metrics)`,
+          `  manager       ${manager.url}   (API: ${manager.url}/api/v1, OpenAPI: ${manager.url}/api/v1/openapi.json)`,
+          ...(manager.initialAdminToken ? [`  admin token   ${manager.initialAdminToken}   (shown once: keep it)`] : []),
           `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
           `  seed peer     http://${peers[0]!.mirrorAddress}`,
           '',
@@ -71,6 +94,7 @@ export function registerUpCommand(program: Command): void {
       await waitForShutdown(log, async () => {
         for (const peer of [...peers].reverse()) await peer.close();
         await scheduler.close();
+        await manager.close();
       });
     });
 }
