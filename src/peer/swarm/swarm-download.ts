@@ -426,10 +426,12 @@ export class SwarmDownload {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.pump(); // parents that were busy may have free slots again
     const idle = Date.now() - this.lastProgress;
-    if (idle > 2 * this.settings.stallMs) return this.goToOrigin(`nothing stored for ${idle} ms`);
-    if (idle > this.settings.stallMs && this.attempts.size === 0) {
-      this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
-    }
+    // Slow is not stuck: while pieces are on their way, wait for them.
+    if (this.attempts.size > 0) return;
+    // Going back to the origin is the scheduler's call (it counts fruitless rounds); the peer
+    // decides alone only when the scheduler seems to have forgotten it for a long time.
+    if (idle > 6 * this.settings.stallMs) return this.goToOrigin(`nothing stored for ${idle} ms`);
+    if (idle > this.settings.stallMs) this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
   }
 
   private goToOrigin(reason: string): void {
