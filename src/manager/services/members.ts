@@ -6,6 +6,7 @@ import { ManagerError } from '../errors.js';
 import { recordAudit } from './audit.js';
 import { clusterByName, defaultCluster, scopedClusters } from './clusters.js';
 import { matchCluster } from './scopes.js';
+import type { PeerKeepalive } from '../../rpc/manager-api.js';
 
 /*
  * Schedulers and peers keep themselves registered by calling every few seconds; whoever stays
@@ -41,16 +42,6 @@ export async function schedulerKeepalive(
   });
 }
 
-export interface PeerKeepalive {
-  hostId: string;
-  hostname: string;
-  ip: string;
-  uploadPort: number;
-  mirrorUrl: string;
-  labels: Record<string, string>;
-  seed: boolean;
-  tasks?: Array<{ digest: string; size: number; complete: boolean; bytesFrom: { peer: number; seed: number; origin: number } }>;
-}
 
 /** Registers or refreshes a peer and answers with the active schedulers of the cluster its scopes pick. */
 export async function peerKeepalive(db: Kysely<Database>, input: PeerKeepalive, livenessMs: number): Promise<{ clusterId: number; schedulers: string[] }> {

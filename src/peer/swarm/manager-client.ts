@@ -1,19 +1,8 @@
 import { hostname } from 'node:os';
 import { request } from 'undici';
 import type { Logger } from '../../common/log.js';
+import type { PeerKeepalive, PeerTaskReport } from '../../rpc/manager-api.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
-
-/** What a peer tells the manager at each keep-alive. */
-export interface PeerKeepalive {
-  hostId: string;
-  hostname: string;
-  ip: string;
-  uploadPort: number;
-  mirrorUrl: string;
-  labels: Record<string, string>;
-  seed: boolean;
-  tasks: Array<{ digest: string; size: number; complete: boolean; bytesFrom: { peer: number; seed: number; origin: number } }>;
-}
 
 const KEEPALIVE_MS = 5_000;
 
@@ -70,7 +59,7 @@ export class ManagerClient {
   }
 }
 
-export function keepaliveFromHost(host: HostInfo, mirrorUrl: string, tasks: PeerKeepalive['tasks']): PeerKeepalive {
+export function keepaliveFromHost(host: HostInfo, mirrorUrl: string, tasks: PeerTaskReport[]): PeerKeepalive {
   return {
     hostId: host.id,
     hostname: hostname(),
