@@ -16,6 +16,8 @@ const CREDS = { user: 'puller', password: 'pull-secret' };
 let registry: Registry;
 let locked: Registry;
 let image: BuiltImage;
+/** What a preheat fetches: the layers, then the config. */
+let blobs: Array<{ digest: string; size: number }>;
 let stubs: StubPeer[] = [];
 
 before(async () => {
@@ -26,7 +28,8 @@ before(async () => {
   // A multi-platform index whose amd64 and arm64 entries both name the pushed manifest.
   const manifest = await request(`${registry.url}/v2/app/web/manifests/1`, { headers: { accept: 'application/vnd.oci.image.manifest.v1+json' } });
   const size = Number(manifest.headers['content-length']);
-  await manifest.body.dump();
+  const { config } = (await manifest.body.json()) as { config: { digest: string; size: number } };
+  blobs = [...image.layers, config];
   const index = {
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.index.v1+json',
@@ -102,26 +105,26 @@ for (const backend of backends()) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const job = jobSchema.parse(created.body);
       assert.ok(['pending', 'running'].includes(job.state));
-      assert.equal(job.progress.tasks, 4);
+      assert.equal(job.progress.tasks, 2 * blobs.length);
       assert.deepEqual(job.args, { image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'seeds', insecure: true, withCredentials: false });
 
       const done = await finished(job.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
       assert.equal(done.error, null);
-      assert.deepEqual(done.progress, { tasks: 4, pending: 0, running: 0, succeeded: 4, failed: 0, bytes: done.progress.totalBytes, totalBytes: 2 * image.layers.reduce((s, l) => s + l.size, 0) });
+      assert.deepEqual(done.progress, { tasks: 6, pending: 0, running: 0, succeeded: 6, failed: 0, bytes: done.progress.totalBytes, totalBytes: 2 * blobs.reduce((s, l) => s + l.size, 0) });
       assert.deepEqual(
         done.layers.map((l) => [l.digest, l.size, l.peers, l.succeeded]),
-        image.layers.map((l) => [l.digest, l.size, 2, 2]),
+        blobs.map((l) => [l.digest, l.size, 2, 2]),
       );
       assert.deepEqual(new Set(done.tasks!.map((t) => t.hostId)), new Set([seedA!.hostId, seedB!.hostId]));
       assert.equal(done.result?.manifestDigest, image.manifestDigest);
       assert.equal(normal!.triggers.length, 0, 'a normal peer is not a seed');
 
       for (const seed of [seedA!, seedB!]) {
-        assert.deepEqual(seed.triggers.map((t) => t.body.taskId).sort(), image.layers.map((l) => l.digest).sort());
+        assert.deepEqual(seed.triggers.map((t) => t.body.taskId).sort(), blobs.map((l) => l.digest).sort());
         for (const { authorization, body } of seed.triggers) {
           assert.equal(authorization, `Bearer ${CLUSTER_TOKEN}`);
-          const layer = image.layers.find((l) => l.digest === body.taskId)!;
+          const layer = blobs.find((l) => l.digest === body.taskId)!;
           assert.equal(body.contentLength, layer.size);
           assert.equal(body.pieceSize, pieceSizeFor(layer.size));
           assert.equal(body.origin.url, `${registry.url}/v2/app/web/blobs/${layer.digest}`);
@@ -149,8 +152,8 @@ for (const backend of backends()) {
       const done = await finished(all.body.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
       assert.equal(done.result?.manifestDigest, image.manifestDigest);
-      assert.ok(b!.triggers.length > image.layers.length, 'a peer that lost a fetch is asked again');
-      assert.equal(a!.triggers.length, image.layers.length);
+      assert.ok(b!.triggers.length > blobs.length, 'a peer that lost a fetch is asked again');
+      assert.equal(a!.triggers.length, blobs.length);
 
       const zone = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:multi`, platform: 'linux/amd64', scope: 'zone:north' });
       assert.equal(zone.status, 201, JSON.stringify(zone.body));
@@ -168,7 +171,7 @@ for (const backend of backends()) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const done = await finished(created.body.id);
       assert.equal(done.state, 'failed');
-      assert.match(done.error!, /^4 of 6 layer fetches failed/);
+      assert.match(done.error!, /^6 of 9 blob fetches failed/);
       assert.match(done.error!, new RegExp(`peer ${failing!.hostId} .*the peer's fetch failed: origin answered HTTP 500`));
       assert.match(done.error!, new RegExp(`peer ${refusing!.hostId} .*refused the preheat: HTTP 400: disk quota would be exceeded`));
       const byHost = (hostId: string) => done.tasks!.filter((t) => t.hostId === hostId);

@@ -25,6 +25,8 @@ export interface ResolvedImage {
   manifestDigest: string;
   platform: string;
   layers: Layer[];
+  /** The image config: a blob every pull reads too, so a preheat fetches it with the layers. */
+  config: Layer;
   /** Where a peer reads a layer: the registry's blob URL. */
   blobUrl(digest: string): string;
   /** Headers a peer sends with those reads (Basic or a registry Bearer token), possibly none. */
@@ -89,7 +91,8 @@ export async function resolveImage(
     const base = client.baseUrl;
     const blobUrl = (digest: string) => new URL(`/v2/${ref.repository}/blobs/${digest}`, base).href;
     const originHeaders = await originAuthorization(blobUrl(layers[0]!.digest), ref.repository, options.credentials, reference);
-    return { reference, manifestDigest: manifest.digest, platform: formatPlatform(platform), layers, blobUrl, originHeaders };
+    const config = { digest: image.config.digest, size: image.config.size, mediaType: image.config.mediaType ?? '' };
+    return { reference, manifestDigest: manifest.digest, platform: formatPlatform(platform), layers, config, blobUrl, originHeaders };
   } catch (error) {
     throw asManagerError(error, reference);
   } finally {

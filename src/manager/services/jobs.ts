@@ -147,8 +147,10 @@ export class JobEngine {
         .values({ type: 'preheat', state: 'pending', args: JSON.stringify(args), result: null, error: null, created_by: actor, created_at: now, updated_at: now })
         .returning('id')
         .executeTakeFirstOrThrow();
+      // The config too: after a preheat, a pull needs nothing from the registry but the manifest.
+      const blobs = [...image.layers, image.config];
       const rows = targets.flatMap((peer) =>
-        image.layers.map((layer) => ({
+        blobs.map((layer) => ({
           job_id: job.id,
           digest: layer.digest,
           size: layer.size,
@@ -227,8 +229,14 @@ export class JobEngine {
       await this.setJob(jobId, { state: 'succeeded', result: JSON.stringify(result) }, 'job.succeed', result);
       this.options.onFinished?.('succeeded');
     } else {
-      const first = failed.slice(0, 3).map((f) => `peer ${f.row.host_id} (${f.row.peer_address}), layer ${f.row.digest}: ${f.row.error}`);
-      const error = `${failed.length} of ${fetches.length} layer fetches failed: ${first.join('; ')}${failed.length > 3 ? '; …' : ''}`;
+      // One line per failing peer (the first three), so one broken peer does not hide another.
+      const byPeer = new Map<string, Fetch[]>();
+      for (const f of failed) byPeer.set(f.row.host_id, [...(byPeer.get(f.row.host_id) ?? []), f]);
+      const first = [...byPeer.values()].slice(0, 3).map((fs) => {
+        const f = fs[0]!;
+        return `peer ${f.row.host_id} (${f.row.peer_address}), ${fs.length > 1 ? `${fs.length} blobs, first ` : ''}blob ${f.row.digest}: ${f.row.error}`;
+      });
+      const error = `${failed.length} of ${fetches.length} blob fetches failed: ${first.join('; ')}${byPeer.size > 3 ? '; …' : ''}`;
       await this.setJob(jobId, { state: 'failed', result: JSON.stringify(result), error }, 'job.fail', { reason: error });
       this.options.onFinished?.('failed');
     }
