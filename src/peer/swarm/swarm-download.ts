@@ -175,7 +175,7 @@ export class SwarmDownload {
     const tried = new Set<string>();
     const attempt = async (): Promise<void> => {
       const address = this.schedulers.schedulersFor(this.task.digest).find((a) => !tried.has(a));
-      if (!address) return this.goToOrigin('no scheduler reachable');
+      if (!address) return this.finished ? undefined : this.goToOrigin('no scheduler reachable');
       tried.add(address);
       if (!(await this.schedulers.ready(address))) return attempt();
       if (this.closed) return;
@@ -191,15 +191,12 @@ export class SwarmDownload {
         if (this.stream !== stream) return;
         this.stream = undefined;
         if (this.closed) return;
-        if (!answered) {
-          this.schedulers.markUnhealthy(address);
-          this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'scheduler stream failed; trying the next');
-          return void attempt();
-        }
-        if (!this.finished) {
-          this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, 'lost the scheduler mid-download; reading the origin');
-          this.goToOrigin('scheduler lost');
-        }
+        this.schedulers.markUnhealthy(address);
+        // The task moves to the next scheduler (re-registering with the pieces held, so a
+        // finished peer stays a parent); only when none is left does the peer read the origin.
+        const moment = !answered ? 'before answering' : this.finished ? 'after the download' : 'mid-download';
+        this.log.warn({ task: this.task.digest, scheduler: address, err: error?.message }, `lost the scheduler ${moment}; trying the next`);
+        void attempt();
       };
       stream.on('error', (error: Error) => lost(error));
       stream.on('end', () => lost());
@@ -216,7 +213,12 @@ export class SwarmDownload {
           heldPieces: [...Array(this.task.layout.pieceCount).keys()].filter((i) => this.task.hasPiece(i)),
         },
       } as PeerPacket);
-      for (const packet of this.unsent.splice(0)) stream.write(packet);
+      const pending = this.unsent.splice(0);
+      for (const packet of pending) stream.write(packet);
+      // Moved to another scheduler after finishing: it should know this peer holds the blob whole.
+      if (this.finished && !pending.some((p) => p.packet === 'downloadFinished')) {
+        stream.write({ packet: 'downloadFinished', downloadFinished: {} } as PeerPacket);
+      }
     };
     this.watchdog ??= setInterval(() => this.checkProgress(), 1_000);
     this.watchdog.unref();
