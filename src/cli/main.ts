@@ -6,9 +6,10 @@ import { registerContainerdConfigCommand } from './commands/containerd-config.js
 import { registerConvertCommand } from './commands/convert.js';
 import { registerGetCommand } from './commands/get.js';
 import { registerManagerCommand } from './commands/manager.js';
+import { registerOptimizeCommand } from './commands/optimize.js';
 import { registerPeerCommand } from './commands/peer.js';
 import { registerSchedulerCommand } from './commands/scheduler.js';
-import { registerSnapshotterCommand } from './commands/snapshotter.js';
+import { registerFuseServerCommand, registerSnapshotterCommand } from './commands/snapshotter.js';
 import { registerStatCommand } from './commands/stat.js';
 import { registerUpCommand } from './commands/up.js';
 
@@ -22,10 +23,12 @@ program
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
 registerEstargzCommands(program);
 registerConvertCommand(program);
+registerOptimizeCommand(program);
 registerPeerCommand(program);
 registerSchedulerCommand(program);
 registerManagerCommand(program);
 registerSnapshotterCommand(program);
+registerFuseServerCommand(program);
 registerContainerdConfigCommand(program);
 registerGetCommand(program);
 registerStatCommand(program);

@@ -63,6 +63,18 @@ export const snapshotterConfigSchema = z
       })
       .strict()
       .default({ attrTimeout: 60, entryTimeout: 60 }),
+    fuseServer: z
+      .object({
+        /**
+         * Serve the FUSE mounts from a separate process that outlives this one, so that a
+         * restart of the snapshotter leaves running containers' layers readable.
+         */
+        enabled: z.boolean().default(true),
+        /** A server with no mount and no snapshotter connected exits after this long. */
+        idleExitSeconds: z.number().int().min(1).default(60),
+      })
+      .strict()
+      .default({ enabled: true, idleExitSeconds: 60 }),
     metrics: z
       .object({ listen: listenAddress.optional() })
       .strict()

@@ -12,7 +12,8 @@ import { snapshotsHandlers, SnapshotsService } from './grpc-service.js';
 import { Layout } from './layout.js';
 import { MetadataStore } from './metadata.js';
 import { registerSnapshotterMetrics } from './metrics.js';
-import { RemoteLayers } from './remote-layers.js';
+import { FuseServerClient } from './fuse-server/client.js';
+import { RemoteLayers, type LayerMounter, type RemoteLayerSettings } from './remote-layers.js';
 import { Snapshotter } from './snapshotter.js';
 
 export interface RunningSnapshotter {
@@ -25,7 +26,10 @@ export interface RunningSnapshotter {
 export async function startSnapshotter(config: SnapshotterConfig, log: Logger): Promise<RunningSnapshotter> {
   const layout = new Layout(path.resolve(config.root));
   await fsp.mkdir(layout.root, { recursive: true, mode: 0o700 });
-  const remote = new RemoteLayers({ peer: config.peer, prefetch: config.prefetch, backgroundFetch: config.backgroundFetch, fuse: config.fuse }, log);
+  const settings: RemoteLayerSettings = { peer: config.peer, prefetch: config.prefetch, backgroundFetch: config.backgroundFetch, fuse: config.fuse };
+  const remote: LayerMounter = config.fuseServer.enabled
+    ? new FuseServerClient({ root: layout.root, settings, logLevel: config.log.level, idleExitSeconds: config.fuseServer.idleExitSeconds, log: log.child({ part: 'fuse-client' }) })
+    : new RemoteLayers(settings, log);
   const snapshotter = new Snapshotter(layout, MetadataStore.open(layout.metadataFile), remote, log);
   await snapshotter.restore();
 
@@ -55,7 +59,7 @@ export async function startSnapshotter(config: SnapshotterConfig, log: Logger): 
       'metrics',
     ));
   }
-  log.info({ socket, root: layout.root, peer: config.peer, metrics: metricsAddress }, 'snapshotter ready');
+  log.info({ socket, root: layout.root, peer: config.peer, metrics: metricsAddress, fuseServer: config.fuseServer.enabled }, 'snapshotter ready');
 
   return {
     snapshotter,

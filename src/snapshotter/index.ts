@@ -2,3 +2,4 @@
 export { startSnapshotter, type RunningSnapshotter } from './daemon.js';
 export { snapshotterConfigSchema, type SnapshotterConfig } from './config.js';
 export { SnapshotsService } from './grpc-service.js';
+export { startFuseServer, type RunningFuseServer } from './fuse-server/server.js';

@@ -1,10 +1,11 @@
-// The lazily mounted layers this process serves, by snapshot id: each is an eStargz blob read
-// through the local peer (so through the swarm) and mounted with FUSE at the snapshot's `fs`
-// dir. Also clears what a previous, killed process left mounted there.
+// The lazily mounted layers, by snapshot id: each is an eStargz blob read through the local peer
+// (so through the swarm) and mounted with FUSE at the snapshot's `fs` dir. `RemoteLayers` serves
+// them in the calling process; the snapshotter normally reaches it through a separate FUSE server
+// process (fuse-server/) so that mounts, and the containers on them, outlive its restarts.
 import fsp from 'node:fs/promises';
 import type { Logger } from '../common/log.js';
 import { detachMount, findMount, fuseMountHealth } from '../fuse/index.js';
-import { HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type LazyLayer, type LazyLayerStats } from '../lazy/index.js';
+import { HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type LazyLayer } from '../lazy/index.js';
 import type { RemoteSource } from './metadata.js';
 
 export interface RemoteLayerSettings {
@@ -15,11 +16,25 @@ export interface RemoteLayerSettings {
   fuse: { attrTimeout: number; entryTimeout: number; maxReadahead?: number };
 }
 
+/** What a mounted layer reports (plain data: it crosses the FUSE server's socket). */
 export interface MountedLayer {
   id: string;
+  mountpoint: string;
   source: RemoteSource;
   size: number;
-  stats: LazyLayerStats;
+  stats: { sourceBytes: number; cacheHits: number; chunksFetched: number; digestMismatches: number };
+}
+
+/** Who mounts remote layers for the snapshotter: in this process, or a FUSE server process. */
+export interface LayerMounter {
+  /** Mounts the layer unless it is already served alive; clears a stale mount first. */
+  ensure(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void>;
+  /** Stops serving the layer and takes whatever is mounted at `mountpoint` away. */
+  release(id: string, mountpoint: string): Promise<void>;
+  /** The layers served alive. */
+  layers(): Promise<MountedLayer[]>;
+  /** The snapshotter stops: an in-process mounter unmounts everything, a FUSE server keeps serving. */
+  close(): Promise<void>;
 }
 
 interface Served {
@@ -28,17 +43,26 @@ interface Served {
   source: RemoteSource;
 }
 
-export class RemoteLayers {
+export class RemoteLayers implements LayerMounter {
   private readonly served = new Map<string, Served>();
   /** Mounts under way, so two callers for one layer share one mount. */
   private readonly mounting = new Map<string, Promise<void>>();
 
   constructor(
-    private readonly settings: RemoteLayerSettings,
+    private settings: RemoteLayerSettings,
     private readonly log: Logger,
   ) {}
 
-  /** Mounts the layer unless this process already serves it alive; clears a stale mount first. */
+  /** New settings apply to layers mounted from now on. */
+  configure(settings: RemoteLayerSettings): void {
+    this.settings = settings;
+  }
+
+  /** Layers being mounted or served. */
+  get busy(): boolean {
+    return this.served.size > 0 || this.mounting.size > 0;
+  }
+
   ensure(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void> {
     if (this.served.get(id)?.layer.alive) return Promise.resolve();
     let pending = this.mounting.get(id);
@@ -49,7 +73,7 @@ export class RemoteLayers {
     return pending;
   }
 
-  /** Stops serving the layer and takes whatever is mounted at `mountpoint` away (lazily: an overlay may still hold it). */
+  /** Lazily: an overlay may still hold the mount. */
   async release(id: string, mountpoint: string): Promise<void> {
     await this.mounting.get(id)?.catch(() => {});
     const served = this.served.get(id);
@@ -61,8 +85,21 @@ export class RemoteLayers {
     await clearMount(mountpoint, this.log);
   }
 
-  layers(): MountedLayer[] {
-    return [...this.served].map(([id, s]) => ({ id, source: s.source, size: s.blob.size, stats: s.layer.stats() }));
+  async layers(): Promise<MountedLayer[]> {
+    return [...this.served].filter(([, s]) => s.layer.alive).map(([id, s]) => {
+      const stats = s.layer.stats();
+      return {
+        id,
+        mountpoint: s.layer.mountpoint,
+        source: s.source,
+        size: s.blob.size,
+        stats: { sourceBytes: stats.sourceBytes ?? 0, cacheHits: stats.cacheHits, chunksFetched: stats.chunksFetched, digestMismatches: stats.digestMismatches },
+      };
+    });
+  }
+
+  close(): Promise<void> {
+    return this.closeAll();
   }
 
   async closeAll(): Promise<void> {

@@ -13,7 +13,7 @@ import { REMOTE_LABEL, REMOTE_LABEL_VALUE, remoteLayerFromLabels, TARGET_SNAPSHO
 import type { Layout } from './layout.js';
 import type { MetadataStore, SnapshotKind, SnapshotRecord } from './metadata.js';
 import { snapshotMounts, type Mount } from './mounts.js';
-import { clearMount, type RemoteLayers } from './remote-layers.js';
+import { clearMount, type LayerMounter } from './remote-layers.js';
 
 export interface SnapshotInfo {
   name: string;
@@ -33,7 +33,7 @@ export class Snapshotter {
   constructor(
     private readonly layout: Layout,
     private readonly meta: MetadataStore,
-    private readonly remote: RemoteLayers,
+    private readonly remote: LayerMounter,
     private readonly log: Logger,
   ) {}
 
@@ -115,13 +115,17 @@ export class Snapshotter {
   }
 
   /**
-   * After a restart: takes away every mount left under snapshots/ (their server is gone), then
-   * mounts the remote layers the metadata still holds. A layer that cannot be mounted now is
-   * tried again when a container needs it.
+   * After a restart: takes away every mount left under snapshots/ that nobody serves any more
+   * (its server was killed), keeps those the FUSE server still serves, then mounts the remote
+   * layers the metadata holds. A layer that cannot be mounted now is tried again on use.
    */
   async restore(): Promise<void> {
     await fsp.mkdir(this.layout.snapshots, { recursive: true, mode: 0o700 });
-    const leftovers = (await listMounts(this.layout.snapshots)).map((m) => m.mountpoint).sort((a, b) => b.length - a.length);
+    const served = new Set((await this.remote.layers()).map((layer) => layer.mountpoint));
+    const leftovers = (await listMounts(this.layout.snapshots))
+      .map((m) => m.mountpoint)
+      .filter((mountpoint) => !served.has(mountpoint))
+      .sort((a, b) => b.length - a.length);
     for (const mountpoint of leftovers) await clearMount(mountpoint, this.log);
     for (const [name, record] of this.meta.entries()) {
       if (!record.remote) continue;
@@ -130,7 +134,7 @@ export class Snapshotter {
   }
 
   async close(): Promise<void> {
-    await this.remote.closeAll();
+    await this.remote.close();
   }
 
   private async create(key: string, kind: 'active' | 'view', parent: string, labels: Record<string, string>): Promise<SnapshotRecord> {

@@ -165,20 +165,59 @@ describe('starling snapshotter behind containerd', () => {
     }
   });
 
-  test('(c) kill -9 under a running container: restart leaves no stuck mount; the image runs again', async () => {
-    const id = `hold-${process.pid}`;
-    const started = await containerd.ctr(['run', '-d', '--snapshotter', 'starling', refs.starling, id, 'sleep', '600']);
+  /** Runs `sleep 600` in a container of `ref` and calls `body` with its id; removes it afterwards. */
+  async function withRunningContainer(ref: string, body: (id: string) => Promise<void>): Promise<void> {
+    const id = `hold-${process.pid}-${++counter}`;
+    const started = await containerd.ctr(['run', '-d', '--snapshotter', 'starling', ref, id, 'sleep', '600']);
     assert.equal(started.code, 0, started.stderr);
     try {
-      await waitFor(async () => (await containerd.ctr(['tasks', 'ls'])).stdout.includes(`${id}`), 20_000, 'task running');
+      await waitFor(async () => (await containerd.ctr(['tasks', 'ls'])).stdout.includes(id), 20_000, 'task running');
+      await body(id);
+    } finally {
+      await containerd.ctr(['tasks', 'kill', '--signal', 'SIGKILL', id]);
+      await waitFor(async () => (await containerd.ctr(['tasks', 'delete', id])).code === 0 || !(await containerd.ctr(['tasks', 'ls'])).stdout.includes(id), 20_000, 'task deleted');
+      await containerd.ctr(['containers', 'delete', id]);
+    }
+  }
+  const execIn = (id: string, cmd: string[]) => containerd.ctr(['tasks', 'exec', '--exec-id', `probe-${++counter}`, id, ...cmd], { timeoutMs: 30_000 });
+  const reconnected = () =>
+    waitFor(async () => (await containerd.ctr(['snapshots', '--snapshotter', 'starling', 'ls'])).code === 0, 30_000, 'containerd reconnected');
+
+  test('(c) the snapshotter killed -9 and restarted under a running container: its files stay readable throughout', async () => {
+    await withRunningContainer(refs.starling, async (id) => {
+      const mounted = fuseMountsUnder(sn.root);
+      assert.ok(mounted.length >= 3, `remote layers mounted: ${mounted.join(', ')}`);
+      const server = sn.fuseServerPid();
+      assert.ok(server, 'a FUSE server serves the mounts');
+      await sn.service.kill9();
+      for (const m of mounted) assert.equal(await fuseMountHealth(m), 'alive', `${m} still answers while the snapshotter is down`);
+      // A file of the top layer nobody has read yet: fetched now, through the peer, by the FUSE server.
+      const whileDown = await execIn(id, ['cat', '/etc/two.txt']);
+      assert.equal(whileDown.stdout, 'two\n', `read while the snapshotter is down: ${whileDown.stderr}`);
+
+      sn = await sn.restart();
+      await reconnected();
+      assert.equal(sn.fuseServerPid(), server, 'the restarted snapshotter found the same FUSE server');
+      assert.deepEqual(fuseMountsUnder(sn.root).sort(), mounted.sort(), 'the same mounts, not new ones');
+      const afterRestart = await execIn(id, ['sha256sum', '/data/layer1.bin']);
+      assert.equal(afterRestart.code, 0, afterRestart.stderr);
+      assert.equal(afterRestart.stdout.split(/\s+/)[0], image.randomFiles[1]!.sha256);
+      const res = await runIn(refs.starling, SCRIPT);
+      assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
+      assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
+    });
+  });
+
+  test('(c) the FUSE server killed -9 too: the restart leaves no stuck mount; the image runs again', async () => {
+    await withRunningContainer(refs.starling, async (id) => {
       const mounted = fuseMountsUnder(sn.root);
       assert.ok(mounted.length >= 3, `remote layers mounted: ${mounted.join(', ')}`);
       await sn.service.kill9();
-      for (const m of mounted) assert.equal(await fuseMountHealth(m), 'dead', `${m} is dead while the snapshotter is down`);
+      process.kill(sn.fuseServerPid()!, 'SIGKILL');
+      await waitFor(async () => (await Promise.all(mounted.map(fuseMountHealth))).every((h) => h === 'dead'), 10_000, 'mounts dead without their server');
 
       sn = await sn.restart();
-      // containerd's gRPC client reconnects with backoff: wait until it reaches the new process.
-      await waitFor(async () => (await containerd.ctr(['snapshots', '--snapshotter', 'starling', 'ls'])).code === 0, 30_000, 'containerd reconnected');
+      await reconnected();
       const after = fuseMountsUnder(sn.root);
       assert.deepEqual(after.sort(), mounted.sort(), 'the same layers are mounted again');
       for (const m of after) assert.equal(await fuseMountHealth(m), 'alive', `${m} answers`);
@@ -186,13 +225,9 @@ describe('starling snapshotter behind containerd', () => {
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
       assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
       // The old container's overlay still holds the superblocks of the killed FUSE sessions: report what it sees.
-      const old = await containerd.ctr(['tasks', 'exec', '--exec-id', 'probe', id, 'cat', '/etc/two.txt']);
-      console.log(`# the container started before the kill -9 reads a not-yet-read file: code ${old.code} ${old.stdout.trim()} ${old.stderr.trim()}`);
-    } finally {
-      await containerd.ctr(['tasks', 'kill', '--signal', 'SIGKILL', id]);
-      await waitFor(async () => (await containerd.ctr(['tasks', 'delete', id])).code === 0 || !(await containerd.ctr(['tasks', 'ls'])).stdout.includes(id), 20_000, 'task deleted');
-      await containerd.ctr(['containers', 'delete', id]);
-    }
+      const old = await execIn(id, ['cat', '/etc/two.txt']);
+      console.log(`# after losing its FUSE server, the container started before reads a not-yet-read file: code ${old.code} ${old.stdout.trim()} ${old.stderr.trim()}`);
+    });
   });
 
   test('(d) removing the images: containerd\'s GC calls Remove and Cleanup; mounts and disk are freed', async () => {

@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { request } from 'undici';
 import { SnapshotsService } from '../../src/snapshotter/index.js';
 import { STARLING_CLI } from '../fixtures/peer.js';
-import { freePort, makeTempDir, mountsUnder, spawnService, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
+import { freePort, makeTempDir, mountsUnder, onExitCleanup, spawnService, unmountUnderSync, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
 
 export interface SnapshotterProcess {
   socket: string;
@@ -16,7 +16,10 @@ export interface SnapshotterProcess {
   service: Service;
   /** Starts it again on the same socket, root and metrics port (after stop or kill9). */
   restart(): Promise<SnapshotterProcess>;
+  /** Stops the snapshotter and its FUSE server (which would otherwise keep serving the mounts). */
   stop(): Promise<void>;
+  /** The pid of the FUSE server serving this root, if one runs. */
+  fuseServerPid(): number | undefined;
   /** Sum of a metric's samples, optionally only those with `digest`. */
   metric(name: string, digest?: string): Promise<number>;
 }
@@ -32,6 +35,12 @@ export interface SnapshotterOptions {
 export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise<SnapshotterProcess> {
   const socket = path.join(opts.dir, 'snapshotter.sock');
   const root = path.join(opts.dir, 'root');
+  // The FUSE server runs detached from the snapshotter: make sure even a crashed test ends it.
+  onExitCleanup(() => {
+    const pid = fuseServerPid(root);
+    if (pid) process.kill(pid, 'SIGKILL');
+    unmountUnderSync(root);
+  });
   const port = opts.port ?? (await freePort());
   const args = [STARLING_CLI, 'snapshotter', '--socket', socket, '--root', root, '--peer', opts.peerUrl, '--metrics-listen', `127.0.0.1:${port}`, '--log-level', 'debug'];
   if (opts.configYaml) {
@@ -59,7 +68,11 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
     metricsUrl,
     service,
     restart: () => startSnapshotterProcess({ ...opts, port }),
-    stop: async () => void (await service.stop()),
+    stop: async () => {
+      await service.stop();
+      await stopFuseServer(root);
+    },
+    fuseServerPid: () => fuseServerPid(root),
     async metric(name, digest) {
       const res = await request(metricsUrl);
       const text = await res.body.text();
@@ -73,6 +86,42 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
       return total;
     },
   };
+}
+
+/** The live FUSE server of a snapshotter root (from its pid file). */
+export function fuseServerPid(root: string): number | undefined {
+  let text: string;
+  try {
+    text = fs.readFileSync(path.join(root, 'fuse-server.pid'), 'utf8');
+  } catch {
+    return undefined; // none was started, or it stopped
+  }
+  const pid = Number(text.trim());
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  try {
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return undefined;
+  }
+}
+
+/** SIGTERM to the root's FUSE server (it unmounts what it serves), SIGKILL after 10 s. */
+export async function stopFuseServer(root: string): Promise<void> {
+  const pid = fuseServerPid(root);
+  if (!pid) return;
+  process.kill(pid, 'SIGTERM');
+  const gone = () => {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  await waitFor(gone, 10_000, 'FUSE server exit').catch(() => {
+    if (!gone()) process.kill(pid, 'SIGKILL');
+  });
 }
 
 /** The `[proxy_plugins.starling]` table for containerd's config. */

@@ -1,7 +1,9 @@
+import path from 'node:path';
 import type { Command } from 'commander';
+import { UserError } from '../../common/errors.js';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { snapshotterConfigSchema, startSnapshotter } from '../../snapshotter/index.js';
+import { snapshotterConfigSchema, startFuseServer, startSnapshotter } from '../../snapshotter/index.js';
 import { waitForShutdown } from '../shared.js';
 
 /** `starling snapshotter`: containerd's remote snapshotter (`[proxy_plugins.starling] type = "snapshot"`). */
@@ -15,6 +17,7 @@ export function registerSnapshotterCommand(program: Command): void {
     .option('--metrics-listen <host:port>', 'serve Prometheus metrics here')
     .option('--no-prefetch', 'do not prefetch prioritized files before a layer is ready')
     .option('--no-background-fetch', 'fetch only what is read')
+    .option('--no-fuse-server', 'serve the FUSE mounts in this process (they end with it) instead of a separate `starling fuse-server`')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -27,6 +30,7 @@ export function registerSnapshotterCommand(program: Command): void {
           // commander sets these to true unless --no-… was given: only a "no" overrides the file.
           prefetch: options.prefetch === false ? { enabled: false } : undefined,
           backgroundFetch: options.backgroundFetch === false ? { enabled: false } : undefined,
+          fuseServer: options.fuseServer === false ? { enabled: false } : undefined,
           metrics: { listen: options.metricsListen },
           log: { level: options.logLevel },
         },
@@ -34,5 +38,23 @@ export function registerSnapshotterCommand(program: Command): void {
       const log = createLogger({ level: config.log.level, name: 'snapshotter' });
       const running = await startSnapshotter(config, log);
       await waitForShutdown(log, () => running.close());
+    });
+}
+
+/** `starling fuse-server`: started by the snapshotter; serves its lazy mounts and outlives its restarts. */
+export function registerFuseServerCommand(program: Command): void {
+  program
+    .command('fuse-server')
+    .description('serve a snapshotter\'s lazy FUSE mounts (the snapshotter starts it; it outlives snapshotter restarts)')
+    .requiredOption('--root <dir>', 'the snapshotter\'s root: the socket, pid file and log live there')
+    .option('--idle-exit <seconds>', 'exit after serving nothing, with no snapshotter connected, this long', '60')
+    .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
+    .action(async (options: { root: string; idleExit: string; logLevel: string }) => {
+      const idleExitSeconds = Number(options.idleExit);
+      if (!Number.isInteger(idleExitSeconds) || idleExitSeconds < 1) throw new UserError(`--idle-exit: expected whole seconds ≥ 1, got "${options.idleExit}"`);
+      const log = createLogger({ level: options.logLevel, name: 'fuse-server', pretty: false });
+      const running = await startFuseServer({ root: path.resolve(options.root), idleExitMs: idleExitSeconds * 1000, log });
+      await Promise.race([running.stopped, waitForShutdown(log, () => running.close())]);
+      process.exit(0);
     });
 }
