@@ -7,7 +7,17 @@ import type { LayerNode, LayerTree } from './layer-tree.js';
 
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_RDWR;
 
-export function layerOps(tree: LayerTree, fetcher: ChunkFetcher): FuseOps {
+export interface LayerOpsHooks {
+  /**
+   * Called on every successful open of a regular file with its TOC name (the entry holding the
+   * data: a hardlink reports its target), before the open is answered. Exec and mmap go through
+   * open too. Used to record what a workload reads; must be cheap and must not throw.
+   */
+  onAccess?: (path: string) => void;
+}
+
+export function layerOps(tree: LayerTree, fetcher: ChunkFetcher, hooks: LayerOpsHooks = {}): FuseOps {
+  const onAccess = hooks.onAccess;
   const listings = new Map<number, DirEntry[]>(); // built on first readdir of each directory
 
   const node = (ino: number): LayerNode => {
@@ -44,6 +54,7 @@ export function layerOps(tree: LayerTree, fetcher: ChunkFetcher): FuseOps {
       const target = node(ino);
       if (target.children) throw new FuseError(Errno.EISDIR);
       if (flags & WRITE_FLAGS) throw new FuseError(Errno.EROFS);
+      if (onAccess && target.entry?.type === 'reg') onAccess(target.entry.name);
       return { fh: 0 };
     },
     async read(ino, _fh, offset, size) {

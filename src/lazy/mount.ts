@@ -33,6 +33,13 @@ export interface LazyLayerOptions {
   fuse?: FuseOptions;
   /** Problems that did not stop the mount (failed prefetch or background chunks, read errors). */
   onWarning?: (message: string, error?: unknown) => void;
+  /**
+   * Called with the TOC name of a regular file each time it is opened through the mount (exec
+   * and mmap included; a hardlink reports the entry holding the data). For recording what a
+   * workload reads; it runs on the FUSE dispatch path, so keep it cheap. Errors it throws are
+   * reported through onWarning and do not fail the open.
+   */
+  onAccess?: (path: string) => void;
 }
 
 export interface LazyLayerStats extends FetchStats {
@@ -82,7 +89,19 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
 
   let mount: FuseMount;
   try {
-    mount = await mountFuse(options.mountpoint, layerOps(tree, fetcher), {
+    const onAccess = options.onAccess;
+    const hooks = onAccess
+      ? {
+          onAccess: (path: string) => {
+            try {
+              onAccess(path);
+            } catch (error) {
+              warn(`onAccess(${path}): ${(error as Error).message}`, error);
+            }
+          },
+        }
+      : {};
+    mount = await mountFuse(options.mountpoint, layerOps(tree, fetcher, hooks), {
       ...IMMUTABLE_FUSE_DEFAULTS,
       ...options.fuse,
       onError: (error, op) => {
