@@ -81,6 +81,20 @@ export async function convertImage(src: ImageStore, srcReference: string, dst: I
   }
 }
 
+/**
+ * The image manifest `reference` names in `src`: that manifest itself, or, when it is an index,
+ * the one for `platform` (default: this host's), as convertImage picks it without --all-platforms.
+ */
+export async function resolveImageManifest(src: ImageStore, reference: string, platform?: Platform): Promise<Manifest> {
+  const top = await src.getManifest(reference);
+  if (!isIndex(top)) {
+    if (!isImageManifest(top.mediaType) && top.mediaType) throw new UserError(`${src.name}:${reference} is a ${top.mediaType}, not an image`);
+    return top;
+  }
+  const images = parseIndex(top, src.name).manifests.filter((m) => isImageManifest(m.mediaType));
+  return src.getManifest(pickPlatform(images, platform ?? hostPlatform(), `${src.name}:${reference}`).digest);
+}
+
 function isIndex(manifest: Manifest): boolean {
   if (INDEX_TYPES.has(manifest.mediaType)) return true;
   if (manifest.mediaType) return false;

@@ -55,15 +55,19 @@ export async function convertLayer(job: LayerJob, options: LayerOptions): Promis
   }
   const wanted = options.compression;
   const isZstdType = layer.mediaType === MediaType.OciLayerZstd;
-  if (layer.annotations?.[TOC_DIGEST_ANNOTATION] && isZstdType === (wanted === 'zstd')) {
-    options.progress.done(`${label} ${short(layer.digest)}: already ${formatName(wanted)}, kept`);
-    return { layer: { ...layer, mediaType: targetMediaType(wanted) }, diffID: job.diffID };
+  const prioritizedFiles = job.prioritized?.length ? job.prioritized : undefined;
+  // A layer that is already eStargz is kept, unless files are to be prioritized in it: then it
+  // is rebuilt (the writer drops its old TOC and landmark) so that they come first.
+  if (!prioritizedFiles) {
+    if (layer.annotations?.[TOC_DIGEST_ANNOTATION] && isZstdType === (wanted === 'zstd')) {
+      options.progress.done(`${label} ${short(layer.digest)}: already ${formatName(wanted)}, kept`);
+      return { layer: { ...layer, mediaType: targetMediaType(wanted) }, diffID: job.diffID };
+    }
+    const kept = await keepIfEstargz(job, wanted, options);
+    if (kept) return kept;
   }
-  const kept = await keepIfEstargz(job, wanted, options);
-  if (kept) return kept;
 
   const output = join(options.tmpDir, `layer-${layer.digest.slice(7)}-${wanted}`);
-  const prioritizedFiles = job.prioritized?.length ? job.prioritized : undefined;
   try {
     const input = Readable.from(verifiedBlob(job.source, layer, (n) => options.progress.update(`${label} ${short(layer.digest)}: converting ${megabytes(n)} / ${megabytes(layer.size)}`)));
     const result = await buildEstargz(input, createWriteStream(output), {

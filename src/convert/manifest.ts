@@ -99,7 +99,7 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
   return { bytes, mediaType: MediaType.OciManifest, digest: digestOf(bytes), missing };
 }
 
-function parseImageManifest(manifest: Manifest, where: string): ImageManifest {
+export function parseImageManifest(manifest: Manifest, where: string): ImageManifest {
   let parsed: ImageManifest;
   try {
     parsed = JSON.parse(manifest.bytes.toString('utf8')) as ImageManifest;
@@ -112,7 +112,7 @@ function parseImageManifest(manifest: Manifest, where: string): ImageManifest {
   return parsed;
 }
 
-function parseConfig(bytes: Buffer, where: string, digest: string): ImageConfig {
+export function parseConfig(bytes: Buffer, where: string, digest: string): ImageConfig {
   try {
     const config = JSON.parse(bytes.toString('utf8')) as ImageConfig;
     if (typeof config !== 'object' || config === null) throw new Error('not an object');
