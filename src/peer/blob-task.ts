@@ -76,6 +76,10 @@ export class BlobTask {
       this.hashedPieces = this.layout.pieceCount;
       this.verification.resolve();
       this.persisted.resolve();
+    } else if (blob.storedPieceCount === this.layout.pieceCount) {
+      // Every piece was stored before a restart cut the verification short: no piece will
+      // arrive to start it again, so verify now (readers of the last bytes wait for it).
+      this.foldIntoBlobHash();
     }
   }
 
