@@ -193,14 +193,25 @@ export class BlobService {
         this.deps.metrics.servedBytes.inc(stop - position + 1);
         continue;
       }
-      while (position <= stop) {
-        const length = Math.min(READ_CHUNK, stop - position + 1);
+      // The next chunk is read from disk while the current one goes out on the socket.
+      const readAt = async (at: number): Promise<Buffer> => {
+        const length = Math.min(READ_CHUNK, stop - at + 1);
         const buffer = Buffer.allocUnsafe(length);
-        const read = await task.blob.read(buffer, position, length);
-        if (read !== length) throw new Error(`short read of ${task.digest} at ${position}`);
-        await writeChunk(res, buffer);
-        this.deps.metrics.servedBytes.inc(length);
-        position += length;
+        const read = await task.blob.read(buffer, at, length);
+        if (read !== length) throw new Error(`short read of ${task.digest} at ${at}`);
+        return buffer;
+      };
+      let next: Promise<Buffer> | undefined = readAt(position);
+      try {
+        while (next) {
+          const buffer: Buffer = await next;
+          position += buffer.length;
+          next = position <= stop ? readAt(position) : undefined;
+          await writeChunk(res, buffer);
+          this.deps.metrics.servedBytes.inc(buffer.length);
+        }
+      } finally {
+        next?.catch(() => {}); // the client left: the read under way has no one to go to
       }
     }
   }
