@@ -1,0 +1,14 @@
+import { ApiError } from '../api';
+
+/** An error as the manager worded it, announced to screen readers. */
+export function ErrorMessage({ error }: { error: unknown }) {
+  if (!error) return null;
+  const message = error instanceof Error ? error.message : String(error);
+  const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : '';
+  return (
+    <p role="alert" className="error">
+      {message}
+      {status && <span className="muted">{status}</span>}
+    </p>
+  );
+}
