@@ -11,6 +11,7 @@ PACKAGES=(
   fuse3 libfuse3-dev attr
   curl ethtool aria2 opentracker mktorrent
   postgresql debootstrap
+  chromium
 )
 
 missing=()
