@@ -23,6 +23,11 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       help: 'Blob bytes sent to local clients',
       registers,
     }),
+    sendfileBytes: new Counter({
+      name: 'starling_peer_sendfile_bytes_total',
+      help: 'Of the blob bytes sent to local clients, those sent from disk with sendfile(2)',
+      registers,
+    }),
     downloadedBytes: new Counter({
       name: 'starling_peer_downloaded_bytes_total',
       help: 'Blob bytes stored by this peer, by where they came from (origin, peer, seed)',

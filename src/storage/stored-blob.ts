@@ -106,6 +106,11 @@ export class StoredBlob {
     return this.pieces.size;
   }
 
+  /** The data file's descriptor, for sendfile(2); valid while the blob is open. */
+  get dataFd(): number {
+    return this.data.fd;
+  }
+
   hasPiece(index: number): boolean {
     return this.pieces.has(index);
   }

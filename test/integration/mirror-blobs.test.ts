@@ -119,6 +119,39 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
     assert.equal(blobBytesSent(registry.requests(), big.digest), big.size, 'the registry sent exactly one copy');
   });
 
+  it('serves cached blobs from disk with sendfile: whole, ranges and multipart byte-exact; a client leaving mid-transfer harms no other', async () => {
+    const before = await peer.metric('starling_peer_sendfile_bytes_total');
+    const whole = await get(blobUrl(small.digest));
+    assert.equal(sha256(whole.body), small.digest);
+    const ranged = await get(blobUrl(small.digest), { range: 'bytes=1000000-8999999' });
+    assert.ok(ranged.body.equals(smallBytes.subarray(1000000, 9000000)));
+    const multi = await get(blobUrl(small.digest), { range: 'bytes=0-2999999,5000000-7999999' });
+    assert.equal(multi.status, 206);
+    for (const [start, end] of [[0, 3000000], [5000000, 8000000]] as const) {
+      assert.ok(multi.body.indexOf(smallBytes.subarray(start, end)) > 0, `part ${start}-${end - 1} byte-exact`);
+    }
+    const sent = (await peer.metric('starling_peer_sendfile_bytes_total')) - before;
+    assert.equal(sent, small.size + 8000000 + 6000000, 'every byte of these cached reads went out with sendfile');
+
+    // Clients that leave part-way through a 200 MB cached blob, while another reads it whole.
+    const big = (await pushRandomBlob(registry, 'test/big', 200 * 1000 * 1000));
+    const leavers = Array.from({ length: 4 }, async () => {
+      const response = await request(blobUrl(big.digest, 'test/big'));
+      for await (const _chunk of response.body) break; // reads one chunk, then closes the connection
+    });
+    const reader = (async () => {
+      const response = await request(blobUrl(big.digest, 'test/big'));
+      const hash = createHash('sha256');
+      for await (const chunk of response.body) hash.update(chunk);
+      return `sha256:${hash.digest('hex')}`;
+    })();
+    await Promise.all(leavers);
+    assert.equal(await reader, big.digest);
+    const health = await request(`${peer.url}/healthz`);
+    assert.equal(health.statusCode, 200);
+    await health.body.dump();
+  });
+
   it('refuses a blob whose bytes do not match its digest and stores nothing of it', async () => {
     const bad = await pushRandomBlob(registry, 'test/bad', 9 * MiB);
     await corruptBlob(registry, bad.digest);
