@@ -1,0 +1,494 @@
+// The Starling simulator's command line.
+//
+//   npx tsx sim/main.ts --scenario p2p --nodes 64 --size 21.4GB --nic 50gbit --registry-uplink 25gbit
+//   npx tsx sim/main.ts --seed-table            # the seed experiments at full scale, table + plots
+//   npx tsx sim/main.ts --validate              # the emulated cluster's setups next to its measurements
+//
+// Every run drives the real scheduler (src/scheduler/scheduling.ts) with simulated peers,
+// hosts and links; see sim/peer.ts and sim/network.ts for what is modelled and what is not.
+
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { parseRate } from '../bench/lib/cluster.js';
+import { parseSize } from '../bench/lib/stats.js';
+import { defaultScheduling } from '../src/scheduler/config.js';
+import { pieceSizeFor } from '../src/storage/piece-plan.js';
+import { cdfPoints, lineChart, type Series } from './svg.js';
+import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+const options = {
+  scenario: { type: 'string', default: 'p2p' },
+  nodes: { type: 'string', default: '64' },
+  size: { type: 'string', default: '21.4GB' },
+  nic: { type: 'string', default: '50gbit' },
+  'nic-up': { type: 'string' },
+  'nic-down': { type: 'string' },
+  'seed-nic': { type: 'string' },
+  seeds: { type: 'string', default: '1' },
+  'registry-uplink': { type: 'string', default: '25gbit' },
+  'piece-size': { type: 'string' },
+  'rack-size': { type: 'string', default: '32' },
+  zones: { type: 'string', default: '1' },
+  'rack-uplink': { type: 'string' },
+  'zone-uplink': { type: 'string' },
+  'latency-rack': { type: 'string', default: '50us' },
+  'latency-cross-rack': { type: 'string', default: '150us' },
+  'latency-cross-zone': { type: 'string', default: '1ms' },
+  framing: { type: 'string', default: 'ethernet' },
+  'parent-limit': { type: 'string', default: '5' },
+  'back-to-source-limit': { type: 'string', default: '1' },
+  'piece-parallelism': { type: 'string', default: '8' },
+  'per-parent': { type: 'string', default: '3' },
+  'upload-slots': { type: 'string', default: '8' },
+  'seed-upload-slots': { type: 'string', default: '32' },
+  noise: { type: 'string', default: '0' },
+  quantum: { type: 'string', default: 'auto' },
+  'start-spread': { type: 'string', default: '0' },
+  runs: { type: 'string', default: '1' },
+  'rng-seed': { type: 'string', default: '1' },
+  'lazy-fraction': { type: 'string', default: '0.062' },
+  'lazy-toc': { type: 'string', default: '4MiB' },
+  'lazy-background': { type: 'boolean', default: false },
+  'seed-table': { type: 'boolean', default: false },
+  validate: { type: 'boolean', default: false },
+  'noise-sweep': { type: 'string', default: '0,0.1,0.2,0.3' },
+  plots: { type: 'string' },
+  'json-out': { type: 'string' },
+  help: { type: 'boolean', default: false },
+} as const;
+
+const USAGE = `usage:
+  npx tsx sim/main.ts [--scenario direct|p2p|lazy|all] [--nodes 64] [--size 21.4GB] [--nic 50gbit]
+                      [--registry-uplink 25gbit] [options]
+  npx tsx sim/main.ts --seed-table [--noise 0] [--plots docs/img] [--json-out FILE]
+  npx tsx sim/main.ts --validate [--runs 5] [--noise-sweep 0,0.1,0.2,0.3]
+
+setup
+  --nic R / --nic-up R / --nic-down R   node NIC (tc units: 50gbit = 50e9 bit/s); default 50gbit
+  --seed-nic R           seed peer NIC (default: the nodes')     --seeds N        seed peers (default 1)
+  --registry-uplink R    the registry's NIC (default 25gbit)     --piece-size S   default: as the peer picks
+  --rack-size N          nodes per rack (32)   --zones N (1)     --rack-uplink R / --zone-uplink R  (none)
+  --latency-rack T --latency-cross-rack T --latency-cross-zone T   one-way (50us, 150us, 1ms)
+  --framing ethernet|tc  payload share of a link: 1448/1538 (Ethernet wire) or 1448/1514 (tc's count)
+scheduler and peer (defaults are the real ones)
+  --parent-limit K (5)  --back-to-source-limit M (1)  --piece-parallelism (8)  --per-parent (3)
+  --upload-slots (8)    --seed-upload-slots (32)
+lazy start (scenario lazy)
+  --lazy-fraction F (0.062)  --lazy-toc S (4MiB)  --lazy-background (fetch the rest after the start)
+model
+  --noise S        TCP share noise: flow weights exp(S·Z), Z ~ N(0,1); 0 = exact max-min fairness
+  --quantum T|auto rate recomputation coalescing (auto: exact up to 128 nodes, else piece time / 20)
+  --start-spread T nodes start at uniform random moments in [0, T]
+  --runs N --rng-seed S   repeat with seeds S, S+1, …
+output
+  --plots DIR      SVG plots (CDF of ready times, registry egress over time)
+  --json-out FILE  every result as JSON`;
+
+let args: Record<string, string | boolean | undefined>;
+try {
+  args = parseArgs({ options, strict: true }).values as Record<string, string | boolean | undefined>;
+} catch (error) {
+  console.error(`${(error as Error).message}\n${USAGE}`);
+  process.exit(2);
+}
+if (args.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+function str(name: keyof typeof options): string {
+  return String(args[name]);
+}
+
+/** '50us', '1.5ms', '2s', '0' → seconds. */
+export function parseDuration(text: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s)?\s*$/.exec(text);
+  if (!m) throw new Error(`cannot read duration "${text}" (examples: 50us, 1ms, 2s)`);
+  const unit = m[2] === 'us' || m[2] === 'µs' ? 1e-6 : m[2] === 'ms' ? 1e-3 : 1;
+  return Number(m[1]) * unit;
+}
+
+function integer(name: keyof typeof options, min = 1): number {
+  const value = Number(args[name]);
+  if (!Number.isInteger(value) || value < min) throw new Error(`--${name} must be an integer ≥ ${min}, got ${args[name]}`);
+  return value;
+}
+
+/** The setup the command line describes (nodes and size may be overridden by the caller). */
+function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
+  const nic = parseRate(str('nic'));
+  const up = args['nic-up'] ? parseRate(str('nic-up')) : nic;
+  const down = args['nic-down'] ? parseRate(str('nic-down')) : nic;
+  const seedNic = args['seed-nic'] ? parseRate(str('seed-nic')) : undefined;
+  const scheduling = defaultScheduling();
+  scheduling.candidateParentLimit = integer('parent-limit');
+  scheduling.backToSourceLimit = integer('back-to-source-limit', 0);
+  const setup = defaultSetup({
+    nodes: integer('nodes'),
+    size: parseSize(str('size')),
+    pieceSize: args['piece-size'] ? parseSize(str('piece-size')) : undefined,
+    nodeUp: up,
+    nodeDown: down,
+    seedUp: seedNic ?? up,
+    seedDown: seedNic ?? down,
+    seeds: integer('seeds', 0),
+    registryUp: parseRate(str('registry-uplink')),
+    rackSize: integer('rack-size'),
+    zones: integer('zones'),
+    rackUplink: args['rack-uplink'] ? parseRate(str('rack-uplink')) : undefined,
+    zoneUplink: args['zone-uplink'] ? parseRate(str('zone-uplink')) : undefined,
+    latency: {
+      sameRack: parseDuration(str('latency-rack')),
+      crossRack: parseDuration(str('latency-cross-rack')),
+      crossZone: parseDuration(str('latency-cross-zone')),
+    },
+    efficiency: str('framing') === 'tc' ? EFFICIENCY_TC : EFFICIENCY_ETHERNET,
+    scheduling,
+    peer: { parallelism: integer('piece-parallelism'), perParent: integer('per-parent'), pieceTimeout: 30, stall: 10 },
+    uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
+    rngSeed: integer('rng-seed', 0),
+    startSpread: parseDuration(str('start-spread')),
+    noise: Number(args.noise),
+    ...overrides,
+  });
+  if (!(setup.noise >= 0)) throw new Error(`--noise must be ≥ 0, got ${args.noise}`);
+  setup.quantum = quantumFor(setup);
+  return setup;
+}
+
+function quantumFor(setup: Setup): number {
+  const text = str('quantum');
+  if (text !== 'auto') return parseDuration(text);
+  if (setup.nodes <= 128) return 0;
+  const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
+  return pieceSize / ((setup.nodeDown / 8) * setup.efficiency) / 20;
+}
+
+function lazyFromArgs(): LazyOptions {
+  return { ...defaultLazy(), fraction: Number(args['lazy-fraction']), tocBytes: parseSize(str('lazy-toc')), background: Boolean(args['lazy-background']) };
+}
+
+// ---------------------------------------------------------------- formatting
+
+function duration(seconds: number): string {
+  if (!Number.isFinite(seconds)) return 'n/a';
+  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 2 : 1)} s`;
+  const m = Math.floor(seconds / 60);
+  const s = seconds - 60 * m;
+  return `${m} min ${s.toFixed(0).padStart(2, '0')} s`;
+}
+
+function bytes(value: number): string {
+  if (value >= 1e12) return `${(value / 1e12).toFixed(2)} TB`;
+  if (value >= 1e9) return `${(value / 1e9).toFixed(1)} GB`;
+  if (value >= 1e6) return `${(value / 1e6).toFixed(1)} MB`;
+  return `${value.toFixed(0)} B`;
+}
+
+function gbps(bitsPerSecond: number): string {
+  if (bitsPerSecond >= 1e9) return `${(bitsPerSecond / 1e9).toFixed(1)} Gbit/s`;
+  return `${(bitsPerSecond / 1e6).toFixed(1)} Mbit/s`;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+const SCENARIO_LABEL: Record<ScenarioName, string> = { direct: 'direct pull', p2p: 'P2P full download', lazy: 'P2P lazy (eStargz)' };
+
+function describe(setup: Setup): string {
+  const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
+  return (
+    `${setup.nodes} nodes × ${bytes(setup.size)} (${Math.ceil(setup.size / pieceSize)} pieces of ${pieceSize / 2 ** 20} MiB); ` +
+    `node NIC ${gbps(setup.nodeUp)}, ${setup.seeds} seed (${gbps(setup.seedUp)}), registry ${gbps(setup.registryUp)}; ` +
+    `${Math.ceil(setup.nodes / setup.rackSize)} racks, ${setup.zones} zone(s); payload share ${setup.efficiency.toFixed(3)}; ` +
+    `noise ${setup.noise}; quantum ${(setup.quantum * 1e3).toFixed(3)} ms`
+  );
+}
+
+function resultRow(r: RunResult): string[] {
+  return [
+    SCENARIO_LABEL[r.scenario],
+    duration(r.first),
+    duration(r.median),
+    duration(r.last),
+    `${bytes(r.registryBytesTotal)} (${(r.registryBytesTotal / r.size).toFixed(2)}×)`,
+    gbps(r.registryPeakBps),
+    `${((100 * r.writtenAtReady) / r.size).toFixed(1)}%`,
+    duration(r.lowerBound.seconds),
+    r.ratio.toFixed(2),
+    r.scenario === 'direct' ? '—' : `${r.copiesFromSeeds.toFixed(2)} / ${r.copiesFromNodes.toFixed(2)}`,
+    `${(r.wallMs / 1000).toFixed(1)} s`,
+  ];
+}
+
+const RESULT_HEADER = ['scenario', 'first ready', 'median', 'last ready', 'registry egress', 'peak', 'written/node', 'T*', 'last/T*', 'from seed / nodes', 'wall'];
+
+function compact(r: RunResult): Record<string, unknown> {
+  const { registrySamples, ready, ...rest } = r;
+  return { ...rest, ready: ready.map((t) => +t.toFixed(4)), registrySamples: thin(registrySamples.map((s) => [+s.t.toFixed(4), Math.round(s.rate * 8)])) };
+}
+
+/** At most ~2000 points of a step series (enough for a plot). */
+function thin<T>(points: T[], max = 2000): T[] {
+  if (points.length <= max) return points;
+  const step = points.length / max;
+  const out: T[] = [];
+  for (let i = 0; i < max; i++) out.push(points[Math.floor(i * step)]!);
+  out.push(points[points.length - 1]!);
+  return out;
+}
+
+function log(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+// ---------------------------------------------------------------- plots
+
+function writePlots(dir: string, name: string, title: string, results: RunResult[]): string[] {
+  fs.mkdirSync(dir, { recursive: true });
+  const lb = results[0]?.lowerBound.seconds;
+  const cdf: Series[] = results.map((r) => ({ label: SCENARIO_LABEL[r.scenario], points: cdfPoints(r.ready), step: true }));
+  const allReady = results.flatMap((r) => r.ready);
+  const span = Math.max(...allReady) / Math.min(...allReady);
+  const logX = span > 20;
+  const cdfFile = path.join(dir, `sim-${name}-cdf.svg`);
+  fs.writeFileSync(
+    cdfFile,
+    lineChart({
+      title: `${title}: nodes ready over time`,
+      xLabel: `seconds from the start${logX ? ' (log scale)' : ''}`,
+      yLabel: 'share of nodes ready',
+      series: cdf,
+      yMin: 0,
+      yMax: 1,
+      logX,
+      xMin: logX ? Math.min(...allReady) / 1.5 : 0,
+      markers: lb ? [{ x: lb, label: 'T*' }] : [],
+    }),
+  );
+  const egressFile = path.join(dir, `sim-${name}-egress.svg`);
+  const maxT = Math.max(...results.map((r) => r.simulatedSeconds));
+  const series: Series[] = results.map((r) => {
+    const points = thin(r.registrySamples.map((s): [number, number] => [s.t, (s.rate * 8) / 1e9]));
+    const last = points[points.length - 1];
+    if (last) points.push([r.simulatedSeconds, last[1]]);
+    return { label: SCENARIO_LABEL[r.scenario], points, step: true };
+  });
+  const minStart = Math.max(1e-3, Math.min(...results.map((r) => r.registrySamples.find((s) => s.rate > 0)?.t ?? 1)));
+  const logT = maxT / minStart > 50;
+  fs.writeFileSync(
+    egressFile,
+    lineChart({
+      title: `${title}: registry egress`,
+      xLabel: `seconds from the start${logT ? ' (log scale)' : ''}`,
+      yLabel: 'Gbit/s',
+      series,
+      yMin: 0,
+      logX: logT,
+      xMin: logT ? minStart / 1.5 : 0,
+      xMax: maxT,
+    }),
+  );
+  return [cdfFile, egressFile];
+}
+
+// ---------------------------------------------------------------- modes
+
+interface SeedSetup {
+  name: string;
+  title: string;
+  nodes: number;
+  size: string;
+  reported: Partial<Record<ScenarioName, string>>;
+}
+
+/** The seed experiments (DESIGN.md, issue 7). Registry and NICs: 2 × 25 Gbit/s nodes, a 25 Gbit/s registry. */
+const SEED_SETUPS: SeedSetup[] = [
+  {
+    name: '64x21.4GB',
+    title: '64 nodes × 21.4 GB',
+    nodes: 64,
+    size: '21.4GB',
+    reported: {
+      direct: '48.2 min; registry 24.5 Gbit/s; 100% written',
+      p2p: '7.8 min; registry 2.1 Gbit/s',
+      lazy: 'first 3.2 s, all 12.5 s; registry 0.4 Gbit/s; 6.2% written',
+    },
+  },
+  {
+    name: '120x18.5GB',
+    title: '120 nodes × 18.5 GB',
+    nodes: 120,
+    size: '18.5GB',
+    reported: { direct: '14 min 35 s (12 nodes timed out)', p2p: '38 s' },
+  },
+  { name: '1000x21.4GB', title: '1000 nodes × 21.4 GB', nodes: 1000, size: '21.4GB', reported: {} },
+];
+
+function runOne(scenario: ScenarioName, setup: Setup, lazy: LazyOptions): RunResult {
+  const result = run(scenario, setup, lazy);
+  return result;
+}
+
+function seedTable(): void {
+  const all: Record<string, unknown>[] = [];
+  const rows: string[][] = [];
+  const lazy = lazyFromArgs();
+  const plotFiles: string[] = [];
+  for (const seed of SEED_SETUPS) {
+    const setup = setupFromArgs({ nodes: seed.nodes, size: parseSize(seed.size) });
+    setup.quantum = quantumFor(setup);
+    log(`\n## ${seed.title}: ${describe(setup)}`);
+    const results: RunResult[] = [];
+    for (const scenario of ['direct', 'p2p', 'lazy'] as ScenarioName[]) {
+      const r = runOne(scenario, setup, lazy);
+      results.push(r);
+      log(table(RESULT_HEADER, [resultRow(r)]));
+      log(`  scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls; ${r.events} events, ${r.recomputations} rate recomputations; ` +
+        `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
+      rows.push([
+        seed.title,
+        SCENARIO_LABEL[scenario],
+        seed.reported[scenario] ?? '—',
+        duration(r.first),
+        duration(r.last),
+        `${bytes(r.registryBytesTotal)}; peak ${gbps(r.registryPeakBps)}`,
+        `${((100 * r.writtenAtReady) / r.size).toFixed(1)}%`,
+        duration(r.lowerBound.seconds),
+        r.ratio.toFixed(2),
+        `${(r.wallMs / 1000).toFixed(0)} s`,
+      ]);
+      all.push({ setup: seed.name, description: describe(setup), ...compact(r) });
+    }
+    if (args.plots) plotFiles.push(...writePlots(str('plots'), seed.name, seed.title, results));
+  }
+  log('\n## The seed table (simulated Starling; the seed\'s reported figures for reference)');
+  log(table(['setup', 'scenario', 'seed reported', 'first ready', 'last ready', 'registry egress', 'written/node', 'T*', 'last/T*', 'wall'], rows));
+  if (plotFiles.length) log(`plots: ${plotFiles.map((f) => path.relative(ROOT, f)).join(', ')}`);
+  if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(all, null, 1));
+}
+
+interface MeasuredRun {
+  nodes: number;
+  first: number;
+  median: number;
+  last: number;
+  lowerBound: number;
+  fromSeedCopies?: number;
+  fromNodesCopies?: number;
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+function validate(): void {
+  const measured = JSON.parse(fs.readFileSync(path.join(ROOT, 'bench/results/emulated-cluster.json'), 'utf8')) as {
+    swarm: { sizeBytes: number; runs: MeasuredRun[] };
+    direct: { sizeBytes: number; runs: MeasuredRun[] };
+  };
+  const runs = integer('runs');
+  const noises = str('noise-sweep').split(',').map(Number);
+  // The emulated cluster: one flat bridge (one rack), tc caps (tc counts 1514-byte frames), no
+  // latency emulation (veth + bridge: tens of microseconds), the scheduler on an uncapped host.
+  const base = (nodes: number, size: number, noise: number, rngSeed: number): Setup =>
+    defaultSetup({
+      nodes,
+      size,
+      nodeUp: 20e6,
+      nodeDown: 20e6,
+      seedUp: 80e6,
+      seedDown: 80e6,
+      registryUp: 80e6,
+      rackSize: 1000,
+      latency: { sameRack: 50e-6, crossRack: 50e-6, crossZone: 50e-6 },
+      efficiency: EFFICIENCY_TC,
+      quantum: 0,
+      noise,
+      rngSeed,
+    });
+  const rows: string[][] = [];
+  const json: Record<string, unknown>[] = [];
+  const within = (sim: number, real: number) => `${(((sim - real) / real) * 100).toFixed(0)}%`;
+  for (const m of measured.direct.runs) {
+    const r = run('direct', base(m.nodes, measured.direct.sizeBytes, 0, 1));
+    rows.push(['direct pull 16 MiB', String(m.nodes), '—', fmt3(m.first, m.median, m.last), fmt3(r.first, r.median, r.last), within(r.last, m.last), within(r.median, m.median), '—', (r.registryBytesTotal / r.size).toFixed(2)]);
+    json.push({ kind: 'direct', nodes: m.nodes, measured: m, simulated: { first: r.first, median: r.median, last: r.last } });
+  }
+  for (const noise of noises) {
+    for (const m of measured.swarm.runs) {
+      const results = Array.from({ length: noise === 0 ? 1 : runs }, (_, k) => run('p2p', base(m.nodes, measured.swarm.sizeBytes, noise, 1 + k)));
+      const med = (f: (r: RunResult) => number) => median(results.map(f));
+      const [first, mid, last] = [med((r) => r.first), med((r) => r.median), med((r) => r.last)];
+      const lastRange = results.length > 1 ? ` [${Math.min(...results.map((r) => r.last)).toFixed(1)}–${Math.max(...results.map((r) => r.last)).toFixed(1)}]` : '';
+      rows.push([
+        `swarm 64 MiB, noise ${noise}`,
+        String(m.nodes),
+        String(results.length),
+        fmt3(m.first, m.median, m.last),
+        fmt3(first, mid, last) + lastRange,
+        within(last, m.last),
+        within(mid, m.median),
+        `${m.fromSeedCopies?.toFixed(2)} / ${m.fromNodesCopies?.toFixed(2)}`,
+        `${med((r) => r.copiesFromSeeds).toFixed(2)} / ${med((r) => r.copiesFromNodes).toFixed(2)}`,
+      ]);
+      json.push({
+        kind: 'swarm',
+        nodes: m.nodes,
+        noise,
+        measured: m,
+        simulated: results.map((r) => ({ first: r.first, median: r.median, last: r.last, ratio: r.ratio, fromSeed: r.copiesFromSeeds, fromNodes: r.copiesFromNodes, duplicate: r.duplicateBytes / r.size, busy: r.busyAnswers })),
+      });
+    }
+  }
+  log('Emulated cluster (measured, docs/benchmarks.md) against the simulator on the same setup');
+  log('20 Mbit/s nodes, 80 Mbit/s registry (and seed), one bridge, tc framing (payload 1448/1514), 50 µs latency');
+  log(table(['setup', 'N', 'runs', 'measured first / median / last s', 'simulated first / median / last s', 'last Δ', 'median Δ', 'measured seed / nodes copies', 'simulated seed / nodes (direct: registry)'], rows));
+  if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(json, null, 1));
+}
+
+function fmt3(a: number, b: number, c: number): string {
+  return `${a.toFixed(1)} / ${b.toFixed(1)} / ${c.toFixed(1)}`;
+}
+
+function single(): void {
+  const scenarios: ScenarioName[] = str('scenario') === 'all' ? ['direct', 'p2p', 'lazy'] : [str('scenario') as ScenarioName];
+  for (const s of scenarios) if (!['direct', 'p2p', 'lazy'].includes(s)) throw new Error(`--scenario must be direct, p2p, lazy or all, got ${s}`);
+  const setup = setupFromArgs();
+  const lazy = lazyFromArgs();
+  log(describe(setup));
+  const results: RunResult[] = [];
+  const rows: string[][] = [];
+  for (const scenario of scenarios) {
+    for (let k = 0; k < integer('runs'); k++) {
+      const r = runOne(scenario, { ...setup, rngSeed: setup.rngSeed + k }, lazy);
+      results.push(r);
+      rows.push(resultRow(r));
+    }
+  }
+  log(table(RESULT_HEADER, rows));
+  for (const r of results) {
+    log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls; ` +
+      `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; ` +
+      `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
+  }
+  if (args.plots) log(`plots: ${writePlots(str('plots'), `${setup.nodes}x${bytes(setup.size).replace(/ /g, '')}`, `${setup.nodes} nodes × ${bytes(setup.size)}`, results).join(', ')}`);
+  if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(results.map(compact), null, 1));
+}
+
+try {
+  if (args['seed-table']) seedTable();
+  else if (args.validate) validate();
+  else single();
+} catch (error) {
+  console.error(`sim: ${(error as Error).message}`);
+  process.exit(1);
+}

@@ -1,0 +1,789 @@
+// Simulated Starling peers. Each SimDownload plays one host's part in one task the way
+// src/peer/swarm/swarm-download.ts, parent-link.ts and src/peer/upload/server.ts do it, with
+// the simulator's clock and network instead of timers and sockets:
+//
+//  - it registers with the (real) scheduler and follows its packets: parents, wait, digests,
+//    back-to-source; it reports every stored piece (with parent, cost, and for origin reads the
+//    digest), failures, reschedule requests and the end of the download;
+//  - it follows each parent's piece bitmap (the long poll: a parent's new piece is known to the
+//    child one latency after it is stored);
+//  - it fetches up to `parallelism` pieces at once, at most `perParent` from one parent (one from
+//    a seed while node parents exist), in the real order: the head window first while a client
+//    streams the blob, then pieces some node holds before pieces only seeds hold, then rarest
+//    first, ties broken by a random rank fixed per download; the parent for a piece is a node
+//    before a seed, then the least busy, then the fastest; only pieces whose digest the
+//    scheduler vouched for are fetched; an endgame asks a second parent for pieces that have
+//    been on their way for 0.5 s once nothing else is left to ask for;
+//  - a parent's upload server serves at most `uploadSlots` pieces at once and answers 429
+//    beyond that (the child then leaves that parent alone for 250 ms);
+//  - a freed fetch slot is refilled 20 ms after the attempt ends (or at the next event that
+//    pumps: a new piece at a parent, a packet), as the real peer's setTimeout(pump, 20) does;
+//  - a watchdog every second pumps, asks for a reschedule after `stallMs` without progress and
+//    goes to the origin after 6 × `stallMs`; a piece slower than `pieceTimeoutMs` is dropped and
+//    reported as FAILURE_REASON_PARENT_SLOW;
+//  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
+//    piece by piece as the stream crosses piece boundaries.
+//
+// What is left out: hashing, disk writes and every other CPU cost (a stored piece is usable at
+// once), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
+// per message, failures (no parent dies or sends bad data, the scheduler never goes away),
+// host keep-alives. The data structures differ (bitsets and rarity buckets instead of sorting
+// every wanted piece on every pump) but give the same order.
+
+import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
+import type { Peer } from '../src/scheduler/resources.js';
+import type { Scheduling } from '../src/scheduler/scheduling.js';
+import type { EventQueue } from './event-queue.js';
+import type { Flow, Network, NetHost } from './network.js';
+
+// Constants of the real peer (module-private there, so repeated here with their source).
+/** swarm-download.ts HEAD_WINDOW */
+const HEAD_WINDOW = 2;
+/** swarm-download.ts endgame(): a piece on its way this long gets a second parent. */
+const ENDGAME_AFTER = 0.5;
+/** swarm-download.ts startAttempt(): `setTimeout(() => this.pump(), 20)` after every attempt. */
+const PUMP_DELAY = 0.02;
+/** swarm-download.ts connect(): the progress watchdog interval. */
+const WATCHDOG = 1;
+/** parent-link.ts fetchPiece(): after a 429 the parent is left alone this long. */
+const BUSY_BACKOFF = 0.25;
+/** Most links a child can have (the scheduler's candidateParentLimit is at most 50). */
+const MAX_HOLDERS = 63;
+
+export interface PeerSettings {
+  /** Pieces fetched from parents at once for one task (`--piece-parallelism`, default 8). */
+  parallelism: number;
+  /** Pieces fetched from one parent at once (`perParent`, default 3). */
+  perParent: number;
+  pieceTimeout: number;
+  stall: number;
+}
+
+/** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
+export const defaultPeerSettings = (): PeerSettings => ({ parallelism: 8, perParent: 3, pieceTimeout: 30, stall: 10 });
+export const DEFAULT_UPLOAD_SLOTS = { node: 8, seed: 32 };
+
+export interface SimTask {
+  id: string;
+  size: number;
+  pieceSize: number;
+  pieceCount: number;
+  originUrl: string;
+}
+
+export function pieceLength(task: SimTask, index: number): number {
+  return Math.max(0, Math.min(task.pieceSize, task.size - index * task.pieceSize));
+}
+
+/** Everything the simulated peers share: the clock, the network, the scheduler and the bookkeeping. */
+export class World {
+  readonly hosts = new Map<string, SimHost>();
+  readonly downloads = new Map<string, SimDownload>();
+  /** Wall-clock milliseconds spent inside the real scheduler's code, and calls made. */
+  schedulerMs = 0;
+  schedulerCalls = 0;
+  scheduling!: Scheduling;
+  readonly bytesBySource = { origin: 0, seed: 0, peer: 0 };
+  /** Bytes that arrived at a child more than once (endgame races and the like). */
+  duplicateBytes = 0;
+  piecesFromParents = 0;
+  busyAnswers = 0;
+  timeouts = 0;
+  /** Downloads that hold the whole blob, of seeds and of nodes. */
+  readonly completed = { seed: 0, node: 0 };
+
+  constructor(
+    readonly queue: EventQueue,
+    readonly net: Network,
+    readonly registry: NetHost,
+    /** Where the scheduler runs (for latencies). */
+    readonly schedulerHost: NetHost,
+    readonly settings: PeerSettings,
+    readonly random: () => number,
+  ) {}
+
+  get now(): number {
+    return this.queue.now;
+  }
+
+  /** Calls into the scheduler, timing the real code. */
+  inScheduler<T>(fn: () => T): T {
+    const started = performance.now();
+    try {
+      return fn();
+    } finally {
+      this.schedulerMs += performance.now() - started;
+      this.schedulerCalls++;
+    }
+  }
+
+  addHost(net: NetHost, info: HostInfo): SimHost {
+    const host = new SimHost(this, net, info);
+    this.hosts.set(info.id, host);
+    this.inScheduler(() => this.scheduling.announceHost(info));
+    return host;
+  }
+
+  /** The scheduler's seed trigger (HTTP POST to the seed's upload server): the seed fetches the whole task. */
+  triggerSeed(hostId: string, task: SimTask): void {
+    const host = this.hosts.get(hostId);
+    if (!host) throw new Error(`no simulated host ${hostId}`);
+    this.queue.after(this.net.latency(this.schedulerHost, host.net), () => {
+      const download = host.download(task);
+      download.want(0, task.pieceCount - 1);
+    });
+  }
+}
+
+/** A machine: its NIC, its upload server's slots, its tasks. */
+export class SimHost {
+  readonly tasks = new Map<string, SimDownload>();
+  /** Pieces being uploaded right now (the upload server's `inUse`). */
+  inUse = 0;
+  constructor(
+    readonly world: World,
+    readonly net: NetHost,
+    readonly info: HostInfo,
+  ) {}
+  get id(): string {
+    return this.info.id;
+  }
+  get seed(): boolean {
+    return this.info.seed;
+  }
+  get slots(): number {
+    return this.info.uploadSlots;
+  }
+  download(task: SimTask): SimDownload {
+    let download = this.tasks.get(task.id);
+    if (!download) {
+      download = new SimDownload(this.world, this, task);
+      this.tasks.set(task.id, download);
+      this.world.downloads.set(download.peerId, download);
+    }
+    return download;
+  }
+}
+
+/** A child's view of one parent: the parent's pieces as the bitmap long poll reports them. */
+class SimLink {
+  readonly has: Uint8Array;
+  inflight = 0;
+  /** Bytes per millisecond, moving average (parent-link.ts `rate`). */
+  rate = 0;
+  busyUntil = 0;
+  closed = false;
+  constructor(
+    readonly child: SimDownload,
+    readonly parent: SimDownload,
+    readonly info: ParentInfo,
+  ) {
+    this.has = new Uint8Array(child.task.pieceCount);
+  }
+  get id(): string {
+    return this.info.peerId;
+  }
+  get seed(): boolean {
+    return this.info.seed;
+  }
+  add(index: number): void {
+    if (this.closed || this.has[index]) return;
+    this.has[index] = 1;
+    this.child.holderAdded(this, index);
+  }
+}
+
+interface Attempt {
+  index: number;
+  link: SimLink;
+  started: number;
+  done: boolean;
+  flow?: Flow;
+}
+
+type Mode = 'connecting' | 'swarm' | 'origin';
+
+/** One host's download of (and service for) one task: the real BlobTask plus SwarmDownload. */
+export class SimDownload {
+  readonly stored: Uint8Array;
+  storedCount = 0;
+  bytesWritten = 0;
+  readonly bytesFrom = { origin: 0, seed: 0, peer: 0 };
+  /** Children's links following this peer's bitmap. */
+  readonly followers = new Set<SimLink>();
+  mode: Mode = 'connecting';
+  private connected = false;
+  private schedPeer?: Peer;
+  readonly wanted: Uint8Array;
+  wantedCount = 0;
+  private readonly digest: Uint8Array;
+  private readonly links = new Map<string, SimLink>();
+  private nodeLinks = 0;
+  private readonly blocked = new Set<string>();
+  private readonly attempts = new Map<number, Attempt[]>();
+  private readonly originBusy: Uint8Array;
+  private lastProgress = 0;
+  finished = false;
+  finishedAt = Infinity;
+  /** A client reads the blob from its start (a whole-blob GET): the head window applies. */
+  streaming = false;
+  private readonly waiters: Array<{ first: number; last: number; resolve: () => void }> = [];
+
+  // Candidate order: rarity buckets of bitsets over each piece's random rank.
+  private readonly holders: Uint8Array;
+  private readonly nodeHolders: Uint8Array;
+  private readonly bucketOf: Int16Array;
+  private readonly buckets: Uint32Array[] = [];
+  private readonly bucketSize: Int32Array;
+  private readonly eligibleByIndex: Uint32Array;
+  private eligibleCount = 0;
+  private readonly byRank: Uint32Array;
+  private readonly rankOf: Uint32Array;
+  private readonly words: number;
+  /** Bumped whenever something changes that could let a pump start a piece it could not before. */
+  private changes = 0;
+  private fruitlessScan = { changes: -1, until: 0 };
+
+  constructor(
+    readonly world: World,
+    readonly host: SimHost,
+    readonly task: SimTask,
+  ) {
+    const n = task.pieceCount;
+    this.stored = new Uint8Array(n);
+    this.wanted = new Uint8Array(n);
+    this.digest = new Uint8Array(n);
+    this.originBusy = new Uint8Array(n);
+    this.holders = new Uint8Array(n);
+    this.nodeHolders = new Uint8Array(n);
+    this.bucketOf = new Int16Array(n).fill(-1);
+    this.words = Math.ceil(n / 32);
+    this.eligibleByIndex = new Uint32Array(this.words);
+    this.bucketSize = new Int32Array(2 * (MAX_HOLDERS + 1));
+    // A random rank per piece, fixed for this download (the real peer's tieBreak).
+    const keys = Float64Array.from({ length: n }, () => world.random());
+    this.byRank = Uint32Array.from({ length: n }, (_, i) => i).sort((a, b) => keys[a]! - keys[b]!);
+    this.rankOf = new Uint32Array(n);
+    for (let r = 0; r < n; r++) this.rankOf[this.byRank[r]!] = r;
+  }
+
+  get peerId(): string {
+    return `${this.host.id}|${this.task.id}`;
+  }
+  get complete(): boolean {
+    return this.storedCount === this.task.pieceCount;
+  }
+  private get now(): number {
+    return this.world.now;
+  }
+
+  /** Adds pieces [first, last] to fetch (the mirror's task.request → SwarmDownload.want). */
+  want(first: number, last: number): void {
+    const wasIdle = this.wantedCount === 0;
+    let added = false;
+    for (let index = first; index <= last; index++) {
+      if (!this.stored[index] && !this.wanted[index]) {
+        this.wanted[index] = 1;
+        this.wantedCount++;
+        this.refresh(index);
+        added = true;
+      }
+    }
+    if (added && wasIdle) this.lastProgress = this.now;
+    if (this.mode === 'connecting' && !this.connected) this.connect();
+    if (this.mode === 'origin') this.fetchFromOrigin();
+    else this.pump();
+  }
+
+  /** Resolves (calls back) when every piece of [first, last] is stored. */
+  whenStored(first: number, last: number, resolve: () => void): void {
+    if (this.runStored(first, last)) return resolve();
+    this.waiters.push({ first, last, resolve });
+  }
+
+  // ---- the scheduler stream
+
+  private connect(): void {
+    this.connected = true;
+    const request = {
+      peerId: this.peerId,
+      hostId: this.host.id,
+      taskId: this.task.id,
+      contentLength: this.task.size,
+      pieceSize: this.task.pieceSize,
+      origin: { url: this.task.originUrl, headers: {} },
+      heldPieces: [] as number[],
+    };
+    for (let i = 0; i < this.task.pieceCount; i++) if (this.stored[i]) request.heldPieces.push(i);
+    const world = this.world;
+    const latency = world.net.latency(this.host.net, world.schedulerHost);
+    world.queue.after(latency, () => {
+      this.schedPeer = world.inScheduler(() =>
+        world.scheduling.register(request, (packet) => world.queue.after(latency, () => this.onPacket(packet))),
+      );
+    });
+    this.scheduleWatchdog();
+  }
+
+  private report(packet: PeerPacket): void {
+    const world = this.world;
+    world.queue.after(world.net.latency(this.host.net, world.schedulerHost), () => {
+      const peer = this.schedPeer;
+      if (!peer) return;
+      world.inScheduler(() => {
+        switch (packet.packet) {
+          case 'pieceFinished':
+            return world.scheduling.pieceFinished(peer, packet.pieceFinished);
+          case 'pieceFailed':
+            return world.scheduling.pieceFailed(peer, packet.pieceFailed);
+          case 'reschedule':
+            return world.scheduling.reschedule(peer, packet.reschedule.blocklist ?? []);
+          case 'downloadFinished':
+            return world.scheduling.finished(peer);
+          default:
+            return undefined;
+        }
+      });
+    });
+  }
+
+  private onPacket(packet: SchedulerPacket): void {
+    switch (packet.packet) {
+      case 'digests':
+        for (const key of Object.keys(packet.digests.digests ?? {})) {
+          const index = Number(key);
+          if (!this.digest[index]) {
+            this.digest[index] = 1;
+            this.refresh(index);
+          }
+        }
+        break;
+      case 'parents':
+        if (this.mode === 'connecting') this.mode = 'swarm';
+        this.setParents(packet.parents.parents ?? []);
+        break;
+      case 'wait':
+        if (this.mode === 'connecting') this.mode = 'swarm';
+        break;
+      case 'backToSource':
+        this.goToOrigin();
+        return;
+    }
+    this.pump();
+  }
+
+  private setParents(parents: ParentInfo[]): void {
+    const keep = new Set(parents.map((p) => p.peerId));
+    for (const [id, link] of this.links) if (!keep.has(id)) this.closeLink(link);
+    for (const info of parents) {
+      if (this.links.has(info.peerId) || this.blocked.has(info.peerId) || info.hostId === this.host.id) continue;
+      const parent = this.world.downloads.get(info.peerId);
+      if (!parent) throw new Error(`scheduler named unknown parent ${info.peerId}`);
+      const link = new SimLink(this, parent, info);
+      this.links.set(info.peerId, link);
+      if (!link.seed) this.nodeLinks++;
+      this.changes++;
+      this.followParent(link);
+    }
+  }
+
+  /**
+   * The bitmap long poll: the first request reaches the parent one latency later and answers
+   * with everything it holds then; from then on each new piece is reported one latency after
+   * the parent stored it.
+   */
+  private followParent(link: SimLink): void {
+    const world = this.world;
+    const latency = world.net.latency(this.host.net, link.parent.host.net);
+    world.queue.after(latency, () => {
+      if (link.closed) return;
+      const parent = link.parent;
+      const snapshot: number[] = [];
+      for (let i = 0; i < parent.task.pieceCount; i++) if (parent.stored[i]) snapshot.push(i);
+      parent.followers.add(link);
+      world.queue.after(latency, () => {
+        for (const index of snapshot) link.add(index);
+      });
+    });
+  }
+
+  private closeLink(link: SimLink): void {
+    link.closed = true;
+    this.links.delete(link.id);
+    link.parent.followers.delete(link);
+    if (!link.seed) this.nodeLinks--;
+    for (let i = 0; i < link.has.length; i++) {
+      if (!link.has[i]) continue;
+      this.holders[i]!--;
+      if (!link.seed) this.nodeHolders[i]!--;
+      this.refresh(i);
+    }
+    this.changes++;
+  }
+
+  /** A link learned that its parent holds `index`. */
+  holderAdded(link: SimLink, index: number): void {
+    this.holders[index]!++;
+    if (!link.seed) this.nodeHolders[index]!++;
+    this.refresh(index);
+    if (this.bucketOf[index]! >= 0 && this.linkFree(link)) this.changes++;
+    this.pump();
+  }
+
+  // ---- candidate bookkeeping
+
+  private eligible(index: number): boolean {
+    return this.wanted[index] === 1 && !this.stored[index] && !this.attempts.has(index) && this.digest[index] === 1 && this.holders[index]! > 0;
+  }
+
+  /** Moves a piece to the bucket its state calls for (or out of every bucket). */
+  private refresh(index: number): void {
+    const before = this.bucketOf[index]!;
+    let after = -1;
+    if (this.eligible(index)) {
+      const seedOnly = this.nodeHolders[index] === 0 ? 1 : 0;
+      after = seedOnly * (MAX_HOLDERS + 1) + Math.min(this.holders[index]!, MAX_HOLDERS);
+    }
+    if (before === after) return;
+    const rank = this.rankOf[index]!;
+    const word = rank >>> 5;
+    const bit = 1 << (rank & 31);
+    const iword = index >>> 5;
+    const ibit = 1 << (index & 31);
+    if (before >= 0) {
+      this.buckets[before]![word]! &= ~bit;
+      this.bucketSize[before]!--;
+    } else {
+      this.eligibleByIndex[iword]! |= ibit;
+      this.eligibleCount++;
+      this.changes++;
+    }
+    if (after >= 0) {
+      const bucket = (this.buckets[after] ??= new Uint32Array(this.words));
+      bucket[word]! |= bit;
+      this.bucketSize[after]!++;
+    } else {
+      this.eligibleByIndex[iword]! &= ~ibit;
+      this.eligibleCount--;
+    }
+    this.bucketOf[index] = after;
+  }
+
+  private linkLimit(link: SimLink): number {
+    return link.seed && this.nodeLinks > 0 ? 1 : this.world.settings.perParent;
+  }
+
+  private linkFree(link: SimLink): boolean {
+    return link.inflight < this.linkLimit(link) && link.busyUntil <= this.now;
+  }
+
+  // ---- fetching from parents
+
+  pump(): void {
+    if (this.mode !== 'swarm' || this.finished) return;
+    const hadCandidates = this.eligibleCount > 0;
+    let budget = this.world.settings.parallelism - this.attempts.size;
+    if (budget > 0 && hadCandidates && !this.skipScan()) {
+      let started = 0;
+      const visit = (index: number): boolean => {
+        if (this.bucketOf[index]! < 0) return true; // started already (head window)
+        const link = this.bestLinkFor(index);
+        if (link) {
+          this.startAttempt(index, link);
+          started++;
+          budget--;
+        }
+        return budget > 0 && this.anyFreeLink();
+      };
+      let going = this.anyFreeLink();
+      if (going && this.streaming) {
+        // The head window: the lowest-indexed candidates first.
+        const head: number[] = [];
+        for (let w = 0; w < this.words && head.length < HEAD_WINDOW; w++) {
+          let bits = this.eligibleByIndex[w]!;
+          while (bits !== 0 && head.length < HEAD_WINDOW) {
+            const low = bits & -bits;
+            head.push(w * 32 + (31 - Math.clz32(low)));
+            bits ^= low;
+          }
+        }
+        for (const index of head) if (going) going = visit(index);
+      }
+      for (let b = 0; going && b < this.bucketSize.length; b++) {
+        if (this.bucketSize[b] === 0) continue;
+        const bucket = this.buckets[b]!;
+        for (let w = 0; going && w < this.words; w++) {
+          let bits = bucket[w]!;
+          while (going && bits !== 0) {
+            const low = bits & -bits;
+            bits ^= low;
+            going = visit(this.byRank[w * 32 + (31 - Math.clz32(low))]!);
+          }
+        }
+      }
+      if (started === 0) this.noteFruitlessScan();
+    }
+    if (!hadCandidates && this.attempts.size > 0) this.endgame();
+  }
+
+  /** A scan that found nothing startable need not be repeated until something relevant changes. */
+  private skipScan(): boolean {
+    return this.fruitlessScan.changes === this.changes && this.now < this.fruitlessScan.until;
+  }
+
+  private noteFruitlessScan(): void {
+    let until = Infinity;
+    for (const link of this.links.values()) if (link.busyUntil > this.now) until = Math.min(until, link.busyUntil);
+    this.fruitlessScan = { changes: this.changes, until };
+  }
+
+  private anyFreeLink(): boolean {
+    for (const link of this.links.values()) if (this.linkFree(link)) return true;
+    return false;
+  }
+
+  /** swarm-download.ts bestLinkFor: a node before a seed, then the least busy, then the fastest. */
+  private bestLinkFor(index: number, except?: SimLink): SimLink | undefined {
+    let best: SimLink | undefined;
+    for (const link of this.links.values()) {
+      if (link === except || !link.has[index] || !this.linkFree(link)) continue;
+      if (!best) {
+        best = link;
+        continue;
+      }
+      const seedOrder = Number(link.seed) - Number(best.seed);
+      if (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))) best = link;
+    }
+    return best;
+  }
+
+  private endgame(): void {
+    for (const [index, attempts] of this.attempts) {
+      if (attempts.length !== 1 || this.now - attempts[0]!.started < ENDGAME_AFTER) continue;
+      const link = this.bestLinkFor(index, attempts[0]!.link);
+      if (link) this.startAttempt(index, link);
+    }
+  }
+
+  private startAttempt(index: number, link: SimLink): void {
+    const world = this.world;
+    const attempt: Attempt = { index, link, started: this.now, done: false };
+    const list = this.attempts.get(index);
+    if (list) list.push(attempt);
+    else this.attempts.set(index, [attempt]);
+    link.inflight++;
+    this.refresh(index);
+    const latency = world.net.latency(this.host.net, link.parent.host.net);
+    const length = pieceLength(this.task, index);
+    world.queue.after(world.settings.pieceTimeout, () => {
+      if (attempt.done) return;
+      world.timeouts++;
+      this.abort(attempt);
+      this.report({
+        packet: 'pieceFailed',
+        pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: 'piece timeout' },
+      });
+    });
+    // The request reaches the parent's upload server.
+    world.queue.after(latency, () => {
+      if (attempt.done) return;
+      const parent = link.parent;
+      const server = parent.host;
+      if (!parent.stored[index]) {
+        world.queue.after(latency, () => {
+          if (attempt.done) return;
+          this.finishAttempt(attempt);
+          this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: 'missing' } });
+        });
+        return;
+      }
+      if (server.inUse >= server.slots) {
+        world.busyAnswers++;
+        world.queue.after(latency, () => {
+          if (attempt.done) return;
+          link.busyUntil = this.now + BUSY_BACKOFF;
+          this.finishAttempt(attempt);
+        });
+        return;
+      }
+      server.inUse++;
+      attempt.flow = world.net.start(server.net, this.host.net, length, () => {
+        attempt.flow = undefined;
+        server.inUse--;
+        world.queue.after(latency, () => this.pieceArrived(attempt, length));
+      });
+    });
+  }
+
+  private pieceArrived(attempt: Attempt, length: number): void {
+    if (attempt.done) return;
+    const { link, index } = attempt;
+    const elapsedMs = Math.max(1, (this.now - attempt.started) * 1000);
+    const rate = length / elapsedMs;
+    link.rate = link.rate === 0 ? rate : 0.7 * link.rate + 0.3 * rate;
+    this.world.piecesFromParents++;
+    // The first good copy wins; the other endgame attempts are aborted.
+    for (const other of [...(this.attempts.get(index) ?? [])]) if (other !== attempt) this.abort(other);
+    if (this.stored[index]) this.world.duplicateBytes += length;
+    this.storePiece(index, link.seed ? 'seed' : 'peer', link.id, elapsedMs);
+    this.finishAttempt(attempt);
+  }
+
+  private abort(attempt: Attempt): void {
+    if (attempt.done) return;
+    if (attempt.flow) {
+      this.world.net.cancel(attempt.flow);
+      attempt.flow = undefined;
+      attempt.link.parent.host.inUse--;
+    }
+    this.finishAttempt(attempt);
+  }
+
+  private finishAttempt(attempt: Attempt): void {
+    if (attempt.done) return;
+    attempt.done = true;
+    attempt.link.inflight--;
+    const list = this.attempts.get(attempt.index);
+    if (list) {
+      const remaining = list.filter((a) => a !== attempt);
+      if (remaining.length) this.attempts.set(attempt.index, remaining);
+      else {
+        this.attempts.delete(attempt.index);
+        this.refresh(attempt.index);
+      }
+    }
+    this.changes++;
+    this.world.queue.after(PUMP_DELAY, () => this.pump());
+  }
+
+  // ---- storing
+
+  private storePiece(index: number, from: 'origin' | 'seed' | 'peer', parentId: string, costMs: number): void {
+    if (this.stored[index]) return;
+    const world = this.world;
+    const length = pieceLength(this.task, index);
+    this.stored[index] = 1;
+    this.storedCount++;
+    this.bytesWritten += length;
+    this.bytesFrom[from] += length;
+    world.bytesBySource[from] += length;
+    this.refresh(index);
+    // Children following this peer hear of the piece one latency later.
+    for (const link of this.followers) {
+      world.queue.after(world.net.latency(this.host.net, link.child.host.net), () => link.add(index));
+    }
+    // SwarmDownload.pieceStored
+    if (this.wanted[index]) {
+      this.wanted[index] = 0;
+      this.wantedCount--;
+    }
+    this.lastProgress = this.now;
+    this.report({
+      packet: 'pieceFinished',
+      pieceFinished: {
+        index,
+        digest: from === 'origin' ? pieceDigest(this.task, index) : '',
+        parentId,
+        costMs: Math.round(costMs),
+        fromOrigin: from === 'origin',
+        length,
+      },
+    });
+    for (let i = this.waiters.length - 1; i >= 0; i--) {
+      const waiter = this.waiters[i]!;
+      if (this.runStored(waiter.first, waiter.last)) {
+        this.waiters.splice(i, 1);
+        waiter.resolve();
+      }
+    }
+    this.pump();
+    if (this.complete && !this.finished) this.completed();
+  }
+
+  /** The whole blob is stored (and, in the real peer, verified): say so, stay on as a holder. */
+  private completed(): void {
+    this.finished = true;
+    this.finishedAt = this.now;
+    this.world.completed[this.host.seed ? 'seed' : 'node']++;
+    this.report({ packet: 'downloadFinished', downloadFinished: {} });
+    for (const link of [...this.links.values()]) this.closeLink(link);
+  }
+
+  private runStored(first: number, last: number): boolean {
+    for (let i = first; i <= last; i++) if (!this.stored[i]) return false;
+    return true;
+  }
+
+  // ---- the watchdog
+
+  private scheduleWatchdog(): void {
+    this.world.queue.after(WATCHDOG, () => {
+      if (this.finished) return;
+      this.checkProgress();
+      this.scheduleWatchdog();
+    });
+  }
+
+  private checkProgress(): void {
+    if (this.finished || this.mode === 'origin' || this.wantedCount === 0) return;
+    this.pump();
+    if (this.attempts.size > 0) return;
+    const idle = this.now - this.lastProgress;
+    if (idle > 6 * this.world.settings.stall) return this.goToOrigin();
+    if (idle > this.world.settings.stall) this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
+  }
+
+  // ---- the origin
+
+  private goToOrigin(): void {
+    this.mode = 'origin';
+    this.fetchFromOrigin();
+  }
+
+  /** Reads every wanted piece not yet stored or on its way, in contiguous runs, from the origin. */
+  private fetchFromOrigin(): void {
+    const runs: Array<{ first: number; last: number }> = [];
+    for (let i = 0; i < this.task.pieceCount; i++) {
+      if (!this.wanted[i] || this.stored[i] || this.originBusy[i] || this.attempts.has(i)) continue;
+      const last = runs[runs.length - 1];
+      if (last && last.last === i - 1) last.last = i;
+      else runs.push({ first: i, last: i });
+    }
+    for (const run of runs) {
+      for (let i = run.first; i <= run.last; i++) this.originBusy[i] = 1;
+      this.readOriginRun(run.first, run.last);
+    }
+  }
+
+  /** One (Range) GET to the registry, cut into pieces as the stream arrives. */
+  private readOriginRun(first: number, last: number): void {
+    const world = this.world;
+    const registry = world.registry;
+    const latency = world.net.latency(this.host.net, registry);
+    let index = first;
+    const runEnded = () => {
+      for (let i = first; i <= last; i++) this.originBusy[i] = 0;
+      let missing = false;
+      for (let i = 0; i < this.task.pieceCount && !missing; i++) if (this.wanted[i] && !this.stored[i]) missing = true;
+      if (missing) this.goToOrigin();
+    };
+    world.queue.after(latency, () => {
+      world.net.start(registry, this.host.net, pieceLength(this.task, index), (flow) => {
+        const arrived = index;
+        world.queue.after(latency, () => this.storePiece(arrived, 'origin', '', 0));
+        if (index < last) {
+          index++;
+          world.net.extend(flow, pieceLength(this.task, index));
+        } else {
+          world.queue.after(latency, runEnded);
+        }
+      });
+    });
+  }
+}
+
+/** A stand-in piece digest in the form the scheduler checks (the simulator moves no bytes). */
+export function pieceDigest(task: SimTask, index: number): string {
+  const hex = (task.id.slice(-32) + index.toString(16).padStart(32, '0')).slice(-64);
+  return `sha256:${hex.padStart(64, '0')}`;
+}

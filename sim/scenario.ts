@@ -1,0 +1,351 @@
+// A simulated cluster (registry, scheduler, seed peers, nodes in racks in zones) and the three
+// ways it can get an image to every node: (a) direct pulls from the registry, (b) the Starling
+// swarm with full downloads, (c) the Starling swarm with a lazy (eStargz) start.
+
+import { lowerBound, type LowerBound } from '../bench/lib/cluster.js';
+import { silentLogger } from '../src/common/log.js';
+import type { HostInfo } from '../src/rpc/scheduler-api.js';
+import { defaultScheduling, type SchedulingConfig } from '../src/scheduler/config.js';
+import { Resources } from '../src/scheduler/resources.js';
+import { Scheduling } from '../src/scheduler/scheduling.js';
+import { pieceSizeFor } from '../src/storage/piece-plan.js';
+import { EventQueue, rng } from './event-queue.js';
+import { Network, runUntil, type Latency, type LoadSample, type NetHost } from './network.js';
+import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, World, type PeerSettings, type SimDownload, type SimTask } from './peer.js';
+
+export type ScenarioName = 'direct' | 'p2p' | 'lazy';
+
+/** TCP payload per frame on a tc-shaped 1500-byte-MTU link (tc counts 1514-byte frames). */
+export const EFFICIENCY_TC = 1448 / 1514;
+/** ... on a real Ethernet link (preamble, FCS and inter-frame gap: 1538 bytes on the wire). */
+export const EFFICIENCY_ETHERNET = 1448 / 1538;
+
+export interface Setup {
+  nodes: number;
+  /** Blob size in bytes. */
+  size: number;
+  /** Default: what the real peer picks (src/storage/piece-plan.ts pieceSizeFor). */
+  pieceSize?: number;
+  /** Node NIC, bits/s. */
+  nodeUp: number;
+  nodeDown: number;
+  seedUp: number;
+  seedDown: number;
+  seeds: number;
+  registryUp: number;
+  registryDown?: number;
+  /** Nodes per rack. */
+  rackSize: number;
+  zones: number;
+  /** Capacity of each rack's link to the rest of its zone (bits/s, each way); undefined: not a bottleneck. */
+  rackUplink?: number;
+  /** Capacity of each zone's link to the other zones (bits/s, each way). */
+  zoneUplink?: number;
+  latency: Latency;
+  efficiency: number;
+  quantum: number;
+  scheduling: SchedulingConfig;
+  /** The scheduler's periodic pass (scheduler config tickMs), seconds. */
+  tick: number;
+  peer: PeerSettings;
+  uploadSlots: { node: number; seed: number };
+  rngSeed: number;
+  /** Nodes start at a uniformly random moment in [0, startSpread] seconds. */
+  startSpread: number;
+  /** Unequal TCP shares: see NetworkOptions.noise (0: exact max-min fairness). */
+  noise: number;
+}
+
+export interface LazyOptions {
+  /** Share of the blob the workload reads before it is ready (a prefetched prefix). */
+  fraction: number;
+  /** Footer + TOC at the end of the blob, read first. */
+  tocBytes: number;
+  /** Fetch the rest after the start (the snapshotter's background fetch). */
+  background: boolean;
+}
+
+export const defaultLazy = (): LazyOptions => ({ fraction: 0.062, tocBytes: 4 * 2 ** 20, background: false });
+
+export function defaultSetup(overrides: Partial<Setup> = {}): Setup {
+  const base: Setup = {
+    nodes: 8,
+    size: 64 * 2 ** 20,
+    nodeUp: 20e6,
+    nodeDown: 20e6,
+    seedUp: 80e6,
+    seedDown: 80e6,
+    seeds: 1,
+    registryUp: 80e6,
+    rackSize: 32,
+    zones: 1,
+    latency: { sameRack: 50e-6, crossRack: 150e-6, crossZone: 1e-3 },
+    efficiency: EFFICIENCY_TC,
+    quantum: 0,
+    scheduling: defaultScheduling(),
+    tick: 2,
+    peer: defaultPeerSettings(),
+    uploadSlots: { ...DEFAULT_UPLOAD_SLOTS },
+    rngSeed: 1,
+    startSpread: 0,
+    noise: 0,
+  };
+  return { ...base, ...overrides };
+}
+
+export interface RunResult {
+  scenario: ScenarioName;
+  nodes: number;
+  size: number;
+  pieceSize: number;
+  pieceCount: number;
+  /** Per node: seconds from the common start until it could run the container. */
+  ready: number[];
+  first: number;
+  median: number;
+  last: number;
+  /** Bytes each node had to receive before it was ready (the basis of T*). */
+  neededBytes: number;
+  lowerBound: LowerBound;
+  ratio: number;
+  /** Registry egress until the last node was ready, and in all (the seed may read on). */
+  registryBytes: number;
+  registryBytesTotal: number;
+  registryPeakBps: number;
+  registrySamples: LoadSample[];
+  /** Mean bytes stored per node when it became ready, and at the end of the run. */
+  writtenAtReady: number;
+  writtenAtEnd: number;
+  /** Bytes the nodes got from the seeds, from other nodes, from the origin (copies of the blob). */
+  copiesFromSeeds: number;
+  copiesFromNodes: number;
+  copiesFromOrigin: number;
+  /** Bytes the seeds uploaded, in copies. */
+  seedUploadCopies: number;
+  /** Share of their upload capacity the seeds and the nodes used until the last node was ready. */
+  seedUploadUse: number;
+  nodeUploadUse: number;
+  schedulerMs: number;
+  schedulerCalls: number;
+  cyclesDetected: number;
+  events: number;
+  recomputations: number;
+  busyAnswers: number;
+  timeouts: number;
+  duplicateBytes: number;
+  simulatedSeconds: number;
+  wallMs: number;
+}
+
+const TASK_ID = `sha256:${'5a'.repeat(32)}`;
+
+export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = defaultLazy()): RunResult {
+  const wallStart = performance.now();
+  const random = rng(setup.rngSeed);
+  const queue = new EventQueue();
+  const net = new Network(queue, {
+    efficiency: setup.efficiency,
+    quantum: setup.quantum,
+    latency: setup.latency,
+    noise: setup.noise,
+    random: rng(setup.rngSeed * 7919 + 17),
+  });
+  const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
+  const task: SimTask = {
+    id: TASK_ID,
+    size: setup.size,
+    pieceSize,
+    pieceCount: Math.max(1, Math.ceil(setup.size / pieceSize)),
+    originUrl: 'http://registry.sim/v2/image/blobs/' + TASK_ID,
+  };
+
+  // ---- topology: zones z0…, racks of `rackSize` nodes dealt to the zones in turn; each zone
+  // has an infrastructure rack for its seeds; the registry and the scheduler sit in z0's.
+  const zones = Array.from({ length: setup.zones }, (_, z) => net.zone(`z${z}`, setup.zoneUplink));
+  const infra = zones.map((zone) => net.rack(`${zone.name}-infra`, zone, setup.rackUplink));
+  const registry = net.host('registry', infra[0]!, setup.registryUp, setup.registryDown);
+  const schedulerHost = net.host('scheduler', infra[0]!, undefined, undefined);
+  net.monitor(registry.up!);
+  const nodeNets: NetHost[] = [];
+  for (let i = 0; i < setup.nodes; i++) {
+    const rackNo = Math.floor(i / setup.rackSize);
+    const zone = zones[rackNo % zones.length]!;
+    const rack = net.rack(`${zone.name}-r${rackNo}`, zone, setup.rackUplink);
+    const host = net.host(`n${i}`, rack, setup.nodeUp, setup.nodeDown);
+    net.monitor(host.up!);
+    nodeNets.push(host);
+  }
+
+  const world = new World(queue, net, registry, schedulerHost, setup.peer, random);
+  const scheduling = new Scheduling(
+    new Resources(),
+    setup.scheduling,
+    {
+      // The real scheduler counts milliseconds.
+      now: () => queue.now * 1000,
+      triggerSeed: async (seed) => world.triggerSeed(seed.id, task),
+    },
+    silentLogger,
+  );
+  world.scheduling = scheduling;
+  const info = (net: NetHost, seed: boolean): HostInfo => ({
+    id: net.name,
+    hostname: net.name,
+    ip: net.name,
+    uploadPort: 65002,
+    labels: { zone: net.zone.name, rack: net.rack.name },
+    seed,
+    uploadBandwidth: 0,
+    uploadSlots: seed ? setup.uploadSlots.seed : setup.uploadSlots.node,
+    uploadInUse: 0,
+  });
+  const seedDownloads: SimDownload[] = [];
+  if (scenario !== 'direct') {
+    for (let s = 0; s < setup.seeds; s++) {
+      const zone = s % zones.length;
+      const seedNet = net.host(`seed${s}`, infra[zone]!, setup.seedUp, setup.seedDown);
+      net.monitor(seedNet.up!);
+      world.addHost(seedNet, info(seedNet, true));
+    }
+  }
+  const nodes = nodeNets.map((n) => (scenario === 'direct' ? undefined : world.addHost(n, info(n, false))));
+
+  // ---- what each node does
+  const ready: number[] = new Array(setup.nodes).fill(NaN);
+  const writtenAtReady: number[] = new Array(setup.nodes).fill(0);
+  let readyCount = 0;
+  const markReady = (i: number, written: number) => {
+    ready[i] = queue.now;
+    writtenAtReady[i] = written;
+    readyCount++;
+  };
+  const tocFirst = Math.floor(Math.max(0, setup.size - lazy.tocBytes) / pieceSize);
+  const prefixLast = Math.min(task.pieceCount - 1, Math.max(0, Math.ceil((lazy.fraction * setup.size) / pieceSize) - 1));
+  let neededPieces = task.pieceCount;
+  if (scenario === 'lazy') {
+    const needed = new Set<number>();
+    for (let i = tocFirst; i < task.pieceCount; i++) needed.add(i);
+    for (let i = 0; i <= prefixLast; i++) needed.add(i);
+    neededPieces = needed.size;
+  }
+  const neededBytes = Math.min(setup.size, neededPieces * pieceSize);
+
+  for (let i = 0; i < setup.nodes; i++) {
+    const start = setup.startSpread > 0 ? random() * setup.startSpread : 0;
+    const nodeNet = nodeNets[i]!;
+    const toRegistry = net.latency(nodeNet, registry);
+    if (scenario === 'direct') {
+      // containerd's GET straight to the registry.
+      queue.at(start + toRegistry, () =>
+        net.start(registry, nodeNet, setup.size, () => queue.after(toRegistry, () => markReady(i, setup.size))),
+      );
+      continue;
+    }
+    const host = nodes[i]!;
+    // The mirror first asks the origin for the blob's size (HEAD), then opens the task.
+    queue.at(start + 2 * toRegistry, () => {
+      const download = host.download(task);
+      if (scenario === 'p2p') {
+        download.streaming = true;
+        download.want(0, task.pieceCount - 1);
+        download.whenStored(0, task.pieceCount - 1, () => markReady(i, download.bytesWritten));
+        return;
+      }
+      // Lazy: the snapshotter reads the footer and TOC, then prefetches the prioritized files.
+      download.want(tocFirst, task.pieceCount - 1);
+      download.whenStored(tocFirst, task.pieceCount - 1, () => {
+        download.want(0, prefixLast);
+        download.whenStored(0, prefixLast, () => {
+          markReady(i, download.bytesWritten);
+          if (lazy.background) download.want(0, task.pieceCount - 1);
+        });
+      });
+    });
+  }
+
+  // The scheduler's periodic pass, at a random phase.
+  if (scenario !== 'direct') {
+    const tick = () => {
+      world.inScheduler(() => scheduling.tick());
+      queue.after(setup.tick, tick);
+    };
+    queue.at(random() * setup.tick, tick);
+  }
+
+  // Seeds read the whole blob whatever the nodes need: the run ends when they are done too.
+  let triggeredSeeds = 0;
+  const seedsIdle = () => {
+    triggeredSeeds = 0;
+    for (const host of world.hosts.values()) if (host.seed) triggeredSeeds += host.tasks.size;
+    return world.completed.seed === triggeredSeeds;
+  };
+  const allReady = () => readyCount === setup.nodes;
+  const nodesSettled = () => scenario !== 'lazy' || !lazy.background || world.completed.node === setup.nodes;
+  runUntil(queue, net, () => allReady() && nodesSettled() && seedsIdle() && net.flowCount === 0);
+  if (!allReady()) throw new Error(`simulation stopped with ${setup.nodes - readyCount} nodes not ready`);
+  for (const host of world.hosts.values()) if (host.seed) for (const d of host.tasks.values()) seedDownloads.push(d);
+
+  const sorted = [...ready].sort((a, b) => a - b);
+  const first = sorted[0]!;
+  const last = sorted[sorted.length - 1]!;
+  const median = sorted.length % 2 ? sorted[sorted.length >> 1]! : (sorted[sorted.length / 2 - 1]! + sorted[sorted.length / 2]!) / 2;
+  const lb = lowerBound({
+    F: neededBytes,
+    us: setup.registryUp / 8,
+    ui: new Array(setup.nodes).fill(setup.nodeUp / 8),
+    dmin: setup.nodeDown / 8,
+  });
+  const samples = net.samples(registry.up!);
+  const nodeDownloads = nodes.map((h) => h?.tasks.get(task.id)).filter((d): d is SimDownload => !!d);
+  const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+  const stat = scheduling.stat(task.id);
+  const seedHosts = [...world.hosts.values()].filter((h) => h.seed);
+  return {
+    scenario,
+    nodes: setup.nodes,
+    size: setup.size,
+    pieceSize,
+    pieceCount: task.pieceCount,
+    ready,
+    first,
+    median,
+    last,
+    neededBytes,
+    lowerBound: lb,
+    ratio: last / lb.seconds,
+    registryBytes: integrate(samples, last),
+    registryBytesTotal: registry.sent,
+    registryPeakBps: Math.max(0, ...samples.map((s) => s.rate)) * 8,
+    registrySamples: samples,
+    writtenAtReady: sum(writtenAtReady) / setup.nodes,
+    writtenAtEnd: scenario === 'direct' ? setup.size : sum(nodeDownloads.map((d) => d.bytesWritten)) / setup.nodes,
+    copiesFromSeeds: sum(nodeDownloads.map((d) => d.bytesFrom.seed)) / setup.size,
+    copiesFromNodes: sum(nodeDownloads.map((d) => d.bytesFrom.peer)) / setup.size,
+    copiesFromOrigin: scenario === 'direct' ? setup.nodes : sum(nodeDownloads.map((d) => d.bytesFrom.origin)) / setup.size,
+    seedUploadCopies: sum(seedHosts.map((h) => h.net.sent)) / setup.size,
+    seedUploadUse: seedHosts.length ? sum(seedHosts.map((h) => integrate(net.samples(h.net.up!), last))) / (seedHosts.length * (setup.seedUp / 8) * setup.efficiency * last) : 0,
+    nodeUploadUse: scenario === 'direct' ? 0 : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) / (setup.nodes * (setup.nodeUp / 8) * setup.efficiency * last),
+    schedulerMs: world.schedulerMs,
+    schedulerCalls: world.schedulerCalls,
+    cyclesDetected: stat?.cyclesDetected ?? 0,
+    events: queue.processed,
+    recomputations: net.recomputations,
+    busyAnswers: world.busyAnswers,
+    timeouts: world.timeouts,
+    duplicateBytes: world.duplicateBytes,
+    simulatedSeconds: queue.now,
+    wallMs: performance.now() - wallStart,
+  };
+}
+
+/** Bytes sent under a load step function from 0 to `until`. */
+export function integrate(samples: LoadSample[], until: number): number {
+  let bytes = 0;
+  for (let i = 0; i < samples.length; i++) {
+    const from = samples[i]!.t;
+    if (from >= until) break;
+    const to = Math.min(until, samples[i + 1]?.t ?? until);
+    bytes += samples[i]!.rate * (to - from);
+  }
+  return bytes;
+}
