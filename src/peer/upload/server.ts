@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
+import { sendFileRange } from '../../common/sendfile.js';
 import { parseDigest } from '../../oci/digest.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import { writeChunk, ClientGoneError } from '../mirror/respond.js';
@@ -86,9 +87,15 @@ export class UploadService {
         for (let position = 0; position < length; position += WRITE_CHUNK) {
           const size = Math.min(WRITE_CHUNK, length - position);
           await this.deps.limiter.take(size);
-          const buffer = Buffer.allocUnsafe(size);
-          await task.blob.read(buffer, offset + position, size);
-          await writeChunk(res, buffer);
+          // Straight from the page cache when it can; copied through a buffer otherwise.
+          const sent = await sendFileRange(res, task.blob.dataFd, offset + position, size).catch(() => {
+            throw new ClientGoneError();
+          });
+          if (!sent) {
+            const buffer = Buffer.allocUnsafe(size);
+            await task.blob.read(buffer, offset + position, size);
+            await writeChunk(res, buffer);
+          }
           this.deps.onUploaded(size);
         }
         res.end();
