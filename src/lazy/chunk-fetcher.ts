@@ -76,13 +76,17 @@ export class ChunkFetcher {
     const last = needed[needed.length - 1];
     if (!last || this.readAheadChunks === 0 || end < last.chunkOffset + last.chunkSize / 2) return;
     const index = chunks.indexOf(last);
-    const ahead = chunks.slice(index + 1, index + 1 + this.readAheadChunks).filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
+    const next = chunks.slice(index + 1, index + 1 + this.readAheadChunks);
+    const ahead = next.filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
     if (ahead.length > 0) this.fill(ahead, 'demand').catch(() => {}); // the read that needs them will see any error
+    // Stored ones: bring the next into memory while this one is being served.
+    const stored = next.find((c) => this.store.has(c.digest));
+    if (stored) this.store.preload(stored.digest, stored.chunkSize);
   }
 
   /** `length` bytes from `offset` in a chunk (fetched if needed). */
   async readChunk(chunk: ChunkRef, offset: number, length: number): Promise<Buffer> {
-    const cached = await this.store.read(chunk.digest, offset, length);
+    const cached = await this.store.read(chunk.digest, offset, length, chunk.chunkSize);
     if (cached) {
       this.stats.cacheHits++;
       return cached;
@@ -163,7 +167,7 @@ export class ChunkFetcher {
   }
 
   private async fromStore(chunk: ChunkRef, priority: Priority): Promise<Buffer> {
-    const data = await this.store.read(chunk.digest, 0, chunk.chunkSize);
+    const data = await this.store.read(chunk.digest, 0, chunk.chunkSize, chunk.chunkSize);
     if (data) return data;
     const [fetched] = await this.ensure([chunk], priority); // vanished from disk: fetch again
     return fetched!;

@@ -1,6 +1,7 @@
 // mountLazyLayer: an eStargz layer as a read-only FUSE file system whose file data is fetched
 // on first read. Opening costs the footer and the TOC; the prioritized files (before the
 // `.prefetch.landmark`) come in one Range request before the layer is reported ready.
+import fsp from 'node:fs/promises';
 import { openEstargz, type EstargzReader, type RangeSource } from '../estargz/index.js';
 import { mountFuse, type FuseExit, type FuseMount, type FuseOptions } from '../fuse/index.js';
 import { BackgroundFetcher, type BackgroundFetchOptions, type BackgroundProgress } from './background.js';
@@ -31,6 +32,15 @@ export interface LazyLayerOptions {
   opaqueXattrs?: string[];
   /** FUSE settings; defaults suit an immutable layer (long timeouts, page cache kept). */
   fuse?: FuseOptions;
+  /**
+   * Kernel read-ahead for the mount, in KiB (default 4096; 0 leaves the kernel's 128). FUSE lets a
+   * server only lower read-ahead when it starts, so it is raised afterwards through the mount's
+   * /sys/class/bdi/<dev>/read_ahead_kb (needs root; on failure the default stays, with a warning).
+   * With more read-ahead, sequential reads come as 1 MiB requests, several in flight, instead of
+   * 128 KiB ones one after the other; a chunk is fetched whole anyway, so it costs no extra fetching
+   * within a chunk.
+   */
+  readAheadKib?: number;
   /** Problems that did not stop the mount (failed prefetch or background chunks, read errors). */
   onWarning?: (message: string, error?: unknown) => void;
   /**
@@ -65,6 +75,8 @@ export interface LazyLayer {
   /** Unmounts (see FuseMount.unmount for `lazy` and EBUSY), then stops background work and closes the cache. */
   unmount(options?: { lazy?: boolean }): Promise<void>;
 }
+
+const DEFAULT_READ_AHEAD_KIB = 4096;
 
 const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'starling', entryTimeout: 60, attrTimeout: 60, keepCache: true };
 
@@ -114,6 +126,11 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     throw error;
   }
 
+  const readAheadKib = options.readAheadKib ?? DEFAULT_READ_AHEAD_KIB;
+  if (readAheadKib > 0) {
+    await setReadAhead(mount.mountpoint, readAheadKib).catch((error: Error) => warn(`read-ahead stays at the kernel's default: ${error.message}`, error));
+  }
+
   const background = options.backgroundFetch?.enabled
     ? new BackgroundFetcher(reader.chunks, fetcher, options.backgroundFetch, (error) => warn(`background fetch: ${(error as Error).message}`, error))
     : undefined;
@@ -158,4 +175,19 @@ function streaming(source: RangeSource): StreamingRangeSource {
       yield await source.read(offset, length);
     },
   };
+}
+
+/** Sets the read-ahead of the mount at `mountpoint` (its bdi is named after the device, major:minor). */
+async function setReadAhead(mountpoint: string, kib: number): Promise<void> {
+  // mountinfo, not stat(): a stat of our own mount would be answered by this very thread.
+  const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+  const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+  const fields = info
+    .split('\n')
+    .map((line) => line.split(' '))
+    .filter((f) => f[4] !== undefined && unescape(f[4]) === mountpoint)
+    .pop();
+  const device = fields?.[2];
+  if (!device || !/^\d+:\d+$/.test(device)) throw new Error(`${mountpoint} is not in /proc/self/mountinfo`);
+  await fsp.writeFile(`/sys/class/bdi/${device}/read_ahead_kb`, String(Math.round(kib)));
 }

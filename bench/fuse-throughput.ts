@@ -1,0 +1,144 @@
+// FUSE read throughput of a lazily mounted eStargz layer whose chunks are all in the local chunk
+// cache, against the same file on local disk: a sequential read of a 256 MB file (random bytes,
+// 4 MiB chunks) with `dd bs=1M`, in a child process (the mount is served by this process's JS
+// thread, which must never read its own mount).
+//
+//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB]
+//
+// Cold runs: before each read, the page cache of what that read will touch is evicted file by file
+// with POSIX_FADV_DONTNEED (`sync FILE…` then `dd iflag=nocache count=0`), and `fincore` confirms nothing of it stays
+// resident: the local file, or the FUSE file (its pages in the mount's own page cache) plus every
+// chunk file of the cache (the pages the FUSE server reads from). O_DIRECT is not used: the lazy
+// mount serves ordinary buffered opens (direct_io off), which is what a container's reads are, and
+// O_DIRECT on the FUSE file would measure another path. The machine's "disk" is a virtio device
+// whose host side may cache too: the local figure is what a cold read costs in this VM, the best
+// case for the disk, and so the hardest one for the mount to match.
+// Warm runs read again without evicting anything (page cache hits on both sides).
+import { createReadStream, createWriteStream, readdirSync } from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { writeRandomFile } from '../test/fixtures/images.js';
+import { makeTempDir, runOk } from '../test/fixtures/processes.js';
+import { buildEstargz, fileSource } from '../src/estargz/index.js';
+import { mountLazyLayer, type LazyLayer } from '../src/lazy/index.js';
+import { fixed, median, parseSize, table } from './lib/stats.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    size: { type: 'string', default: '256MiB' },
+    runs: { type: 'string', default: '3' },
+    bs: { type: 'string', default: '1M' },
+    'chunk-size': { type: 'string', default: String(4 << 20) },
+    'max-read': { type: 'string' },
+    'read-ahead': { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (flags.help) {
+  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB]');
+  process.exit(0);
+}
+const size = parseSize(flags.size);
+const runs = Number(flags.runs);
+const chunkSize = Number(flags['chunk-size']);
+
+async function time(fn: () => Promise<unknown>): Promise<number> {
+  const start = performance.now();
+  await fn();
+  return (performance.now() - start) / 1000;
+}
+
+/** Evicts the files' pages from the page cache; returns how many pages stayed resident (fincore). */
+async function evict(files: string[]): Promise<number> {
+  let resident = 0;
+  for (let i = 0; i < files.length; i += 64) {
+    const batch = files.slice(i, i + 64);
+    // Dirty pages (chunk files just written) cannot be dropped: write them back first (fsync).
+    await runOk('sh', ['-c', 'sync -- "$@" && for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none || exit 1; done', 'evict', ...batch]);
+    const res = await runOk('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES', ...batch]);
+    resident += res.stdout.split('\n').filter(Boolean).reduce((n, line) => n + Number(line), 0);
+  }
+  return resident;
+}
+
+async function ddRead(file: string): Promise<number> {
+  return time(() => runOk('dd', [`if=${file}`, 'of=/dev/null', `bs=${flags.bs}`, 'status=none'], { timeoutMs: 600_000 }));
+}
+
+const work = await makeTempDir('starling-bench-fuse-');
+let layer: LazyLayer | undefined;
+try {
+  const dataDir = path.join(work.path, 'data');
+  const local = path.join(dataDir, 'big.bin');
+  const { sha256 } = await writeRandomFile(local, size, `fuse-throughput-${size}`);
+  const tar = path.join(work.path, 'layer.tar');
+  await runOk('tar', ['-C', dataDir, '-cf', tar, 'big.bin']);
+  const blob = path.join(work.path, 'layer.esgz');
+  const built = await buildEstargz(createReadStream(tar), createWriteStream(blob), { chunkSize, level: 1 });
+  await fsp.rm(tar);
+
+  const mountpoint = path.join(work.path, 'mnt');
+  const cacheDir = path.join(work.path, 'cache');
+  await fsp.mkdir(mountpoint);
+  const source = await fileSource(blob);
+  layer = await mountLazyLayer({
+    source, tocDigest: built.tocDigest, mountpoint, cacheDir, prefetch: false,
+    // Fill the chunk cache completely before measuring.
+    backgroundFetch: { enabled: true, idleMs: 0, concurrency: 2 },
+    fuse: flags['max-read'] ? { maxRead: Number(flags['max-read']) } : undefined,
+    readAheadKib: flags['read-ahead'] === undefined ? undefined : Number(flags['read-ahead']),
+    onWarning: (message) => console.error(`warning: ${message}`),
+  });
+  await layer.backgroundDone;
+  const stats = layer.stats();
+  if (stats.background?.failed) throw new Error(`background fetch failed for ${stats.background.failed} chunks`);
+  const mounted = path.join(mountpoint, 'big.bin');
+  const check = await runOk('sha256sum', [mounted], { timeoutMs: 600_000 });
+  if (check.stdout.split(/\s+/)[0] !== sha256) throw new Error('the mounted file does not hash like the original');
+  const chunkFiles = readdirSync(path.join(cacheDir, 'sha256'), { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => path.join(e.parentPath, e.name));
+  const fetchedAfterFill = layer.stats().bytesFetched;
+
+  const results: Record<'local' | 'fuse', { cold: number[]; warm: number[]; cpu: number[] }> = {
+    local: { cold: [], warm: [], cpu: [] },
+    fuse: { cold: [], warm: [], cpu: [] },
+  };
+  let residentAfterEvict = 0;
+  for (let i = 0; i < runs; i++) {
+    for (const which of i % 2 === 0 ? (['local', 'fuse'] as const) : (['fuse', 'local'] as const)) {
+      const file = which === 'local' ? local : mounted;
+      residentAfterEvict += await evict(which === 'local' ? [local] : [mounted, ...chunkFiles]);
+      const cpu = process.cpuUsage();
+      results[which].cold.push(await ddRead(file));
+      const used = process.cpuUsage(cpu);
+      results[which].cpu.push((used.user + used.system) / 1e6);
+      results[which].warm.push(await ddRead(file));
+    }
+  }
+  if (layer.stats().bytesFetched !== fetchedAfterFill) throw new Error('a read fetched from the source: the cache was not complete');
+
+  const rate = (seconds: number) => size / 1e6 / seconds;
+  const coldLocal = rate(median(results.local.cold));
+  const coldFuse = rate(median(results.fuse.cold));
+  const warmLocal = rate(median(results.local.warm));
+  const warmFuse = rate(median(results.fuse.warm));
+  console.log(
+    `${(size / 1e6).toFixed(0)} MB file, ${chunkFiles.length} cached chunks of ${chunkSize} B; dd bs=${flags.bs}; ` +
+      `${runs} run(s) each, alternating, medians; pages left resident after eviction: ${residentAfterEvict} B`,
+  );
+  console.log(
+    table(
+      ['read', 'local disk MB/s', 'lazy mount MB/s', 'ratio (mount/local)', 'server CPU s per read'],
+      [
+        ['cold (page cache evicted)', fixed(coldLocal, 0), fixed(coldFuse, 0), fixed(coldFuse / coldLocal), fixed(median(results.fuse.cpu))],
+        ['warm (page cache hot)', fixed(warmLocal, 0), fixed(warmFuse, 0), fixed(warmFuse / warmLocal), '-'],
+      ],
+    ),
+  );
+  console.log(JSON.stringify({ kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default', runs, results, coldRatio: coldFuse / coldLocal, warmRatio: warmFuse / warmLocal }));
+} finally {
+  await layer?.unmount({ lazy: true }).catch(() => {});
+  await work.remove();
+}
