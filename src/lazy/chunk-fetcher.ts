@@ -79,9 +79,8 @@ export class ChunkFetcher {
     const next = chunks.slice(index + 1, index + 1 + this.readAheadChunks);
     const ahead = next.filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
     if (ahead.length > 0) this.fill(ahead, 'demand').catch(() => {}); // the read that needs them will see any error
-    // Stored ones: bring the next into memory while this one is being served.
-    const stored = next.find((c) => this.store.has(c.digest));
-    if (stored) this.store.preload(stored.digest, stored.chunkSize);
+    // Stored ones: bring them into memory while this one is being served.
+    for (const c of next) if (this.store.has(c.digest)) this.store.preload(c.digest, c.chunkSize);
   }
 
   /** `length` bytes from `offset` in a chunk (fetched if needed). */

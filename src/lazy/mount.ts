@@ -82,22 +82,44 @@ const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'sta
 
 export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
   const warn = options.onWarning ?? (() => {});
-  const reader = await openEstargz(options.source, { tocDigest: options.tocDigest });
-  const tree = new LayerTree(reader, { whiteouts: options.whiteouts, opaqueXattrs: options.opaqueXattrs });
-  const store = await ChunkStore.open(options.cacheDir);
+  // The cache directory is scanned while the footer and TOC are fetched.
+  const opening = ChunkStore.open(options.cacheDir);
+  opening.catch(() => {});
+  let reader: EstargzReader;
+  try {
+    reader = await openEstargz(options.source, { tocDigest: options.tocDigest });
+  } catch (error) {
+    await opening.then((s) => s.close(), () => {});
+    throw error;
+  }
+  const store = await opening;
   const fetcher = new ChunkFetcher(options.source, store, reader.format);
 
-  let prefetched: PrefetchResult = { length: 0, chunks: 0, failed: [] };
-  if (options.prefetch ?? true) {
+  // The prefetch request goes out first; the file tree is built while its bytes arrive.
+  const prefetching = (async (): Promise<PrefetchResult> => {
+    const none: PrefetchResult = { length: 0, chunks: 0, failed: [] };
+    if (!(options.prefetch ?? true)) return none;
     const length = prefetchLength(reader, options.prefetchSize);
     try {
-      prefetched = await prefetch(reader, streaming(options.source), fetcher, length);
-      for (const error of prefetched.failed) warn(`prefetch: ${error.message}`, error);
+      const result = await prefetch(reader, streaming(options.source), fetcher, length);
+      for (const error of result.failed) warn(`prefetch: ${error.message}`, error);
+      return result;
     } catch (error) {
       // The layer still works without its prefetch: each file is fetched on first read.
       warn(`prefetch of [0, ${length}) failed: ${(error as Error).message}`, error);
+      return none;
     }
+  })();
+  let tree: LayerTree;
+  try {
+    await new Promise((resolve) => setImmediate(resolve)); // let the request be sent before the CPU work
+    tree = new LayerTree(reader, { whiteouts: options.whiteouts, opaqueXattrs: options.opaqueXattrs });
+  } catch (error) {
+    await prefetching;
+    await store.close();
+    throw error;
   }
+  const prefetched = await prefetching;
 
   let mount: FuseMount;
   try {
