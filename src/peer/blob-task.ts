@@ -1,6 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import type { Logger } from '../common/log.js';
 import { parseDigest } from '../oci/digest.js';
+import { checkSha256, pieceCheck, type PieceCheckKind } from '../storage/piece-check.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
@@ -11,7 +12,7 @@ export class BlobDigestMismatchError extends Error {
 }
 
 export interface TaskEvents {
-  pieceStored(task: BlobTask, index: number, bytes: number, provenance: PieceProvenance & { sha256: string }): void;
+  pieceStored(task: BlobTask, index: number, bytes: number, provenance: PieceProvenance): void;
   verified(task: BlobTask): void;
   failed(task: BlobTask, error: Error): void;
 }
@@ -69,6 +70,8 @@ export class BlobTask {
     readonly blob: StoredBlob,
     private readonly log: Logger,
     private readonly events: TaskEvents,
+    /** 'sha256' when piece digests are needed (a swarm peer reports them), else 'crc32'. */
+    private readonly pieceCheckKind: PieceCheckKind = 'sha256',
   ) {
     this.layout = blob.layout;
     this.hasher = createHash(parseDigest(blob.digest).algorithm);
@@ -195,10 +198,11 @@ export class BlobTask {
     if (bytes.length !== expected) throw new Error(`piece ${index} has ${bytes.length} bytes, expected ${expected}`);
     this.writing.add(index);
     try {
-      const sha256Hex = provenance.sha256 ?? createHash('sha256').update(bytes).digest('hex');
-      await this.store.writePiece(this.blob, index, bytes, sha256Hex);
+      // A digest vouched for by the scheduler is the check; else the cheapest this peer may keep.
+      const check = provenance.sha256 ?? pieceCheck(this.pieceCheckKind, bytes);
+      await this.store.writePiece(this.blob, index, bytes, check);
       this.bytesBySource[provenance.from] += bytes.length;
-      this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: sha256Hex });
+      this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: checkSha256(check) });
     } finally {
       this.writing.delete(index);
     }

@@ -56,6 +56,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     tasks?.forget(event.digest);
     swarm?.forget(event.digest, 'evicted');
   });
+  const inSwarm = config.swarm.schedulers.length > 0 || Boolean(config.swarm.manager);
   tasks = new TaskManager(store, log, {
     pieceStored: (task, index, bytes, provenance) => {
       metrics.downloadedBytes.inc({ source: provenance.from }, bytes);
@@ -71,14 +72,14 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       metrics.verificationFailures.inc();
       swarm?.forget(task.digest, 'verification failed');
     },
-  });
+  }, inSwarm ? 'sha256' : 'crc32');
 
   const transport = new RegistryTransport();
   const downloadLimiter = new RateLimiter(config.download.rateLimit);
   const closers: Array<() => Promise<void>> = [];
   let uploadAddress: string | undefined;
 
-  if (config.swarm.schedulers.length > 0 || config.swarm.manager) {
+  if (inSwarm) {
     const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
     const uploadSlots = config.swarm.uploadSlots ?? (config.swarm.seed ? 32 : 8);
     const uploads = new UploadService({

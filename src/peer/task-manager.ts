@@ -1,4 +1,5 @@
 import type { Logger } from '../common/log.js';
+import type { PieceCheckKind } from '../storage/piece-check.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { BlobTask, type TaskEvents } from './blob-task.js';
 
@@ -29,6 +30,8 @@ export class TaskManager {
     private readonly store: BlobStore,
     private readonly log: Logger,
     private readonly events: TaskEvents,
+    /** How stored pieces are checked: 'sha256' in a swarm (its digests are reported), 'crc32' otherwise. */
+    private readonly pieceCheck: PieceCheckKind = 'sha256',
   ) {}
 
   /** A lease on a blob this peer already holds (complete or partial), or undefined. */
@@ -49,7 +52,7 @@ export class TaskManager {
       pending = (async () => {
         const { size, public: isPublic } = await probe();
         const blob = await this.store.create(digest, size, isPublic);
-        const task = new BlobTask(this.store, blob, this.log, this.wrapEvents());
+        const task = new BlobTask(this.store, blob, this.log, this.wrapEvents(), this.pieceCheck);
         this.tasks.set(digest, task);
         return task;
       })();
@@ -75,7 +78,7 @@ export class TaskManager {
     if (task && !task.failed) return task;
     const blob = this.store.get(digest);
     if (!blob) return undefined;
-    const restored = new BlobTask(this.store, blob, this.log, this.wrapEvents());
+    const restored = new BlobTask(this.store, blob, this.log, this.wrapEvents(), this.pieceCheck);
     this.tasks.set(digest, restored);
     return restored;
   }

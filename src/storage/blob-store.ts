@@ -2,6 +2,7 @@ import { mkdir, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../common/log.js';
 import { parseDigest } from '../oci/digest.js';
+import type { PieceCheck } from './piece-check.js';
 import { pieceSizeFor } from './piece-plan.js';
 import { StoredBlob } from './stored-blob.js';
 
@@ -81,9 +82,9 @@ export class BlobStore {
   }
 
   /** Writes a verified piece and accounts for it, evicting other blobs if the quota is passed. */
-  async writePiece(blob: StoredBlob, index: number, bytes: Buffer, sha256Hex: string): Promise<void> {
+  async writePiece(blob: StoredBlob, index: number, bytes: Buffer, check: PieceCheck): Promise<void> {
     if (blob.hasPiece(index)) return;
-    await blob.writePiece(index, bytes, sha256Hex);
+    await blob.writePiece(index, bytes, check);
     if (this.blobs.get(blob.digest) === blob) this.usage += bytes.length;
     if (this.quota.quota > 0 && this.usage > this.quota.quota * this.quota.highWatermark) await this.evict();
   }

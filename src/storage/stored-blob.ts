@@ -1,7 +1,7 @@
-import { createHash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { mkdir, open, readFile, rename, rm, utimes, writeFile, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { checkMatches, checkSha256, isPieceCheck, type PieceCheck } from './piece-check.js';
 import { pieceBounds, pieceLayout, type PieceLayout } from './piece-plan.js';
 
 /** What is persisted about a blob besides its bytes. */
@@ -19,7 +19,7 @@ export interface BlobMeta {
 
 const META = 'meta.json';
 const DATA = 'data';
-/** Append-only journal of stored pieces: one "index sha256hex" line per piece, written after its bytes. */
+/** Append-only journal of stored pieces: one "index check" line per piece (piece-check.ts), written after its bytes. */
 const JOURNAL = 'pieces';
 
 /**
@@ -70,8 +70,8 @@ export class StoredBlob {
     const blob = new StoredBlob(dir, meta, data, journal, lastAccess);
     let dropped = 0;
     for (const line of journalText.split('\n')) {
-      const match = /^(\d+) ([0-9a-f]{64})$/.exec(line);
-      if (!match) continue; // a torn last line from a crash
+      const match = /^(\d+) (\S+)$/.exec(line);
+      if (!match || !isPieceCheck(match[2]!)) continue; // a torn last line from a crash
       const index = Number(match[1]);
       if (index >= blob.layout.pieceCount || blob.pieces.has(index)) continue;
       // A complete blob was verified as a whole and fsynced; a partial one is checked piece by piece.
@@ -115,13 +115,15 @@ export class StoredBlob {
     return this.pieces.has(index);
   }
 
+  /** The piece's SHA-256 digest, when its journal check is one. */
   pieceDigest(index: number): string | undefined {
-    const hex = this.pieces.get(index);
+    const check = this.pieces.get(index);
+    const hex = check && checkSha256(check);
     return hex ? `sha256:${hex}` : undefined;
   }
 
-  /** Stores a piece whose sha256 the caller already computed while receiving it. */
-  async writePiece(index: number, bytes: Buffer, sha256Hex: string): Promise<void> {
+  /** Stores a piece with the check the caller computed (see piece-check.ts). */
+  async writePiece(index: number, bytes: Buffer, check: PieceCheck): Promise<void> {
     const { offset, length } = pieceBounds(this.layout, index);
     if (bytes.length !== length) throw new Error(`piece ${index} of ${this.digest} has ${bytes.length} bytes, expected ${length}`);
     if (this.pieces.has(index)) return;
@@ -130,8 +132,8 @@ export class StoredBlob {
       const { bytesWritten } = await this.data.write(bytes, written, length - written, offset + written);
       written += bytesWritten;
     }
-    await this.journal.appendFile(`${index} ${sha256Hex}\n`);
-    this.remember(index, sha256Hex);
+    await this.journal.appendFile(`${index} ${check}\n`);
+    this.remember(index, check);
   }
 
   /** Reads bytes that the caller knows are stored. */
@@ -174,16 +176,16 @@ export class StoredBlob {
     await rm(this.dir, { recursive: true, force: true });
   }
 
-  private remember(index: number, sha256Hex: string): void {
-    this.pieces.set(index, sha256Hex);
+  private remember(index: number, check: PieceCheck): void {
+    this.pieces.set(index, check);
     this.bytesStored += pieceBounds(this.layout, index).length;
   }
 
-  private async pieceMatches(index: number, sha256Hex: string): Promise<boolean> {
+  private async pieceMatches(index: number, check: PieceCheck): Promise<boolean> {
     const { offset, length } = pieceBounds(this.layout, index);
     const buffer = Buffer.allocUnsafe(length);
     const read = await this.read(buffer, offset, length);
-    return read === length && createHash('sha256').update(buffer).digest('hex') === sha256Hex;
+    return read === length && checkMatches(check, buffer);
   }
 
   private async rewriteJournal(): Promise<void> {

@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import { digestOf } from '../../src/oci/digest.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
+import { pieceCheck } from '../../src/storage/piece-check.js';
 import { MIN_PIECE_SIZE, pieceBounds, pieceLayout, pieceSizeFor, piecesCovering } from '../../src/storage/piece-plan.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -37,7 +38,7 @@ describe('BlobStore', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it('keeps verified pieces across a restart and drops torn ones', async () => {
+  for (const kind of ['sha256', 'crc32'] as const) it(`keeps verified pieces across a restart and drops torn ones (${kind} piece checks)`, async () => {
     const size = 2 * MIN_PIECE_SIZE + 100;
     const data = randomBytes(size);
     const digest = digestOf(data);
@@ -47,12 +48,13 @@ describe('BlobStore', () => {
     for (const index of [0, 2]) {
       const { offset, length } = pieceBounds(layout, index);
       const piece = data.subarray(offset, offset + length);
-      await store.writePiece(blob, index, Buffer.from(piece), sha(piece));
+      await store.writePiece(blob, index, Buffer.from(piece), pieceCheck(kind, piece));
+      if (kind === 'crc32') assert.equal(blob.pieceDigest(index), undefined, 'a CRC is not a digest to hand out');
     }
     await store.close();
 
     // Simulate a crash that journaled piece 1 but never wrote its bytes, and tore piece 2's bytes.
-    await appendFile(join(blob.dir, 'pieces'), `1 ${sha(data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
+    await appendFile(join(blob.dir, 'pieces'), `1 ${pieceCheck(kind, data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
     const handle = await open(join(blob.dir, 'data'), 'r+');
     await handle.write(Buffer.from('torn'), 0, 4, 2 * MIN_PIECE_SIZE);
     await handle.close();

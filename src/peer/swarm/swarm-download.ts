@@ -109,14 +109,15 @@ export class SwarmDownload {
   }
 
   /** Called for every piece the task stores, whoever brought it. */
-  pieceStored(index: number, provenance: PieceProvenance & { sha256: string }, length: number): void {
+  pieceStored(index: number, provenance: PieceProvenance, length: number): void {
     this.wanted.delete(index);
     this.lastProgress = Date.now();
     this.report({
       packet: 'pieceFinished',
       pieceFinished: {
         index,
-        digest: `sha256:${provenance.sha256}`,
+        // Always a SHA-256 in a swarm peer (its tasks keep sha256 piece checks).
+        digest: provenance.sha256 ? `sha256:${provenance.sha256}` : '',
         parentId: provenance.parentId ?? '',
         costMs: Math.round(provenance.costMs ?? 0),
         fromOrigin: provenance.from === 'origin',

@@ -107,7 +107,7 @@ export class Swarm {
     };
   }
 
-  pieceStored(task: BlobTask, index: number, length: number, provenance: PieceProvenance & { sha256: string }): void {
+  pieceStored(task: BlobTask, index: number, length: number, provenance: PieceProvenance): void {
     this.downloads.get(task.digest)?.pieceStored(index, provenance, length);
   }
 
