@@ -3,7 +3,8 @@
 // 4 MiB chunks) with `dd bs=1M`, in a child process (the mount is served by this process's JS
 // thread, which must never read its own mount).
 //
-//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB]
+//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache]
+//   (--read-ahead 0 --no-memory-cache: the lazy layer as it was before both, for comparison)
 //
 // Cold runs: before each read, the page cache of what that read will touch is evicted file by file
 // with POSIX_FADV_DONTNEED (`sync FILE…` then `dd iflag=nocache count=0`), and `fincore` confirms nothing of it stays
@@ -32,11 +33,12 @@ const { values: flags } = parseArgs({
     'chunk-size': { type: 'string', default: String(4 << 20) },
     'max-read': { type: 'string' },
     'read-ahead': { type: 'string' },
+    'no-memory-cache': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (flags.help) {
-  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB]');
+  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache]');
   process.exit(0);
 }
 const size = parseSize(flags.size);
@@ -88,6 +90,7 @@ try {
     backgroundFetch: { enabled: true, idleMs: 0, concurrency: 2 },
     fuse: flags['max-read'] ? { maxRead: Number(flags['max-read']) } : undefined,
     readAheadKib: flags['read-ahead'] === undefined ? undefined : Number(flags['read-ahead']),
+    chunkMemory: flags['no-memory-cache'] ? null : undefined,
     onWarning: (message) => console.error(`warning: ${message}`),
   });
   await layer.backgroundDone;
@@ -137,7 +140,7 @@ try {
       ],
     ),
   );
-  console.log(JSON.stringify({ kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default', runs, results, coldRatio: coldFuse / coldLocal, warmRatio: warmFuse / warmLocal }));
+  console.log(JSON.stringify({ kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default', memoryCache: !flags['no-memory-cache'], runs, results, coldRatio: coldFuse / coldLocal, warmRatio: warmFuse / warmLocal }));
 } finally {
   await layer?.unmount({ lazy: true }).catch(() => {});
   await work.remove();

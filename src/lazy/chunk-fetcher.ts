@@ -29,6 +29,12 @@ export interface ChunkFetcherOptions {
    * second half of a chunk: sequential readers then find the next chunk on its way. Default 2; 0 disables.
    */
   readAheadChunks?: number;
+  /**
+   * Chunks of the same file already in the store read into memory ahead (the same trigger):
+   * several disk reads in flight keep a sequential reader fed (one 4 MiB read at a time reached
+   * about half the disk's speed here). Default 4; 0 disables.
+   */
+  preloadChunks?: number;
 }
 
 export class ChunkFetcher {
@@ -39,6 +45,7 @@ export class ChunkFetcher {
   private lastDemandEnd = 0;
   private readonly maxSpan: number;
   private readonly readAheadChunks: number;
+  private readonly preloadChunks: number;
 
   constructor(
     private readonly source: RangeSource,
@@ -48,6 +55,7 @@ export class ChunkFetcher {
   ) {
     this.maxSpan = options.maxSpan ?? 8 << 20;
     this.readAheadChunks = options.readAheadChunks ?? 2;
+    this.preloadChunks = options.preloadChunks ?? 4;
   }
 
   /**
@@ -74,13 +82,14 @@ export class ChunkFetcher {
 
   private readAhead(chunks: readonly ChunkRef[], needed: readonly ChunkRef[], end: number): void {
     const last = needed[needed.length - 1];
-    if (!last || this.readAheadChunks === 0 || end < last.chunkOffset + last.chunkSize / 2) return;
+    const depth = Math.max(this.readAheadChunks, this.preloadChunks);
+    if (!last || depth === 0 || end < last.chunkOffset + last.chunkSize / 2) return;
     const index = chunks.indexOf(last);
-    const next = chunks.slice(index + 1, index + 1 + this.readAheadChunks);
-    const ahead = next.filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
+    const next = chunks.slice(index + 1, index + 1 + depth);
+    const ahead = next.slice(0, this.readAheadChunks).filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
     if (ahead.length > 0) this.fill(ahead, 'demand').catch(() => {}); // the read that needs them will see any error
     // Stored ones: bring them into memory while this one is being served.
-    for (const c of next) if (this.store.has(c.digest)) this.store.preload(c.digest, c.chunkSize);
+    for (const c of next.slice(0, this.preloadChunks)) if (this.store.has(c.digest)) this.store.preload(c.digest, c.chunkSize);
   }
 
   /** `length` bytes from `offset` in a chunk (fetched if needed). */

@@ -6,7 +6,7 @@ import { openEstargz, type EstargzReader, type RangeSource } from '../estargz/in
 import { mountFuse, type FuseExit, type FuseMount, type FuseOptions } from '../fuse/index.js';
 import { BackgroundFetcher, type BackgroundFetchOptions, type BackgroundProgress } from './background.js';
 import { ChunkFetcher, type FetchStats } from './chunk-fetcher.js';
-import { ChunkStore } from './chunk-store.js';
+import { ChunkStore, type ChunkMemoryCache } from './chunk-store.js';
 import type { StreamingRangeSource } from './http-source.js';
 import { layerOps } from './layer-ops.js';
 import { LayerTree, type WhiteoutMode } from './layer-tree.js';
@@ -41,6 +41,11 @@ export interface LazyLayerOptions {
    * within a chunk.
    */
   readAheadKib?: number;
+  /**
+   * Whole chunks kept in memory for repeated and sequential reads (default: the process's shared
+   * 64 MiB cache, sharedChunkMemory); null for none.
+   */
+  chunkMemory?: ChunkMemoryCache | null;
   /** Problems that did not stop the mount (failed prefetch or background chunks, read errors). */
   onWarning?: (message: string, error?: unknown) => void;
   /**
@@ -83,7 +88,7 @@ const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'sta
 export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
   const warn = options.onWarning ?? (() => {});
   // The cache directory is scanned while the footer and TOC are fetched.
-  const opening = ChunkStore.open(options.cacheDir);
+  const opening = ChunkStore.open(options.cacheDir, { memory: options.chunkMemory });
   opening.catch(() => {});
   let reader: EstargzReader;
   try {
