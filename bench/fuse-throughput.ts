@@ -3,8 +3,9 @@
 // 4 MiB chunks) with `dd bs=1M`, in a child process (the mount is served by this process's JS
 // thread, which must never read its own mount).
 //
-//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache]
-//   (--read-ahead 0 --no-memory-cache: the lazy layer as it was before both, for comparison)
+//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline]
+//   (--compare-baseline: also a second mount with --read-ahead 0 --no-memory-cache, the lazy layer
+//    as it was before both, read in the same rounds)
 //
 // Cold runs: before each read, the page cache of what that read will touch is evicted file by file
 // with POSIX_FADV_DONTNEED (`sync FILE…` then `dd iflag=nocache count=0`), and `fincore` confirms nothing of it stays
@@ -22,7 +23,7 @@ import { parseArgs } from 'node:util';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, runOk } from '../test/fixtures/processes.js';
 import { buildEstargz, fileSource } from '../src/estargz/index.js';
-import { mountLazyLayer, type LazyLayer } from '../src/lazy/index.js';
+import { mountLazyLayer, type LazyLayer, type LazyLayerOptions } from '../src/lazy/index.js';
 import { fixed, median, parseSize, table } from './lib/stats.js';
 
 const { values: flags } = parseArgs({
@@ -34,11 +35,12 @@ const { values: flags } = parseArgs({
     'max-read': { type: 'string' },
     'read-ahead': { type: 'string' },
     'no-memory-cache': { type: 'boolean', default: false },
+    'compare-baseline': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (flags.help) {
-  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache]');
+  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline]');
   process.exit(0);
 }
 const size = parseSize(flags.size);
@@ -68,8 +70,19 @@ async function ddRead(file: string): Promise<number> {
   return time(() => runOk('dd', [`if=${file}`, 'of=/dev/null', `bs=${flags.bs}`, 'status=none'], { timeoutMs: 600_000 }));
 }
 
+interface Target {
+  name: string;
+  file: string;
+  /** What a cold read must find evicted. */
+  evict: string[];
+  cold: number[];
+  warm: number[];
+  cpu: number[];
+  layer?: LazyLayer;
+}
+
 const work = await makeTempDir('starling-bench-fuse-');
-let layer: LazyLayer | undefined;
+const layers: LazyLayer[] = [];
 try {
   const dataDir = path.join(work.path, 'data');
   const local = path.join(dataDir, 'big.bin');
@@ -80,68 +93,85 @@ try {
   const built = await buildEstargz(createReadStream(tar), createWriteStream(blob), { chunkSize, level: 1 });
   await fsp.rm(tar);
 
-  const mountpoint = path.join(work.path, 'mnt');
-  const cacheDir = path.join(work.path, 'cache');
-  await fsp.mkdir(mountpoint);
-  const source = await fileSource(blob);
-  layer = await mountLazyLayer({
-    source, tocDigest: built.tocDigest, mountpoint, cacheDir, prefetch: false,
-    // Fill the chunk cache completely before measuring.
-    backgroundFetch: { enabled: true, idleMs: 0, concurrency: 2 },
-    fuse: flags['max-read'] ? { maxRead: Number(flags['max-read']) } : undefined,
-    readAheadKib: flags['read-ahead'] === undefined ? undefined : Number(flags['read-ahead']),
-    chunkMemory: flags['no-memory-cache'] ? null : undefined,
-    onWarning: (message) => console.error(`warning: ${message}`),
-  });
-  await layer.backgroundDone;
-  const stats = layer.stats();
-  if (stats.background?.failed) throw new Error(`background fetch failed for ${stats.background.failed} chunks`);
-  const mounted = path.join(mountpoint, 'big.bin');
-  const check = await runOk('sha256sum', [mounted], { timeoutMs: 600_000 });
-  if (check.stdout.split(/\s+/)[0] !== sha256) throw new Error('the mounted file does not hash like the original');
-  const chunkFiles = readdirSync(path.join(cacheDir, 'sha256'), { recursive: true, withFileTypes: true })
-    .filter((e) => e.isFile())
-    .map((e) => path.join(e.parentPath, e.name));
-  const fetchedAfterFill = layer.stats().bytesFetched;
-
-  const results: Record<'local' | 'fuse', { cold: number[]; warm: number[]; cpu: number[] }> = {
-    local: { cold: [], warm: [], cpu: [] },
-    fuse: { cold: [], warm: [], cpu: [] },
+  /** The blob mounted lazily with its own chunk cache, filled completely before measuring. */
+  const mount = async (name: string, settings: Pick<LazyLayerOptions, 'readAheadKib' | 'chunkMemory'>): Promise<Target> => {
+    const mountpoint = path.join(work.path, `mnt-${name}`);
+    const cacheDir = path.join(work.path, `cache-${name}`);
+    await fsp.mkdir(mountpoint);
+    const layer = await mountLazyLayer({
+      source: await fileSource(blob), tocDigest: built.tocDigest, mountpoint, cacheDir, prefetch: false,
+      backgroundFetch: { enabled: true, idleMs: 0, concurrency: 2 },
+      fuse: flags['max-read'] ? { maxRead: Number(flags['max-read']) } : undefined,
+      onWarning: (message) => console.error(`warning: ${message}`),
+      ...settings,
+    });
+    layers.push(layer);
+    await layer.backgroundDone;
+    if (layer.stats().background?.failed) throw new Error(`${name}: background fetch failed for some chunks`);
+    const file = path.join(mountpoint, 'big.bin');
+    const check = await runOk('sha256sum', [file], { timeoutMs: 600_000 });
+    if (check.stdout.split(/\s+/)[0] !== sha256) throw new Error(`${name}: the mounted file does not hash like the original`);
+    const chunkFiles = readdirSync(path.join(cacheDir, 'sha256'), { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => path.join(e.parentPath, e.name));
+    return { name, file, evict: [file, ...chunkFiles], cold: [], warm: [], cpu: [], layer };
   };
+
+  const targets: Target[] = [{ name: 'local disk', file: local, evict: [local], cold: [], warm: [], cpu: [] }];
+  targets.push(
+    await mount('lazy mount', {
+      readAheadKib: flags['read-ahead'] === undefined ? undefined : Number(flags['read-ahead']),
+      chunkMemory: flags['no-memory-cache'] ? null : undefined,
+    }),
+  );
+  // The lazy layer as it was before the memory cache and the raised read-ahead, measured in the same rounds.
+  if (flags['compare-baseline']) targets.push(await mount('baseline mount', { readAheadKib: 0, chunkMemory: null }));
+  const fetchedAfterFill = layers.map((l) => l.stats().bytesFetched);
+
   let residentAfterEvict = 0;
+  const paired: Record<string, number[]> = {};
   for (let i = 0; i < runs; i++) {
-    for (const which of i % 2 === 0 ? (['local', 'fuse'] as const) : (['fuse', 'local'] as const)) {
-      const file = which === 'local' ? local : mounted;
-      residentAfterEvict += await evict(which === 'local' ? [local] : [mounted, ...chunkFiles]);
+    // Rotate the order so that no target always goes first.
+    const order = targets.map((_, k) => targets[(k + i) % targets.length]!);
+    for (const t of order) {
+      residentAfterEvict += await evict(t.evict);
       const cpu = process.cpuUsage();
-      results[which].cold.push(await ddRead(file));
+      t.cold.push(await ddRead(t.file));
       const used = process.cpuUsage(cpu);
-      results[which].cpu.push((used.user + used.system) / 1e6);
-      results[which].warm.push(await ddRead(file));
+      t.cpu.push((used.user + used.system) / 1e6);
+      t.warm.push(await ddRead(t.file));
     }
+    for (const t of targets.slice(1)) (paired[t.name] ??= []).push(targets[0]!.cold[i]! / t.cold[i]!);
   }
-  if (layer.stats().bytesFetched !== fetchedAfterFill) throw new Error('a read fetched from the source: the cache was not complete');
+  layers.forEach((l, k) => {
+    if (l.stats().bytesFetched !== fetchedAfterFill[k]) throw new Error('a read fetched from the source: the cache was not complete');
+  });
 
   const rate = (seconds: number) => size / 1e6 / seconds;
-  const coldLocal = rate(median(results.local.cold));
-  const coldFuse = rate(median(results.fuse.cold));
-  const warmLocal = rate(median(results.local.warm));
-  const warmFuse = rate(median(results.fuse.warm));
+  const [localDisk] = targets;
   console.log(
-    `${(size / 1e6).toFixed(0)} MB file, ${chunkFiles.length} cached chunks of ${chunkSize} B; dd bs=${flags.bs}; ` +
-      `${runs} run(s) each, alternating, medians; pages left resident after eviction: ${residentAfterEvict} B`,
+    `${(size / 1e6).toFixed(0)} MB file, ${Math.ceil(size / chunkSize)} chunks of ${chunkSize} B, all cached; dd bs=${flags.bs}; ` +
+      `${runs} round(s), targets in rotating order, medians; pages left resident after eviction: ${residentAfterEvict} B`,
   );
   console.log(
     table(
-      ['read', 'local disk MB/s', 'lazy mount MB/s', 'ratio (mount/local)', 'server CPU s per read'],
-      [
-        ['cold (page cache evicted)', fixed(coldLocal, 0), fixed(coldFuse, 0), fixed(coldFuse / coldLocal), fixed(median(results.fuse.cpu))],
-        ['warm (page cache hot)', fixed(warmLocal, 0), fixed(warmFuse, 0), fixed(warmFuse / warmLocal), '-'],
-      ],
+      ['target', 'cold MB/s', 'cold ratio to local', 'paired cold ratio', 'warm MB/s', 'warm ratio', 'server CPU s per cold read'],
+      targets.map((t) => [
+        t.name,
+        fixed(rate(median(t.cold)), 0),
+        fixed(median(localDisk!.cold) / median(t.cold)),
+        t === localDisk ? '-' : fixed(median(paired[t.name]!)),
+        fixed(rate(median(t.warm)), 0),
+        fixed(median(localDisk!.warm) / median(t.warm)),
+        t === localDisk ? '-' : fixed(median(t.cpu)),
+      ]),
     ),
   );
-  console.log(JSON.stringify({ kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default', memoryCache: !flags['no-memory-cache'], runs, results, coldRatio: coldFuse / coldLocal, warmRatio: warmFuse / warmLocal }));
+  console.log(JSON.stringify({
+    kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default',
+    memoryCache: !flags['no-memory-cache'], runs, targets: targets.map(({ name, cold, warm, cpu }) => ({ name, cold, warm, cpu })),
+  }));
 } finally {
-  await layer?.unmount({ lazy: true }).catch(() => {});
+  for (const layer of layers) await layer.unmount({ lazy: true }).catch(() => {});
   await work.remove();
 }
