@@ -15,7 +15,8 @@ import { parseRate } from '../bench/lib/cluster.js';
 import { parseSize } from '../bench/lib/stats.js';
 import { defaultScheduling } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
-import { cdfPoints, lineChart, type Series } from './svg.js';
+import { cdfPoints, lineChart, stackedCharts, type Series } from './svg.js';
+import { defaultPeerSettings } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -53,10 +54,13 @@ const options = {
   'lazy-fraction': { type: 'string', default: '0.062' },
   'lazy-toc': { type: 'string', default: '4MiB' },
   'lazy-background': { type: 'boolean', default: false },
+  'what-if-endgame-fix': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
   validate: { type: 'boolean', default: false },
   'noise-sweep': { type: 'string', default: '0,0.1,0.2,0.3' },
   plots: { type: 'string' },
+  replot: { type: 'string' },
+  markdown: { type: 'boolean', default: false },
   'json-out': { type: 'string' },
   help: { type: 'boolean', default: false },
 } as const;
@@ -83,10 +87,13 @@ model
   --noise S        TCP share noise: flow weights exp(S·Z), Z ~ N(0,1); 0 = exact max-min fairness
   --quantum T|auto rate recomputation coalescing (auto: exact up to 128 nodes, else piece time / 20)
   --start-spread T nodes start at uniform random moments in [0, T]
+  --what-if-endgame-fix   not the real peer: its endgame skips pieces already stored
   --runs N --rng-seed S   repeat with seeds S, S+1, …
 output
   --plots DIR      SVG plots (CDF of ready times, registry egress over time)
-  --json-out FILE  every result as JSON`;
+  --json-out FILE  every result as JSON
+  --replot FILE    redraw the plots (into --plots DIR) from a --seed-table JSON file, without simulating
+  --markdown       tables in Markdown`;
 
 let args: Record<string, string | boolean | undefined>;
 try {
@@ -148,7 +155,13 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     },
     efficiency: str('framing') === 'tc' ? EFFICIENCY_TC : EFFICIENCY_ETHERNET,
     scheduling,
-    peer: { parallelism: integer('piece-parallelism'), perParent: integer('per-parent'), pieceTimeout: 30, stall: 10 },
+    peer: {
+      parallelism: integer('piece-parallelism'),
+      perParent: integer('per-parent'),
+      pieceTimeout: 30,
+      stall: 10,
+      endgameSkipsStored: Boolean(args['what-if-endgame-fix']),
+    },
     uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
     rngSeed: integer('rng-seed', 0),
     startSpread: parseDuration(str('start-spread')),
@@ -176,6 +189,7 @@ function lazyFromArgs(): LazyOptions {
 
 function duration(seconds: number): string {
   if (!Number.isFinite(seconds)) return 'n/a';
+  if (seconds >= 3600) return `${Math.floor(seconds / 3600)} h ${String(Math.round((seconds % 3600) / 60)).padStart(2, '0')} min`;
   if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 2 : 1)} s`;
   const m = Math.floor(seconds / 60);
   const s = seconds - 60 * m;
@@ -195,6 +209,10 @@ function gbps(bitsPerSecond: number): string {
 }
 
 function table(header: string[], rows: string[][]): string {
+  if (args.markdown) {
+    const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+    return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+  }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
@@ -253,48 +271,51 @@ function log(line: string): void {
 
 function writePlots(dir: string, name: string, title: string, results: RunResult[]): string[] {
   fs.mkdirSync(dir, { recursive: true });
-  const lb = results[0]?.lowerBound.seconds;
+  const lb = results.find((r) => r.scenario !== 'lazy')?.lowerBound.seconds ?? results[0]?.lowerBound.seconds;
   const cdf: Series[] = results.map((r) => ({ label: SCENARIO_LABEL[r.scenario], points: cdfPoints(r.ready), step: true }));
   const allReady = results.flatMap((r) => r.ready);
-  const span = Math.max(...allReady) / Math.min(...allReady);
-  const logX = span > 20;
+  const lo = Math.min(...allReady, lb ?? Infinity);
+  const hi = Math.max(...allReady);
+  const logX = hi / lo > 20;
   const cdfFile = path.join(dir, `sim-${name}-cdf.svg`);
   fs.writeFileSync(
     cdfFile,
     lineChart({
-      title: `${title}: nodes ready over time`,
+      title: `${title}: share of nodes ready (simulated)`,
       xLabel: `seconds from the start${logX ? ' (log scale)' : ''}`,
       yLabel: 'share of nodes ready',
       series: cdf,
       yMin: 0,
       yMax: 1,
       logX,
-      xMin: logX ? Math.min(...allReady) / 1.5 : 0,
+      xMin: logX ? lo / 1.5 : 0,
+      xMax: logX ? hi * 1.5 : hi * 1.05,
       markers: lb ? [{ x: lb, label: 'T*' }] : [],
     }),
   );
+  // Registry egress: one panel per scenario, each on its own time scale.
   const egressFile = path.join(dir, `sim-${name}-egress.svg`);
-  const maxT = Math.max(...results.map((r) => r.simulatedSeconds));
-  const series: Series[] = results.map((r) => {
-    const points = thin(r.registrySamples.map((s): [number, number] => [s.t, (s.rate * 8) / 1e9]));
-    const last = points[points.length - 1];
-    if (last) points.push([r.simulatedSeconds, last[1]]);
-    return { label: SCENARIO_LABEL[r.scenario], points, step: true };
-  });
-  const minStart = Math.max(1e-3, Math.min(...results.map((r) => r.registrySamples.find((s) => s.rate > 0)?.t ?? 1)));
-  const logT = maxT / minStart > 50;
   fs.writeFileSync(
     egressFile,
-    lineChart({
-      title: `${title}: registry egress`,
-      xLabel: `seconds from the start${logT ? ' (log scale)' : ''}`,
-      yLabel: 'Gbit/s',
-      series,
-      yMin: 0,
-      logX: logT,
-      xMin: logT ? minStart / 1.5 : 0,
-      xMax: maxT,
-    }),
+    stackedCharts(
+      results.map((r) => {
+        const points = thin(r.registrySamples.map((s): [number, number] => [s.t, (s.rate * 8) / 1e9]));
+        const last = points[points.length - 1];
+        if (last) points.push([r.simulatedSeconds, last[1]]);
+        return {
+          title: `${title}, ${SCENARIO_LABEL[r.scenario]}: registry egress (${bytes(r.registryBytesTotal)} in all)`,
+          xLabel: 'seconds from the start',
+          yLabel: 'Gbit/s',
+          series: [{ label: SCENARIO_LABEL[r.scenario], points, step: true }],
+          yMin: 0,
+          yMax: Math.max(1e-9, ...points.map((p) => p[1])) * 1.1,
+          xMin: 0,
+          xMax: r.simulatedSeconds * 1.02,
+          height: 260,
+          markers: [{ x: r.last, label: 'last ready' }],
+        };
+      }),
+    ),
   );
   return [cdfFile, egressFile];
 }
@@ -333,8 +354,7 @@ const SEED_SETUPS: SeedSetup[] = [
 ];
 
 function runOne(scenario: ScenarioName, setup: Setup, lazy: LazyOptions): RunResult {
-  const result = run(scenario, setup, lazy);
-  return result;
+  return run(scenario, setup, lazy, (line) => process.stderr.write(`${line}\n`));
 }
 
 function seedTable(): void {
@@ -359,7 +379,7 @@ function seedTable(): void {
         seed.reported[scenario] ?? '—',
         duration(r.first),
         duration(r.last),
-        `${bytes(r.registryBytesTotal)}; peak ${gbps(r.registryPeakBps)}`,
+        `${bytes(r.registryBytesTotal)}; peak ${gbps(r.registryPeakBps)}; mean ${gbps((8 * r.registryBytes) / r.last)}`,
         `${((100 * r.writtenAtReady) / r.size).toFixed(1)}%`,
         duration(r.lowerBound.seconds),
         r.ratio.toFixed(2),
@@ -414,13 +434,14 @@ function validate(): void {
       quantum: 0,
       noise,
       rngSeed,
+      peer: { ...defaultPeerSettings(), endgameSkipsStored: Boolean(args['what-if-endgame-fix']) },
     });
   const rows: string[][] = [];
   const json: Record<string, unknown>[] = [];
   const within = (sim: number, real: number) => `${(((sim - real) / real) * 100).toFixed(0)}%`;
   for (const m of measured.direct.runs) {
     const r = run('direct', base(m.nodes, measured.direct.sizeBytes, 0, 1));
-    rows.push(['direct pull 16 MiB', String(m.nodes), '—', fmt3(m.first, m.median, m.last), fmt3(r.first, r.median, r.last), within(r.last, m.last), within(r.median, m.median), '—', (r.registryBytesTotal / r.size).toFixed(2)]);
+    rows.push(['direct pull 16 MiB', String(m.nodes), '—', fmt3(m.first, m.median, m.last), fmt3(r.first, r.median, r.last), within(r.last, m.last), within(r.median, m.median), '—', (r.registryBytesTotal / r.size).toFixed(2), '—']);
     json.push({ kind: 'direct', nodes: m.nodes, measured: m, simulated: { first: r.first, median: r.median, last: r.last } });
   }
   for (const noise of noises) {
@@ -439,6 +460,7 @@ function validate(): void {
         within(mid, m.median),
         `${m.fromSeedCopies?.toFixed(2)} / ${m.fromNodesCopies?.toFixed(2)}`,
         `${med((r) => r.copiesFromSeeds).toFixed(2)} / ${med((r) => r.copiesFromNodes).toFixed(2)}`,
+        med((r) => r.duplicateBytes / r.size).toFixed(2),
       ]);
       json.push({
         kind: 'swarm',
@@ -451,7 +473,9 @@ function validate(): void {
   }
   log('Emulated cluster (measured, docs/benchmarks.md) against the simulator on the same setup');
   log('20 Mbit/s nodes, 80 Mbit/s registry (and seed), one bridge, tc framing (payload 1448/1514), 50 µs latency');
-  log(table(['setup', 'N', 'runs', 'measured first / median / last s', 'simulated first / median / last s', 'last Δ', 'median Δ', 'measured seed / nodes copies', 'simulated seed / nodes (direct: registry)'], rows));
+  log(table(['setup', 'N', 'runs', 'measured first / median / last s', 'simulated first / median / last s', 'last Δ', 'median Δ', 'measured seed / nodes copies', 'simulated seed / nodes (direct: registry)', 'wasted copies'], rows));
+  log('wasted copies: piece bytes that reached a node that had stored the piece already (median, in copies of the blob)');
+  if (args['what-if-endgame-fix']) log('WHAT-IF: the simulated peers\' endgame skips stored pieces (the real peer does not)');
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(json, null, 1));
 }
 
@@ -484,8 +508,24 @@ function single(): void {
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(results.map(compact), null, 1));
 }
 
+/** Redraws the seed table's plots from its JSON (the registry samples there are thinned). */
+function replot(): void {
+  if (!args.plots) throw new Error('--replot needs --plots DIR');
+  const saved = JSON.parse(fs.readFileSync(str('replot'), 'utf8')) as Array<Record<string, unknown>>;
+  for (const seed of SEED_SETUPS) {
+    const results = saved
+      .filter((r) => r.setup === seed.name)
+      .map((r) => ({
+        ...(r as unknown as RunResult),
+        registrySamples: (r.registrySamples as Array<[number, number]>).map(([t, bits]) => ({ t, rate: bits / 8 })),
+      }));
+    if (results.length) log(`plots: ${writePlots(str('plots'), seed.name, seed.title, results).join(', ')}`);
+  }
+}
+
 try {
-  if (args['seed-table']) seedTable();
+  if (args.replot) replot();
+  else if (args['seed-table']) seedTable();
   else if (args.validate) validate();
   else single();
 } catch (error) {

@@ -57,6 +57,12 @@ export interface PeerSettings {
   perParent: number;
   pieceTimeout: number;
   stall: number;
+  /**
+   * What-if, not the real peer: the endgame leaves alone a piece that is already stored. The
+   * real endgame runs inside pieceStored while the winning attempt is still listed, and asks a
+   * second parent for the piece it has just stored (swarm-download.ts endgame()).
+   */
+  endgameSkipsStored?: boolean;
 }
 
 /** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
@@ -560,6 +566,7 @@ export class SimDownload {
   private endgame(): void {
     for (const [index, attempts] of this.attempts) {
       if (attempts.length !== 1 || this.now - attempts[0]!.started < ENDGAME_AFTER) continue;
+      if (this.world.settings.endgameSkipsStored && this.stored[index]) continue;
       const link = this.bestLinkFor(index, attempts[0]!.link);
       if (link) this.startAttempt(index, link);
     }

@@ -139,7 +139,8 @@ export interface RunResult {
 
 const TASK_ID = `sha256:${'5a'.repeat(32)}`;
 
-export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = defaultLazy()): RunResult {
+/** `progress` (optional) hears a line about every 30 s of wall time on long runs. */
+export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = defaultLazy(), progress?: (line: string) => void): RunResult {
   const wallStart = performance.now();
   const random = rng(setup.rngSeed);
   const queue = new EventQueue();
@@ -281,7 +282,19 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   };
   const allReady = () => readyCount === setup.nodes;
   const nodesSettled = () => scenario !== 'lazy' || !lazy.background || world.completed.node === setup.nodes;
-  runUntil(queue, net, () => allReady() && nodesSettled() && seedsIdle() && net.flowCount === 0);
+  let checks = 0;
+  let lastReport = performance.now();
+  const finished = () => {
+    if (progress && ++checks % 20000 === 0 && performance.now() - lastReport > 30_000) {
+      lastReport = performance.now();
+      progress(
+        `  … ${scenario}: simulated ${queue.now.toFixed(1)} s, ${readyCount}/${setup.nodes} nodes ready, ` +
+          `wall ${((lastReport - wallStart) / 1000).toFixed(0)} s (scheduler ${(world.schedulerMs / 1000).toFixed(0)} s)`,
+      );
+    }
+    return allReady() && nodesSettled() && seedsIdle() && net.flowCount === 0;
+  };
+  runUntil(queue, net, finished);
   if (!allReady()) throw new Error(`simulation stopped with ${setup.nodes - readyCount} nodes not ready`);
   for (const host of world.hosts.values()) if (host.seed) for (const d of host.tasks.values()) seedDownloads.push(d);
 

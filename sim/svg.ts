@@ -43,14 +43,16 @@ export function niceStep(span: number, count = 6): number {
 function formatTick(value: number): string {
   if (value === 0) return '0';
   const abs = Math.abs(value);
-  if (abs >= 1e4 || abs < 1e-3) return value.toExponential(0);
+  if (abs >= 1e6 || abs < 1e-3) return value.toExponential(0);
   return String(+value.toPrecision(6));
 }
 
 export function lineChart(options: ChartOptions): string {
-  const width = options.width ?? 720;
+  const width = options.width ?? 820;
   const height = options.height ?? 420;
-  const margin = { left: 70, right: 20, top: 40, bottom: 55 };
+  // The legend sits to the right of the plot, where it hides no line.
+  const legendWidth = options.series.length > 1 ? 190 : 20;
+  const margin = { left: 70, right: legendWidth, top: 40, bottom: 55 };
   const plotW = width - margin.left - margin.right;
   const plotH = height - margin.top - margin.bottom;
   const xs = options.series.flatMap((s) => s.points.map((p) => p[0]));
@@ -117,13 +119,27 @@ export function lineChart(options: ChartOptions): string {
     if (coords.length) {
       out.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${series.dashed ? ' stroke-dasharray="6 4"' : ''} points="${coords.join(' ')}"/>`);
     }
-    const ly = margin.top + 14 + i * 16;
-    const lx0 = margin.left + plotW - 230;
+    if (options.series.length <= 1) return;
+    const ly = margin.top + 10 + i * 18;
+    const lx0 = margin.left + plotW + 12;
     out.push(`<line x1="${lx0}" y1="${ly}" x2="${lx0 + 22}" y2="${ly}" stroke="${color}" stroke-width="2"${series.dashed ? ' stroke-dasharray="6 4"' : ''}/>`);
     out.push(`<text x="${lx0 + 28}" y="${ly}" dominant-baseline="middle">${escape(series.label)}</text>`);
   });
   out.push('</svg>');
   return out.join('\n') + '\n';
+}
+
+/** Several charts stacked vertically in one SVG. */
+export function stackedCharts(charts: ChartOptions[]): string {
+  const width = Math.max(...charts.map((c) => c.width ?? 820));
+  let y = 0;
+  const parts: string[] = [];
+  for (const chart of charts) {
+    const height = chart.height ?? 420;
+    parts.push(lineChart(chart).replace('<svg ', `<svg x="0" y="${y}" `));
+    y += height;
+  }
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${y}" viewBox="0 0 ${width} ${y}">\n${parts.join('')}</svg>\n`;
 }
 
 /** The empirical CDF of `values` as step points: (x, fraction ≤ x). */
