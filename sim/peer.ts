@@ -192,10 +192,11 @@ class SimLink {
   get seed(): boolean {
     return this.info.seed;
   }
-  add(index: number): void {
+  /** The parent holds `index`; `pump` false when more news comes in the same bitmap answer. */
+  add(index: number, pump = true): void {
     if (this.closed || this.has[index]) return;
     this.has[index] = 1;
-    this.child.holderAdded(this, index);
+    this.child.holderAdded(this, index, pump);
   }
 }
 
@@ -408,7 +409,9 @@ export class SimDownload {
       for (let i = 0; i < parent.task.pieceCount; i++) if (parent.stored[i]) snapshot.push(i);
       parent.followers.add(link);
       world.queue.after(latency, () => {
-        for (const index of snapshot) link.add(index);
+        // One bitmap answer: the child pumps once, having seen all of it (ParentLink.onUpdate).
+        for (const index of snapshot) link.add(index, false);
+        if (!link.closed && snapshot.length) this.pump();
       });
     });
   }
@@ -428,12 +431,12 @@ export class SimDownload {
   }
 
   /** A link learned that its parent holds `index`. */
-  holderAdded(link: SimLink, index: number): void {
+  holderAdded(link: SimLink, index: number, pump: boolean): void {
     this.holders[index]!++;
     if (!link.seed) this.nodeHolders[index]!++;
     this.refresh(index);
     if (this.bucketOf[index]! >= 0 && this.linkFree(link)) this.changes++;
-    this.pump();
+    if (pump) this.pump();
   }
 
   // ---- candidate bookkeeping
