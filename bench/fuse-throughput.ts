@@ -3,9 +3,11 @@
 // 4 MiB chunks) with `dd bs=1M`, in a child process (the mount is served by this process's JS
 // thread, which must never read its own mount).
 //
-//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline]
+//   npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline] [--ceiling]
 //   (--compare-baseline: also a second mount with --read-ahead 0 --no-memory-cache, the lazy layer
 //    as it was before both, read in the same rounds)
+//   (--ceiling: also a FUSE mount of the same addon answering every read with a slice of one 4 MiB
+//    buffer in memory: no disk, no allocation, no lazy layer; what FUSE served from JS can reach here)
 //
 // Cold runs: before each read, the page cache of what that read will touch is evicted file by file
 // with POSIX_FADV_DONTNEED (`sync FILE…` then `dd iflag=nocache count=0`), and `fincore` confirms nothing of it stays
@@ -23,7 +25,8 @@ import { parseArgs } from 'node:util';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, runOk } from '../test/fixtures/processes.js';
 import { buildEstargz, fileSource } from '../src/estargz/index.js';
-import { mountLazyLayer, type LazyLayer, type LazyLayerOptions } from '../src/lazy/index.js';
+import { Errno, FuseError, mountFuse, S_IFDIR, S_IFREG, type FuseMount } from '../src/fuse/index.js';
+import { mountLazyLayer, setReadAhead, type LazyLayer, type LazyLayerOptions } from '../src/lazy/index.js';
 import { fixed, median, parseSize, table } from './lib/stats.js';
 
 const { values: flags } = parseArgs({
@@ -36,11 +39,12 @@ const { values: flags } = parseArgs({
     'read-ahead': { type: 'string' },
     'no-memory-cache': { type: 'boolean', default: false },
     'compare-baseline': { type: 'boolean', default: false },
+    ceiling: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
 if (flags.help) {
-  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline]');
+  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline] [--ceiling]');
   process.exit(0);
 }
 const size = parseSize(flags.size);
@@ -83,6 +87,7 @@ interface Target {
 
 const work = await makeTempDir('starling-bench-fuse-');
 const layers: LazyLayer[] = [];
+let ceilingMount: FuseMount | undefined;
 try {
   const dataDir = path.join(work.path, 'data');
   const local = path.join(dataDir, 'big.bin');
@@ -126,6 +131,34 @@ try {
   );
   // The lazy layer as it was before the memory cache and the raised read-ahead, measured in the same rounds.
   if (flags['compare-baseline']) targets.push(await mount('baseline mount', { readAheadKib: 0, chunkMemory: null }));
+  if (flags.ceiling) {
+    const mountpoint = path.join(work.path, 'mnt-ceiling');
+    await fsp.mkdir(mountpoint);
+    const data = Buffer.alloc(4 << 20, 0x5a);
+    const attr = (ino: number) => ({
+      ino, mode: ino === 1 ? S_IFDIR | 0o755 : S_IFREG | 0o644, nlink: ino === 1 ? 2 : 1, uid: 0, gid: 0, rdev: 0,
+      size: ino === 1 ? 0 : size, mtimeSec: 0, mtimeNsec: 0,
+    });
+    ceilingMount = await mountFuse(mountpoint, {
+      lookup: (parent, name) => {
+        if (parent !== 1 || name !== 'big.bin') throw new FuseError(Errno.ENOENT);
+        return attr(2);
+      },
+      getattr: (ino) => attr(ino),
+      readlink: () => {
+        throw new FuseError(Errno.EINVAL);
+      },
+      open: () => ({ fh: 0 }),
+      read: (_ino, _fh, offset, length) => {
+        const at = offset % data.length;
+        return data.subarray(at, Math.min(data.length, at + Math.min(length, size - offset)));
+      },
+      readdir: () => [],
+    }, { fsName: 'starling-ceiling', subtype: 'starling-ceiling', keepCache: true, entryTimeout: 60, attrTimeout: 60 });
+    await setReadAhead(ceilingMount.mountpoint, flags['read-ahead'] === undefined ? 4096 : Number(flags['read-ahead']) || 128);
+    const file = path.join(mountpoint, 'big.bin');
+    targets.push({ name: 'memory-only FUSE', file, evict: [file], cold: [], warm: [], cpu: [] });
+  }
   const fetchedAfterFill = layers.map((l) => l.stats().bytesFetched);
 
   let residentAfterEvict = 0;
@@ -173,5 +206,6 @@ try {
   }));
 } finally {
   for (const layer of layers) await layer.unmount({ lazy: true }).catch(() => {});
+  await ceilingMount?.unmount({ lazy: true }).catch(() => {});
   await work.remove();
 }

@@ -205,7 +205,7 @@ function streaming(source: RangeSource): StreamingRangeSource {
 }
 
 /** Sets the read-ahead of the mount at `mountpoint` (its bdi is named after the device, major:minor). */
-async function setReadAhead(mountpoint: string, kib: number): Promise<void> {
+export async function setReadAhead(mountpoint: string, kib: number): Promise<void> {
   // mountinfo, not stat(): a stat of our own mount would be answered by this very thread.
   const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
   const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
