@@ -58,9 +58,10 @@ const SETUP_FAILED = 125;
 
 const SETUP_SCRIPT = `
 fail() { echo "starling-sandbox: $*" >&2; exit ${SETUP_FAILED}; }
-stl_root=$1 stl_lower=$2 stl_upper=$3 stl_work=$4 stl_net=$5 stl_hostname=$6
-shift 6
-mount -t overlay overlay -o "lowerdir=$stl_lower,upperdir=$stl_upper,workdir=$stl_work" "$stl_root" || fail "cannot mount the overlay rootfs"
+stl_root=$1 stl_lowerbase=$2 stl_lower=$3 stl_upper=$4 stl_work=$5 stl_net=$6 stl_hostname=$7
+shift 7
+# Relative lowerdirs (from their common parent) keep the option under the kernel's one-page limit.
+(cd "$stl_lowerbase" && mount -t overlay overlay -o "lowerdir=$stl_lower,upperdir=$stl_upper,workdir=$stl_work" "$stl_root") || fail "cannot mount the overlay rootfs"
 for d in proc dev tmp; do
   [ -d "$stl_root/$d" ] || mkdir -p "$stl_root/$d" || fail "cannot create /$d in the rootfs"
 done
@@ -105,14 +106,21 @@ function checkOverlayPath(dir: string): void {
 export async function runSandbox(options: SandboxOptions): Promise<SandboxResult> {
   options.signal?.throwIfAborted();
   for (const dir of [...options.lowerDirs, options.upperDir, options.workDir, options.rootDir]) checkOverlayPath(dir);
+  if (options.lowerDirs.length === 0) throw new UserError('the image has no layers: there is nothing to run');
   const unshare = findUnshare();
+  // One parent for all lowerdirs (mountLayers makes them so): name them relative to it.
+  const lowerBase = path.dirname(options.lowerDirs[0] ?? '/');
+  const lowerDirs = options.lowerDirs.every((d) => path.dirname(d) === lowerBase) ? options.lowerDirs.map((d) => path.basename(d)) : options.lowerDirs;
+  if (lowerDirs.join(':').length + options.upperDir.length + options.workDir.length > 3900) {
+    throw new UserError(`the image has too many layers (${options.lowerDirs.length}) for one overlay mount`);
+  }
   const outer = ['--mount', '--uts', '--ipc', '--pid', '--fork', '--kill-child', '--propagation', 'private'];
   if (options.network === 'private') outer.push('--net');
   const inner = [unshare, `--root=${options.rootDir}`, `--wd=${options.cwd}`];
   if (options.uid !== 0 || options.gid !== 0) inner.push('--setgid', String(options.gid), '--setuid', String(options.uid));
   const args = [
     ...outer, '--', '/bin/sh', '-c', SETUP_SCRIPT, 'starling-sandbox',
-    options.rootDir, options.lowerDirs.join(':'), options.upperDir, options.workDir, options.network, options.hostname ?? 'starling-optimize',
+    options.rootDir, lowerBase, lowerDirs.join(':'), options.upperDir, options.workDir, options.network, options.hostname ?? 'starling-optimize',
     ...options.env, ...inner, '--', ...options.argv,
   ];
 
