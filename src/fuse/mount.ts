@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Errno, FuseError } from './errno.js';
 import { findMount } from './mounts.js';
 import { loadAddon, OpCode, type NativeSession } from './native.js';
-import type { FuseOps, FuseOptions } from './types.js';
+import type { FileSegments, FuseOps, FuseOptions } from './types.js';
 
 export interface FuseExit {
   /** True when unmount() ended the session; false when it was unmounted or aborted from outside. */
@@ -66,6 +66,13 @@ export async function mountFuse(mountpoint: string, ops: FuseOps, options: FuseO
       fail(error);
     }
   };
+  const replyFromFiles = (id: number, data: FileSegments): void => {
+    try {
+      session.replyFds(id, data.segments.flatMap((s) => [s.fd, s.offset, s.length]));
+    } finally {
+      data.release();
+    }
+  };
   const noSuchOp = (): never => {
     throw new FuseError(Errno.ENOSYS);
   };
@@ -84,7 +91,7 @@ export async function mountFuse(mountpoint: string, ops: FuseOps, options: FuseO
       case OpCode.Open:
         return settle(id, op, () => ops.open(ino, last), (r) => session.replyOpen(id, r.fh, r.directIo ?? directIo, r.keepCache ?? keepCache));
       case OpCode.Read:
-        return settle(id, op, () => ops.read(ino, fh, off, size), (data) => session.replyBuf(id, data));
+        return settle(id, op, () => ops.read(ino, fh, off, size), (data) => (Buffer.isBuffer(data) ? session.replyBuf(id, data) : replyFromFiles(id, data)));
       case OpCode.Release:
         return settle(id, op, () => ops.release?.(ino, fh), () => session.replyErr(id, 0));
       case OpCode.Opendir:

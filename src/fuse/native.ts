@@ -29,6 +29,8 @@ export interface NativeSession {
   replyReadlink(id: number, target: string): boolean;
   replyOpen(id: number, fh: number, directIo: boolean, keepCache: boolean): boolean;
   replyBuf(id: number, data: Buffer): boolean;
+  /** File data from open descriptors: [fd, offset, length, fd, offset, length, …]. */
+  replyFds(id: number, segments: number[]): boolean;
   replyDir(id: number, entries: DirEntry[], entryTimeout: number, attrTimeout: number): boolean;
   replyStatfs(id: number, st: Statfs): boolean;
   replyXattr(id: number, data: Buffer): boolean;

@@ -44,6 +44,15 @@ export interface Statfs {
 type MaybePromise<T> = T | Promise<T>;
 
 /**
+ * File data that lies in open files: libfuse reads it from them and sends it to the kernel
+ * without it passing through JavaScript. `release` is called once it has been sent (or not).
+ */
+export interface FileSegments {
+  segments: Array<{ fd: number; offset: number; length: number }>;
+  release(): void;
+}
+
+/**
  * A read-only file system. Throw a FuseError to answer with an errno; any other error is
  * answered with EIO (and reported through the mount's onError). Handlers may be async: the
  * kernel request stays open until they settle. Inode 1 is the root.
@@ -53,7 +62,7 @@ export interface FuseOps {
   getattr(ino: number): MaybePromise<Attr>;
   readlink(ino: number): MaybePromise<string>;
   open(ino: number, flags: number): MaybePromise<OpenResult>;
-  read(ino: number, fh: number, offset: number, size: number): MaybePromise<Buffer>;
+  read(ino: number, fh: number, offset: number, size: number): MaybePromise<Buffer | FileSegments>;
   release?(ino: number, fh: number): MaybePromise<void>;
   opendir?(ino: number, flags: number): MaybePromise<OpenResult>;
   /** Entries from `offset` on (0: from the start, including "." and ".."); extra entries are fine. */

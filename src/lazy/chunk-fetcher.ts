@@ -7,6 +7,7 @@ import { inflatePrefix } from '../estargz/gzip.js';
 import { zstdDecompressPrefix } from '../estargz/zstd.js';
 import { shorten } from '../estargz/names.js';
 import type { ChunkStore } from './chunk-store.js';
+import type { FileSegments } from '../fuse/index.js';
 
 export interface FetchStats {
   /** Compressed bytes fetched for chunks (on demand, prefetch and background). */
@@ -80,7 +81,31 @@ export class ChunkFetcher {
     return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
   }
 
-  private readAhead(chunks: readonly ChunkRef[], needed: readonly ChunkRef[], end: number): void {
+  /**
+   * The bytes readFile would return, as ranges of stored chunk files for the FUSE reply to read
+   * itself; undefined unless every chunk needed is on disk (the caller then uses readFile).
+   */
+  async fileSegments(chunks: readonly ChunkRef[], offset: number, length: number): Promise<FileSegments | undefined> {
+    const end = offset + length;
+    const needed = chunks.filter((c) => c.chunkOffset < end && c.chunkOffset + c.chunkSize > offset);
+    if (needed.length === 0 || !needed.every((c) => this.store.has(c.digest))) return undefined;
+    this.readAhead(chunks, needed, end, false);
+    const pins = await Promise.all(needed.map((c) => this.store.pin(c.digest, c.chunkSize)));
+    const release = () => pins.forEach((pin) => pin?.release());
+    if (pins.some((pin) => !pin)) {
+      release();
+      return undefined;
+    }
+    this.stats.cacheHits += needed.length;
+    const segments = needed.map((c, i) => {
+      const from = Math.max(offset, c.chunkOffset) - c.chunkOffset;
+      const to = Math.min(end, c.chunkOffset + c.chunkSize) - c.chunkOffset;
+      return { fd: pins[i]!.fd, offset: from, length: to - from };
+    });
+    return { segments, release };
+  }
+
+  private readAhead(chunks: readonly ChunkRef[], needed: readonly ChunkRef[], end: number, preload = true): void {
     const last = needed[needed.length - 1];
     const depth = Math.max(this.readAheadChunks, this.preloadChunks);
     if (!last || depth === 0 || end < last.chunkOffset + last.chunkSize / 2) return;
@@ -88,8 +113,13 @@ export class ChunkFetcher {
     const next = chunks.slice(index + 1, index + 1 + depth);
     const ahead = next.slice(0, this.readAheadChunks).filter((c) => !this.store.has(c.digest) && !this.inflight.has(c.digest));
     if (ahead.length > 0) this.fill(ahead, 'demand').catch(() => {}); // the read that needs them will see any error
-    // Stored ones: bring them into memory while this one is being served.
-    for (const c of next.slice(0, this.preloadChunks)) if (this.store.has(c.digest)) this.store.preload(c.digest, c.chunkSize);
+    // Stored ones: bring them into memory while this one is being served, or only into the page
+    // cache when replies read the files themselves.
+    for (const c of next.slice(0, this.preloadChunks)) {
+      if (!this.store.has(c.digest)) continue;
+      if (preload) this.store.preload(c.digest, c.chunkSize);
+      else this.store.warm(c.digest);
+    }
   }
 
   /** `length` bytes from `offset` in a chunk (fetched if needed). */

@@ -16,6 +16,9 @@ import path from 'node:path';
 const MAX_OPEN_FILES = 64;
 /** Chunks up to this size are read whole into the memory cache; larger ones are read by range. */
 const MAX_WHOLE_CHUNK = 16 << 20;
+/** Where warm() reads go: their bytes are never looked at, so every store shares one buffer. */
+const WARM_SCRATCH = Buffer.allocUnsafe(1 << 20);
+const WARMED_REMEMBERED = 32;
 
 /** Whole chunks in memory, least recently used first out, within a byte budget. */
 export class ChunkMemoryCache {
@@ -69,6 +72,9 @@ export class ChunkStore {
   /** Digests known to be on disk (filled by write() and by scanning at open). */
   private readonly present = new Set<string>();
   private readonly handles = new Map<string, Promise<FileHandle>>(); // LRU by insertion order
+  /** Chunk files being read ahead into the page cache, and the last ones that were. */
+  private readonly warming = new Set<string>();
+  private readonly warmed = new Set<string>();
   /** Whole-chunk reads in progress: one disk read per chunk, however many requests wait. */
   private readonly loading = new Map<string, Promise<Buffer | undefined>>();
 
@@ -122,6 +128,49 @@ export class ChunkStore {
       return (await this.load(digest, chunkSize))?.subarray(offset, offset + length);
     }
     return this.readRange(digest, offset, length);
+  }
+
+  /**
+   * A descriptor of a stored chunk's file, open until `release` (for a FUSE reply that reads the
+   * file itself); undefined when the chunk is not, or no longer whole, on disk.
+   */
+  async pin(digest: string, chunkSize: number): Promise<{ fd: number; release(): void } | undefined> {
+    if (!this.present.has(digest)) return undefined;
+    const handle = await fsp.open(this.pathOf(digest), 'r').catch(() => undefined);
+    const size = handle && (await handle.stat().catch(() => undefined))?.size;
+    if (!handle || size !== chunkSize) {
+      // Gone, or not the chunk the TOC describes: forget it, so the reader fetches it again.
+      await handle?.close().catch(() => {});
+      this.present.delete(digest);
+      this.memory?.delete(digest);
+      return undefined;
+    }
+    return { fd: handle.fd, release: () => void handle.close().catch(() => {}) };
+  }
+
+  /**
+   * Starts reading a stored chunk's file on the thread pool, keeping nothing: the pages land in
+   * the page cache, so a reply that reads the file itself (pin) does not wait for the disk on the
+   * event loop's thread. For the chunks a sequential reader will want next.
+   */
+  warm(digest: string): void {
+    if (!this.present.has(digest) || this.warming.has(digest) || this.warmed.has(digest)) return;
+    this.warming.add(digest);
+    void (async () => {
+      const handle = await fsp.open(this.pathOf(digest), 'r');
+      try {
+        for (let position = 0; ; position += WARM_SCRATCH.length) {
+          const { bytesRead } = await handle.read(WARM_SCRATCH, 0, WARM_SCRATCH.length, position);
+          if (bytesRead < WARM_SCRATCH.length) break;
+        }
+      } finally {
+        await handle.close();
+      }
+      this.warmed.add(digest);
+      if (this.warmed.size > WARMED_REMEMBERED) this.warmed.delete(this.warmed.values().next().value!);
+    })()
+      .catch(() => {})
+      .finally(() => this.warming.delete(digest));
   }
 
   /**

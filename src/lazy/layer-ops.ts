@@ -62,7 +62,8 @@ export function layerOps(tree: LayerTree, fetcher: ChunkFetcher, hooks: LayerOps
       if (entry?.type !== 'reg') throw new FuseError(Errno.EINVAL);
       const length = Math.min(size, entry.size - offset);
       if (length <= 0) return Buffer.alloc(0);
-      return fetcher.readFile(entry.chunks, offset, length);
+      // Cached chunks go to the kernel straight from their files; the others are fetched first.
+      return (await fetcher.fileSegments(entry.chunks, offset, length)) ?? fetcher.readFile(entry.chunks, offset, length);
     },
     opendir(ino) {
       if (!node(ino).children) throw new FuseError(Errno.ENOTDIR);

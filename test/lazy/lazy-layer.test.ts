@@ -232,6 +232,17 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     assert.equal(again.stdout.slice(0, 64), original.get('big/big.bin'));
     assert.equal(warm.source.counters.requests, requests, 'a warm cache needs no request');
     console.log(`# warm read of big.bin (${BIG_SIZE / 1e6} MB) from the chunk cache: ${(BIG_SIZE / 1e6 / warmSeconds).toFixed(0)} MB/s`);
+
+    // Cached chunks are answered from their files by the FUSE addon. A chunk file cut short
+    // behind the layer's back is noticed, fetched again, and the bytes are still right.
+    const multi = built.reader.lookup('data/multi.bin')!;
+    const damaged = multi.chunks[3]!;
+    await fs.promises.truncate(chunkPath(layer.cacheDir, damaged.digest), 100);
+    const before = warm.source.counters.requests;
+    const reread = await sh('sha256sum', [path.join(warm.mountpoint, 'data/multi.bin')]);
+    assert.equal(reread.stdout.slice(0, 64), multi.digest.slice(7), 'a damaged cache file never yields wrong bytes');
+    assert.ok(warm.source.counters.requests > before, 'the damaged chunk was fetched again');
+    assert.equal(fs.statSync(chunkPath(layer.cacheDir, damaged.digest)).size, damaged.chunkSize);
     await unmount(env, warm.layer);
   });
 

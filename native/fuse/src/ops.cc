@@ -28,6 +28,8 @@ void Init(void* userdata, fuse_conn_info* conn) {
   // Reads are answered out of order from JS: let the kernel keep several in flight.
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Replies that name a file (replyFds) are spliced from it into /dev/fuse: no copy in user space.
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   // The layer never changes: no need to re-check the page cache when attributes expire.
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 }

@@ -28,6 +28,7 @@ Napi::Function Session::Define(Napi::Env env) {
                          InstanceMethod("replyReadlink", &Session::ReplyReadlink),
                          InstanceMethod("replyOpen", &Session::ReplyOpen),
                          InstanceMethod("replyBuf", &Session::ReplyBuf),
+                         InstanceMethod("replyFds", &Session::ReplyFds),
                          InstanceMethod("replyDir", &Session::ReplyDir),
                          InstanceMethod("replyStatfs", &Session::ReplyStatfs),
                          InstanceMethod("replyXattr", &Session::ReplyXattr),
@@ -306,6 +307,37 @@ Napi::Value Session::ReplyBuf(const Napi::CallbackInfo& info) {
   if (!Take(info, &p)) return Napi::Boolean::New(info.Env(), false);
   auto buf = info[1].As<Napi::Buffer<char>>();
   fuse_reply_buf(p.req, buf.Data(), std::min<size_t>(buf.Length(), p.size));
+  return Napi::Boolean::New(info.Env(), true);
+}
+
+// replyFds(id, [fd, offset, length, fd, offset, length, ...]): file data taken by libfuse from
+// open files (the chunk cache) rather than from a JavaScript buffer, so a cached read costs no copy
+// through JS and no garbage. The descriptors must stay open until this returns; never more than
+// the kernel asked for is sent. A failed read of a descriptor makes libfuse answer with its errno.
+Napi::Value Session::ReplyFds(const Napi::CallbackInfo& info) {
+  Pending p;
+  if (!Take(info, &p)) return Napi::Boolean::New(info.Env(), false);
+  Napi::Array flat = info[1].As<Napi::Array>();
+  size_t count = flat.Length() / 3;
+  if (count == 0) {
+    fuse_reply_buf(p.req, nullptr, 0);
+    return Napi::Boolean::New(info.Env(), true);
+  }
+  std::vector<char> storage(sizeof(fuse_bufvec) + (count - 1) * sizeof(fuse_buf), 0);
+  auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
+  bufv->count = count;
+  size_t budget = p.size;
+  size_t used = 0;
+  for (size_t i = 0; i < count && budget > 0; i++) {
+    fuse_buf& b = bufv->buf[used++];
+    b.fd = flat.Get(static_cast<uint32_t>(3 * i)).As<Napi::Number>().Int32Value();
+    b.pos = static_cast<off_t>(flat.Get(static_cast<uint32_t>(3 * i + 1)).As<Napi::Number>().DoubleValue());
+    b.size = std::min<size_t>(budget, static_cast<size_t>(flat.Get(static_cast<uint32_t>(3 * i + 2)).As<Napi::Number>().DoubleValue()));
+    b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    budget -= b.size;
+  }
+  bufv->count = used;
+  fuse_reply_data(p.req, bufv, FUSE_BUF_SPLICE_MOVE);
   return Napi::Boolean::New(info.Env(), true);
 }
 

@@ -78,6 +78,7 @@ class Session : public Napi::ObjectWrap<Session> {
   Napi::Value ReplyReadlink(const Napi::CallbackInfo& info);
   Napi::Value ReplyOpen(const Napi::CallbackInfo& info);
   Napi::Value ReplyBuf(const Napi::CallbackInfo& info);
+  Napi::Value ReplyFds(const Napi::CallbackInfo& info);
   Napi::Value ReplyDir(const Napi::CallbackInfo& info);
   Napi::Value ReplyStatfs(const Napi::CallbackInfo& info);
   Napi::Value ReplyXattr(const Napi::CallbackInfo& info);
