@@ -56,6 +56,7 @@ const options = {
   'lazy-background': { type: 'boolean', default: false },
   'what-if-endgame-fix': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
+  'seed-setups': { type: 'string' },
   validate: { type: 'boolean', default: false },
   'noise-sweep': { type: 'string', default: '0,0.1,0.2,0.3' },
   plots: { type: 'string' },
@@ -68,7 +69,8 @@ const options = {
 const USAGE = `usage:
   npx tsx sim/main.ts [--scenario direct|p2p|lazy|all] [--nodes 64] [--size 21.4GB] [--nic 50gbit]
                       [--registry-uplink 25gbit] [options]
-  npx tsx sim/main.ts --seed-table [--noise 0] [--plots docs/img] [--json-out FILE]
+  npx tsx sim/main.ts --seed-table [--runs 3] [--seed-setups 64x21.4GB,120x18.5GB,1000x21.4GB] [--noise 0]
+                      [--plots docs/img] [--json-out FILE]
   npx tsx sim/main.ts --validate [--runs 5] [--noise-sweep 0,0.1,0.2,0.3]
 
 setup
@@ -357,22 +359,41 @@ function runOne(scenario: ScenarioName, setup: Setup, lazy: LazyOptions): RunRes
   return run(scenario, setup, lazy, (line) => process.stderr.write(`${line}\n`));
 }
 
+/**
+ * The seed setups × the three scenarios. With --runs R each P2P scenario runs with R seeds; the
+ * run with the median last-ready time stands for it in the table and the plots, and the range of
+ * last/T* over the R runs is shown beside it.
+ */
 function seedTable(): void {
   const all: Record<string, unknown>[] = [];
   const rows: string[][] = [];
   const lazy = lazyFromArgs();
+  const runs = integer('runs');
   const plotFiles: string[] = [];
+  const only = args['seed-setups'] ? str('seed-setups').split(',') : undefined;
   for (const seed of SEED_SETUPS) {
+    if (only && !only.includes(seed.name)) continue;
     const setup = setupFromArgs({ nodes: seed.nodes, size: parseSize(seed.size) });
     setup.quantum = quantumFor(setup);
     log(`\n## ${seed.title}: ${describe(setup)}`);
-    const results: RunResult[] = [];
+    const shown: RunResult[] = [];
     for (const scenario of ['direct', 'p2p', 'lazy'] as ScenarioName[]) {
-      const r = runOne(scenario, setup, lazy);
-      results.push(r);
-      log(table(RESULT_HEADER, [resultRow(r)]));
-      log(`  scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls; ${r.events} events, ${r.recomputations} rate recomputations; ` +
-        `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
+      // Direct pulls involve no randomness: one run.
+      const count = scenario === 'direct' ? 1 : runs;
+      const results: RunResult[] = [];
+      for (let k = 0; k < count; k++) {
+        const r = runOne(scenario, { ...setup, rngSeed: setup.rngSeed + k }, lazy);
+        results.push(r);
+        log(table(RESULT_HEADER, [resultRow(r)]));
+        const ticks = [...r.tickMs].sort((a, b) => a - b);
+        const passes = ticks.length ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
+        log(`  rng seed ${setup.rngSeed + k}; scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ${r.events} events, ${r.recomputations} rate recomputations; ` +
+          `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
+      }
+      const byLast = [...results].sort((a, b) => a.last - b.last);
+      const r = byLast[(byLast.length - 1) >> 1]!;
+      shown.push(r);
+      const ratios = results.map((x) => x.ratio);
       rows.push([
         seed.title,
         SCENARIO_LABEL[scenario],
@@ -382,14 +403,14 @@ function seedTable(): void {
         `${bytes(r.registryBytesTotal)}; peak ${gbps(r.registryPeakBps)}; mean ${gbps((8 * r.registryBytes) / r.last)}`,
         `${((100 * r.writtenAtReady) / r.size).toFixed(1)}%`,
         duration(r.lowerBound.seconds),
-        r.ratio.toFixed(2),
+        r.ratio.toFixed(2) + (results.length > 1 ? ` (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})` : ''),
         `${(r.wallMs / 1000).toFixed(0)} s`,
       ]);
-      all.push({ setup: seed.name, description: describe(setup), ...compact(r) });
+      for (const x of results) all.push({ setup: seed.name, description: describe(setup), representative: x === r, ...compact(x) });
     }
-    if (args.plots) plotFiles.push(...writePlots(str('plots'), seed.name, seed.title, results));
+    if (args.plots) plotFiles.push(...writePlots(str('plots'), seed.name, seed.title, shown));
   }
-  log('\n## The seed table (simulated Starling; the seed\'s reported figures for reference)');
+  log(`\n## The seed table (simulated Starling${runs > 1 ? `; P2P rows: the median of ${runs} runs by last-ready time, last/T* range in brackets` : ''}; the seed's reported figures for reference)`);
   log(table(['setup', 'scenario', 'seed reported', 'first ready', 'last ready', 'registry egress', 'written/node', 'T*', 'last/T*', 'wall'], rows));
   if (plotFiles.length) log(`plots: ${plotFiles.map((f) => path.relative(ROOT, f)).join(', ')}`);
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(all, null, 1));
@@ -500,7 +521,9 @@ function single(): void {
   }
   log(table(RESULT_HEADER, rows));
   for (const r of results) {
-    log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls; ` +
+    const ticks = [...r.tickMs].sort((a, b) => a - b);
+    const passes = ticks.length ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
+    log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
       `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; ` +
       `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
   }
@@ -514,7 +537,7 @@ function replot(): void {
   const saved = JSON.parse(fs.readFileSync(str('replot'), 'utf8')) as Array<Record<string, unknown>>;
   for (const seed of SEED_SETUPS) {
     const results = saved
-      .filter((r) => r.setup === seed.name)
+      .filter((r) => r.setup === seed.name && r.representative !== false)
       .map((r) => ({
         ...(r as unknown as RunResult),
         registrySamples: (r.registrySamples as Array<[number, number]>).map(([t, bits]) => ({ t, rate: bits / 8 })),

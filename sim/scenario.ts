@@ -127,6 +127,8 @@ export interface RunResult {
   nodeUploadUse: number;
   schedulerMs: number;
   schedulerCalls: number;
+  /** Wall-clock milliseconds of each of the scheduler's periodic passes (tick()). */
+  tickMs: number[];
   cyclesDetected: number;
   events: number;
   recomputations: number;
@@ -265,9 +267,12 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   }
 
   // The scheduler's periodic pass, at a random phase.
+  const tickMs: number[] = [];
   if (scenario !== 'direct') {
     const tick = () => {
+      const started = performance.now();
       world.inScheduler(() => scheduling.tick());
+      tickMs.push(performance.now() - started);
       queue.after(setup.tick, tick);
     };
     queue.at(random() * setup.tick, tick);
@@ -340,6 +345,7 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     nodeUploadUse: scenario === 'direct' ? 0 : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) / (setup.nodes * (setup.nodeUp / 8) * setup.efficiency * last),
     schedulerMs: world.schedulerMs,
     schedulerCalls: world.schedulerCalls,
+    tickMs,
     cyclesDetected: stat?.cyclesDetected ?? 0,
     events: queue.processed,
     recomputations: net.recomputations,
