@@ -65,6 +65,12 @@ try {
     30_000,
     'scheduler',
   );
+  // STARLING_CPU_PROF_DIR=DIR: every peer writes a V8 CPU profile there when it stops
+  // (summarize one with `npx tsx bench/lib/cpuprofile.ts FILE`).
+  const cpuProfileEnv = () =>
+    process.env.STARLING_CPU_PROF_DIR
+      ? { NODE_OPTIONS: `--import ${fileURLToPath(new URL('./lib/cpu-prof-preload.mjs', import.meta.url))}`, STARLING_CPU_PROF_DIR: path.resolve(process.env.STARLING_CPU_PROF_DIR) }
+      : undefined;
   const startPeer = (host: ClusterHost, seed: boolean) =>
     c.spawn(
       host,
@@ -75,7 +81,7 @@ try {
         '--host-id', host.name, '--log-level', 'warn', ...(seed ? ['--seed'] : []),
         ...String(a.extra[seed ? 'seed-args' : 'peer-args'] ?? '').split(' ').filter(Boolean),
       ],
-      { name: host.name, logFile: peerLog(host) },
+      { name: host.name, logFile: peerLog(host), env: cpuProfileEnv() },
     );
   services.push(await startPeer(c.seed!, true));
   services.push(...(await Promise.all(c.nodes.map((node) => startPeer(node, false)))));

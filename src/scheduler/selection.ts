@@ -83,24 +83,29 @@ export function scoreCandidate(child: Peer, parent: Peer, config: SchedulingConf
 const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overloaded']);
 
 /**
- * The best K candidates, keeping current parents that are still eligible. A parent that holds
- * nothing new for the child right now is kept all the same: it is likely to have something in a
- * moment, and dropping and re-adding it every round would make the child's links flap.
+ * The best K parents for a child: current parents that still have something for it, then the
+ * best-scored new candidates, then current parents that have nothing new right now (they are
+ * likely to have something in a moment, and dropping and re-adding them every round would make
+ * the child's links flap) while there is room. A parent with nothing new is dropped outright when
+ * the child now holds pieces it lacks: the parent graph must stay a DAG, so an edge kept one way
+ * forbids the trade the other way, and nodes that got ahead would never serve those they took from.
  */
 export function selectParents(child: Peer, config: SchedulingConfig, now: number): Peer[] {
   const excluded = new Map<string, Exclusion>();
   const candidates = filterCandidates(child, config, now, excluded);
-  const kept = child.parents.filter((parent) => {
-    if (candidates.includes(parent)) return true;
+  const useful = child.parents.filter((parent) => candidates.includes(parent));
+  const idle = child.parents.filter((parent) => {
+    if (candidates.includes(parent)) return false;
     const why = excluded.get(parent.id);
+    if (why === 'nothing-to-offer' && !parent.isSeed && offersSomething(child, parent)) return false;
     return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, parent, candidates, config);
   });
   const ranked = candidates
-    .filter((peer) => !kept.includes(peer))
+    .filter((peer) => !useful.includes(peer))
     .map((peer) => ({ peer, score: scoreCandidate(child, peer, config, now) }))
     .sort((a, b) => b.score - a.score || a.peer.id.localeCompare(b.peer.id));
-  const chosen = [...kept];
-  for (const { peer } of ranked) {
+  const chosen = useful.slice(0, config.candidateParentLimit);
+  for (const peer of [...ranked.map((r) => r.peer), ...idle]) {
     if (chosen.length >= config.candidateParentLimit) break;
     chosen.push(peer);
   }
