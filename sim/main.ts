@@ -16,7 +16,8 @@ import { parseSize } from '../bench/lib/stats.js';
 import { defaultScheduling } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { cdfPoints, lineChart, stackedCharts, type Series } from './svg.js';
-import { defaultPeerSettings } from './peer.js';
+import { execFileSync } from 'node:child_process';
+import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -59,6 +60,7 @@ const options = {
   'seed-setups': { type: 'string' },
   validate: { type: 'boolean', default: false },
   'noise-sweep': { type: 'string', default: '0,0.1,0.2,0.3' },
+  measured: { type: 'string', default: 'rerun' },
   plots: { type: 'string' },
   replot: { type: 'string' },
   markdown: { type: 'boolean', default: false },
@@ -71,7 +73,7 @@ const USAGE = `usage:
                       [--registry-uplink 25gbit] [options]
   npx tsx sim/main.ts --seed-table [--runs 3] [--seed-setups 64x21.4GB,120x18.5GB,1000x21.4GB] [--noise 0]
                       [--plots docs/img] [--json-out FILE]
-  npx tsx sim/main.ts --validate [--runs 5] [--noise-sweep 0,0.1,0.2,0.3]
+  npx tsx sim/main.ts --validate [--runs 5] [--noise-sweep 0,0.1,0.2,0.3] [--measured rerun|first]
 
 setup
   --nic R / --nic-up R / --nic-down R   node NIC (tc units: 50gbit = 50e9 bit/s); default 50gbit
@@ -406,7 +408,7 @@ function seedTable(): void {
         r.ratio.toFixed(2) + (results.length > 1 ? ` (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})` : ''),
         `${(r.wallMs / 1000).toFixed(0)} s`,
       ]);
-      for (const x of results) all.push({ setup: seed.name, description: describe(setup), representative: x === r, ...compact(x) });
+      for (const x of results) all.push({ setup: seed.name, description: describe(setup), scheduler: schedulerVersion(), representative: x === r, ...compact(x) });
     }
     if (args.plots) plotFiles.push(...writePlots(str('plots'), seed.name, seed.title, shown));
   }
@@ -418,6 +420,7 @@ function seedTable(): void {
 
 interface MeasuredRun {
   nodes: number;
+  seedUploadSlots?: number;
   first: number;
   median: number;
   last: number;
@@ -433,15 +436,19 @@ function median(values: number[]): number {
 
 function validate(): void {
   const measured = JSON.parse(fs.readFileSync(path.join(ROOT, 'bench/results/emulated-cluster.json'), 'utf8')) as {
-    swarm: { sizeBytes: number; runs: MeasuredRun[] };
+    swarm: { sizeBytes: number; commit: string; runs: MeasuredRun[] };
+    swarmRerun: { sizeBytes: number; commit: string; runs: MeasuredRun[] };
     direct: { sizeBytes: number; runs: MeasuredRun[] };
   };
+  // The measurements taken with the code the simulator now drives (see --measured).
+  const set = str('measured') === 'first' ? measured.swarm : measured.swarmRerun;
   const runs = integer('runs');
   const noises = str('noise-sweep').split(',').map(Number);
   // The emulated cluster: one flat bridge (one rack), tc caps (tc counts 1514-byte frames), no
   // latency emulation (veth + bridge: tens of microseconds), the scheduler on an uncapped host.
-  const base = (nodes: number, size: number, noise: number, rngSeed: number): Setup =>
+  const base = (nodes: number, size: number, noise: number, rngSeed: number, seedSlots = DEFAULT_UPLOAD_SLOTS.seed): Setup =>
     defaultSetup({
+      uploadSlots: { node: DEFAULT_UPLOAD_SLOTS.node, seed: seedSlots },
       nodes,
       size,
       nodeUp: 20e6,
@@ -466,13 +473,13 @@ function validate(): void {
     json.push({ kind: 'direct', nodes: m.nodes, measured: m, simulated: { first: r.first, median: r.median, last: r.last } });
   }
   for (const noise of noises) {
-    for (const m of measured.swarm.runs) {
-      const results = Array.from({ length: noise === 0 ? 1 : runs }, (_, k) => run('p2p', base(m.nodes, measured.swarm.sizeBytes, noise, 1 + k)));
+    for (const m of set.runs) {
+      const results = Array.from({ length: noise === 0 ? 1 : runs }, (_, k) => run('p2p', base(m.nodes, set.sizeBytes, noise, 1 + k, m.seedUploadSlots)));
       const med = (f: (r: RunResult) => number) => median(results.map(f));
       const [first, mid, last] = [med((r) => r.first), med((r) => r.median), med((r) => r.last)];
       const lastRange = results.length > 1 ? ` [${Math.min(...results.map((r) => r.last)).toFixed(1)}–${Math.max(...results.map((r) => r.last)).toFixed(1)}]` : '';
       rows.push([
-        `swarm 64 MiB, noise ${noise}`,
+        `swarm 64 MiB, noise ${noise}${m.seedUploadSlots ? `, seed slots ${m.seedUploadSlots}` : ''}`,
         String(m.nodes),
         String(results.length),
         fmt3(m.first, m.median, m.last),
@@ -493,11 +500,23 @@ function validate(): void {
     }
   }
   log('Emulated cluster (measured, docs/benchmarks.md) against the simulator on the same setup');
+  log(`swarm measurements: ${set.commit}; the simulator drives the scheduler as of ${schedulerVersion()}`);
   log('20 Mbit/s nodes, 80 Mbit/s registry (and seed), one bridge, tc framing (payload 1448/1514), 50 µs latency');
   log(table(['setup', 'N', 'runs', 'measured first / median / last s', 'simulated first / median / last s', 'last Δ', 'median Δ', 'measured seed / nodes copies', 'simulated seed / nodes (direct: registry)', 'wasted copies'], rows));
   log('wasted copies: piece bytes that reached a node that had stored the piece already (median, in copies of the blob)');
   if (args['what-if-endgame-fix']) log('WHAT-IF: the simulated peers\' endgame skips stored pieces (the real peer does not)');
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(json, null, 1));
+}
+
+/** The last commit that touched src/scheduler (and whether the checkout differs from it there). */
+function schedulerVersion(): string {
+  try {
+    const commit = execFileSync('git', ['log', '-1', '--format=%h %s', '--', 'src/scheduler'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src/scheduler'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    return `${commit.slice(0, 90)}${dirty ? ' (+ uncommitted changes)' : ''}`;
+  } catch {
+    return 'unknown (no git)';
+  }
 }
 
 function fmt3(a: number, b: number, c: number): string {
@@ -510,6 +529,7 @@ function single(): void {
   const setup = setupFromArgs();
   const lazy = lazyFromArgs();
   log(describe(setup));
+  log(`scheduler: ${schedulerVersion()}`);
   const results: RunResult[] = [];
   const rows: string[][] = [];
   for (const scenario of scenarios) {
