@@ -32,6 +32,11 @@ describe('starling up', { timeout: 120_000 }, () => {
   it('prints where things are and serves pulls through the seed', async () => {
     await waitFor(() => up.readLog().includes('Point containerd at the mirror'), 10_000, 'the start-up banner');
     assert.match(up.readLog(), /peer mirror\s+http:\/\/127\.0\.0\.1:65001/);
+    assert.match(up.readLog(), /web console\s+http:\/\/127\.0\.0\.1:8080\//);
+    const page = await request('http://127.0.0.1:8080/');
+    assert.equal(page.statusCode, 200);
+    assert.match(String(page.headers['content-type']), /text\/html/);
+    assert.match(await page.body.text(), /<div id="root">|<script/, 'the built console is served');
     const token = /admin token\s+(\S+)/.exec(up.readLog())?.[1];
     assert.ok(token, 'the first start prints the admin token once');
     // The manager knows the seed and the mirror peer, and the scheduler.

@@ -79,6 +79,7 @@ export function registerUpCommand(program: Command): void {
           '',
           `Starling is up (data in ${dataDir}).`,
           `  peer mirror   http://${mirror}   (metrics: http://${mirror}/metrics)`,
+          `  web console   ${manager.url}/   (log in with an admin or read-only token)`,
           `  manager       ${manager.url}   (API: ${manager.url}/api/v1, OpenAPI: ${manager.url}/api/v1/openapi.json)`,
           ...(manager.initialAdminToken ? [`  admin token   ${manager.initialAdminToken}   (shown once: keep it)`] : []),
           `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
