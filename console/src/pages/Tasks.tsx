@@ -11,34 +11,39 @@ export function Tasks() {
   return (
     <>
       <h1>Tasks</h1>
-      <Async query={tasks}>
-        {(list) =>
-          list.length === 0 ? (
-            <p className="muted">No peer holds a blob yet.</p>
-          ) : (
-            <>
-              <SourcesBar sources={totals(list)} />
-              <table aria-label="tasks">
-                <thead>
-                  <tr>
-                    <th>Blob</th>
-                    <th>Size</th>
-                    <th>Held by</th>
-                    <th>From peers</th>
-                    <th>From seeds</th>
-                    <th>From origin</th>
-                    <th title="bytes from the origin divided by the blob size">Origin copies</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {list.map((task) => (
-                    <TaskRow key={task.digest} task={task} peers={peers.data ?? []} />
-                  ))}
-                </tbody>
-              </table>
-            </>
-          )
-        }
+      {/* Both lists before the table: a row drawn without the peers would lack its seed badges. */}
+      <Async query={peers}>
+        {() => (
+          <Async query={tasks}>
+            {(list) =>
+              list.length === 0 ? (
+                <p className="muted">No peer holds a blob yet.</p>
+              ) : (
+                <>
+                  <SourcesBar sources={totals(list)} />
+                  <table aria-label="tasks">
+                    <thead>
+                      <tr>
+                        <th>Blob</th>
+                        <th>Size</th>
+                        <th>Held by</th>
+                        <th>From peers</th>
+                        <th>From seeds</th>
+                        <th>From origin</th>
+                        <th title="bytes from the origin divided by the blob size">Origin copies</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {list.map((task) => (
+                        <TaskRow key={task.digest} task={task} peers={peers.data ?? []} />
+                      ))}
+                    </tbody>
+                  </table>
+                </>
+              )
+            }
+          </Async>
+        )}
       </Async>
     </>
   );
