@@ -53,6 +53,9 @@ export class Swarm {
 
   private managerClient?: ManagerClient;
 
+  /** Set once the blobs kept from before a restart have been offered. */
+  private started = false;
+
   async start(): Promise<void> {
     const manager = this.options.manager;
     if (manager) {
@@ -75,8 +78,12 @@ export class Swarm {
       );
     }
     await this.schedulers.startAnnouncing(() => this.hostInfo());
-    // Blobs kept from before a restart are offered to the swarm again.
+    // Blobs kept from before a restart are offered to the swarm again, including those whose
+    // verification the restart cut short (their task verifies them on load: wait for it).
+    const verifying = this.tasks.list().filter((task) => !task.complete && task.blob.storedPieceCount === task.layout.pieceCount);
+    await Promise.all(verifying.map((task) => task.whenPersisted().catch(() => undefined)));
     for (const task of this.tasks.list()) if (task.complete) this.downloadFor(task).announceHolding();
+    this.started = true;
   }
 
   hostInfo(): HostInfo {
@@ -112,7 +119,10 @@ export class Swarm {
   }
 
   verified(task: BlobTask): void {
-    this.downloads.get(task.digest)?.completed();
+    const download = this.downloads.get(task.digest);
+    // No download: a blob verified from disk after start-up; offer it like the others.
+    if (download) download.completed();
+    else if (this.started) this.downloadFor(task).announceHolding();
   }
 
   forget(digest: string, reason: string): void {
