@@ -7,6 +7,7 @@
 // Every run drives the real scheduler (src/scheduler/scheduling.ts) with simulated peers,
 // hosts and links; see sim/peer.ts and sim/network.ts for what is modelled and what is not.
 
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,10 +16,9 @@ import { parseRate } from '../bench/lib/cluster.js';
 import { parseSize } from '../bench/lib/stats.js';
 import { defaultScheduling } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
-import { cdfPoints, lineChart, stackedCharts, type Series } from './svg.js';
-import { execFileSync } from 'node:child_process';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
+import { cdfPoints, lineChart, stackedCharts, type Series } from './svg.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
