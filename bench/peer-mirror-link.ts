@@ -14,7 +14,7 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { writeRandomFile } from '../test/fixtures/images.js';
-import { makeTempDir } from '../test/fixtures/processes.js';
+import { makeTempDir, waitFor } from '../test/fixtures/processes.js';
 import { STARLING_CLI } from '../test/fixtures/peer.js';
 import { createCluster, formatRate, parseRate, type Cluster } from './lib/cluster.js';
 import { startNsRegistry } from './lib/ns-registry.js';
@@ -73,12 +73,11 @@ try {
           { name: 'starling-peer', logFile: path.join(work.path, `peer-${round}.log`) },
         );
         try {
-          for (let tries = 0; ; tries++) {
-            const health = await cluster.exec(cluster.nodes[0]!, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://127.0.0.1:${port}/healthz`], { allowFail: true });
-            if (health.stdout === '200') break;
-            if (tries > 200) throw new Error(`peer did not start: ${peer.logTail(20)}`);
-            await new Promise((r) => setTimeout(r, 50));
-          }
+          await waitFor(
+            async () => (await cluster.exec(cluster.nodes[0]!, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://127.0.0.1:${port}/healthz`], { allowFail: true })).stdout === '200',
+            10_000,
+            'the peer to answer /healthz',
+          );
           const mirror = `http://127.0.0.1:${port}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
           let d: Get;
           let m: Get;

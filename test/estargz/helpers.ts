@@ -168,16 +168,7 @@ export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<
   }
 }
 
-/** A tiny deterministic PRNG (mulberry32) for the fuzz test. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A tiny deterministic PRNG (mulberry32) for the fuzz test: the simulator's. */
+export { rng as prng } from '../../sim/event-queue.js';
 
 export { randomBytes };

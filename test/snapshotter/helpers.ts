@@ -4,9 +4,8 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { request } from 'undici';
 import { SnapshotsService } from '../../src/snapshotter/index.js';
-import { STARLING_CLI } from '../fixtures/peer.js';
+import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
 import { freePort, makeTempDir, mountsUnder, onExitCleanup, spawnService, unmountUnderSync, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
 
 export interface SnapshotterProcess {
@@ -73,18 +72,7 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
       await stopFuseServer(root);
     },
     fuseServerPid: () => fuseServerPid(root),
-    async metric(name, digest) {
-      const res = await request(metricsUrl);
-      const text = await res.body.text();
-      let total = 0;
-      for (const line of text.split('\n')) {
-        const m = /^([a-z_]+)(?:\{([^}]*)\})? ([0-9.e+-]+)$/.exec(line);
-        if (!m || m[1] !== name) continue;
-        if (digest && !(m[2] ?? '').includes(`digest="${digest}"`)) continue;
-        total += Number(m[3]);
-      }
-      return total;
-    },
+    metric: (name, digest) => scrapeMetric(metricsUrl, name, digest ? { digest } : {}),
   };
 }
 
