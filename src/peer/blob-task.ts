@@ -5,6 +5,7 @@ import { checkSha256, pieceCheck, type PieceCheckKind } from '../storage/piece-c
 import type { BlobStore } from '../storage/blob-store.js';
 import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
+import { GrowingPiece } from './growing-piece.js';
 import { UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
 
 export class BlobDigestMismatchError extends Error {
@@ -13,6 +14,8 @@ export class BlobDigestMismatchError extends Error {
 
 export interface TaskEvents {
   pieceStored(task: BlobTask, index: number, bytes: number, provenance: PieceProvenance): void;
+  /** A piece started arriving: its bytes may be relayed before it is stored. */
+  pieceGrowing?(task: BlobTask, index: number): void;
   verified(task: BlobTask): void;
   failed(task: BlobTask, error: Error): void;
 }
@@ -64,6 +67,10 @@ export class BlobTask {
    */
   private readonly recent = new Map<number, Buffer>();
   readonly bytesBySource: Record<PieceOrigin, number> = { origin: 0, peer: 0, seed: 0 };
+  /** Pieces on their way, with the bytes that have arrived so far (one per fetch of the piece). */
+  private readonly growing = new Map<number, Set<GrowingPiece>>();
+  /** Bumped whenever a piece starts arriving, so followers of this task's bitmap hear of it. */
+  private growingStarts = 0;
 
   constructor(
     private readonly store: BlobStore,
@@ -141,6 +148,41 @@ export class BlobTask {
     return this.blob.hasPiece(index);
   }
 
+  /**
+   * Registers a fetch of piece `index` whose bytes may be relayed while they arrive. The
+   * caller fills the returned piece's buffer, calls `advance` as it goes and `end` when done.
+   */
+  beginPiece(index: number): GrowingPiece {
+    const { length } = pieceBounds(this.layout, index);
+    const piece = new GrowingPiece(index, Buffer.allocUnsafe(length), (ended) => {
+      const set = this.growing.get(index);
+      set?.delete(ended);
+      if (set?.size === 0) this.growing.delete(index);
+    });
+    let set = this.growing.get(index);
+    if (!set) this.growing.set(index, (set = new Set()));
+    set.add(piece);
+    this.growingStarts++;
+    this.events.pieceGrowing?.(this, index);
+    return piece;
+  }
+
+  /** The fetch of piece `index` that has the most bytes so far, if one is under way. */
+  growingPiece(index: number): GrowingPiece | undefined {
+    let best: GrowingPiece | undefined;
+    for (const piece of this.growing.get(index) ?? []) if (!best || piece.filled > best.filled) best = piece;
+    return best;
+  }
+
+  isGrowing(index: number): boolean {
+    return !this.blob.hasPiece(index) && this.growing.has(index);
+  }
+
+  /** Changes whenever a piece is stored or starts arriving (what a bitmap follower waits for). */
+  get availabilityVersion(): number {
+    return this.blob.storedPieceCount + this.growingStarts;
+  }
+
   /** Missing pieces of a run, as contiguous runs. */
   private missingRuns(run: PieceRun): PieceRun[] {
     const runs: PieceRun[] = [];
@@ -167,7 +209,7 @@ export class BlobTask {
             // A piece outside our run that another fetch is bringing is left to that fetch.
             if (!inRun(index) && this.inflight.has(index)) return;
             await this.storePiece(index, bytes, { from: source.kind, ...provenance });
-          });
+          }, undefined, (index) => this.beginPiece(index));
         }
         pending = this.missingRuns(run);
         if (pending.length) throw new Error(`${source.description} did not deliver every piece it was asked for`);

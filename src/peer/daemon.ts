@@ -63,6 +63,8 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       board.notify(task.digest);
       swarm?.pieceStored(task, index, bytes, provenance);
     },
+    // Children following this task hear of a piece as soon as it starts arriving (they may relay it).
+    pieceGrowing: (task) => board.notify(task.digest),
     verified: (task) => {
       log.info({ digest: task.digest, size: task.size, from: task.bytesBySource }, 'blob complete and verified');
       board.notify(task.digest);

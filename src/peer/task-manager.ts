@@ -86,6 +86,7 @@ export class TaskManager {
   private wrapEvents(): TaskEvents {
     return {
       pieceStored: (...args) => this.events.pieceStored(...args),
+      pieceGrowing: (...args) => this.events.pieceGrowing?.(...args),
       verified: (...args) => this.events.verified(...args),
       failed: (task, error) => {
         if (this.tasks.get(task.digest) === task) this.tasks.delete(task.digest);

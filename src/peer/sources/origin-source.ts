@@ -2,7 +2,8 @@ import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
-import { UpstreamStatusError, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
+import type { GrowingPiece } from '../growing-piece.js';
+import { UpstreamStatusError, type PieceBuffers, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
 
 /** Pieces handed to the sink but not yet stored, while reading goes on. */
 const PIPELINE_DEPTH = 2;
@@ -43,7 +44,7 @@ export class OriginSource implements PieceSource {
     return { url: this.url.href, headers: { ...this.headers } };
   }
 
-  async fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal): Promise<void> {
+  async fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal, buffers?: PieceBuffers): Promise<void> {
     const start = pieceBounds(layout, run.first).offset;
     const lastPiece = pieceBounds(layout, run.last);
     const end = lastPiece.offset + lastPiece.length - 1;
@@ -82,7 +83,7 @@ export class OriginSource implements PieceSource {
         `origin answered ${statusCode} for ${this.url.pathname}`,
       );
     }
-    await this.cutIntoPieces(layout, response.body, bodyStart, wholeBlob || statusCode === 200 ? layout.size - 1 : end, sink);
+    await this.cutIntoPieces(layout, response.body, bodyStart, wholeBlob || statusCode === 200 ? layout.size - 1 : end, sink, buffers);
   }
 
   /** Reassembles the byte stream into whole pieces and hands each to the sink as it completes. */
@@ -92,16 +93,25 @@ export class OriginSource implements PieceSource {
     bodyStart: number,
     bodyEnd: number,
     sink: PieceSink,
+    buffers?: PieceBuffers,
   ): Promise<void> {
     let index = Math.floor(bodyStart / layout.pieceSize);
     let bounds = pieceBounds(layout, index);
-    let piece = Buffer.allocUnsafe(bounds.length);
+    // With `buffers`, each piece is read into a buffer that others may relay from as it fills.
+    let growing: GrowingPiece | undefined;
+    const bufferFor = (at: number, length: number): Buffer => {
+      growing = buffers?.(at);
+      return growing?.buffer ?? Buffer.allocUnsafe(length);
+    };
+    let piece = bufferFor(index, bounds.length);
     let filled = 0;
     let position = bodyStart;
     // Pieces being hashed and written while the next ones are read from the network.
     const pending: Promise<void>[] = [];
     const deliver = async (at: number, bytes: Buffer) => {
-      const stored = sink(at, bytes);
+      const delivered = growing;
+      growing = undefined;
+      const stored = sink(at, bytes).finally(() => delivered?.end());
       stored.catch(() => undefined); // awaited below, in order
       pending.push(stored);
       if (pending.length > PIPELINE_DEPTH) await pending.shift();
@@ -121,12 +131,14 @@ export class OriginSource implements PieceSource {
           chunk.copy(piece, filled, consumed, consumed + take);
           filled += take;
           consumed += take;
+          growing?.advance(filled);
           if (filled === bounds.length) {
             await deliver(index, piece);
             index++;
             if (index >= layout.pieceCount) break;
             bounds = pieceBounds(layout, index);
-            piece = Buffer.allocUnsafe(bounds.length);
+            if (bounds.offset > bodyEnd) break;
+            piece = bufferFor(index, bounds.length);
             filled = 0;
           }
         }
@@ -138,6 +150,8 @@ export class OriginSource implements PieceSource {
       body.destroy();
       await Promise.allSettled(pending);
       throw error;
+    } finally {
+      growing?.end(); // a piece cut short
     }
   }
 }

@@ -1,4 +1,5 @@
 import type { PieceLayout } from '../../storage/piece-plan.js';
+import type { GrowingPiece } from '../growing-piece.js';
 
 /** Where a piece's bytes came from; the peer's metrics and `starling stat` count bytes by this. */
 export type PieceOrigin = 'origin' | 'peer' | 'seed';
@@ -26,6 +27,9 @@ export interface PieceProvenance {
  */
 export type PieceSink = (index: number, bytes: Buffer, provenance?: Partial<PieceProvenance>) => Promise<void>;
 
+/** Hands out the buffer a piece is read into, so its bytes can be relayed while they arrive. */
+export type PieceBuffers = (index: number) => GrowingPiece;
+
 /**
  * Anything pieces can be fetched from: the origin registry now; parents and seeds in a swarm.
  * fetchRun resolves once every piece of the run was handed to the sink, or rejects.
@@ -33,7 +37,7 @@ export type PieceSink = (index: number, bytes: Buffer, provenance?: Partial<Piec
 export interface PieceSource {
   readonly kind: PieceOrigin;
   readonly description: string;
-  fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal): Promise<void>;
+  fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal, buffers?: PieceBuffers): Promise<void>;
 }
 
 /** An origin's HTTP answer that the client should see as it is (401 with its challenge, 403, 404). */

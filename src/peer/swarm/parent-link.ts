@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
+import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
 
 /** How long a bitmap request may wait at the parent for news. */
@@ -13,13 +14,20 @@ export class ParentBusyError extends Error {
 export class PieceMissingError extends Error {
   override name = 'PieceMissingError';
 }
+/** The parent ended a piece early: it was relaying the piece and its own fetch of it gave up. */
+export class PieceCutShortError extends Error {
+  override name = 'PieceCutShortError';
+}
 
 /**
  * A child's connection to one parent: follows which pieces the parent holds (long-polling its
  * upload server) and fetches pieces from it. Piece bytes are checked by the caller.
  */
 export class ParentLink {
+  /** Pieces the parent holds, stored and verified. */
   readonly pieces = new Set<number>();
+  /** Pieces on their way to the parent, which it relays as they arrive. */
+  readonly growing = new Set<number>();
   inflight = 0;
   consecutiveFailures = 0;
   /** Bytes per millisecond, moving average of finished pieces. */
@@ -77,15 +85,24 @@ export class ParentLink {
           continue; // the parent has nothing of the task yet; its long poll already waited
         }
         if (response.statusCode !== 200) throw new Error(`bitmap request answered ${response.statusCode}`);
-        const body = (await response.body.json()) as { count: number; bitmap: string; complete: boolean };
+        const body = (await response.body.json()) as { version: number; bitmap: string; growing?: string; complete: boolean };
         this.consecutiveFailures = 0;
-        this.known = body.count;
+        this.known = body.version;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
-        this.log.debug({ parent: this.id, count: body.count, complete: body.complete }, 'parent bitmap');
+        const growing = body.growing ? decodeBitmap(body.growing, this.pieceCount) : new Set<number>();
+        this.log.debug({ parent: this.id, version: body.version, complete: body.complete }, 'parent bitmap');
         let changed = false;
         for (const index of held) {
+          this.growing.delete(index);
           if (!this.pieces.has(index)) {
             this.pieces.add(index);
+            changed = true;
+          }
+        }
+        for (const index of this.growing) if (!growing.has(index)) this.growing.delete(index);
+        for (const index of growing) {
+          if (!this.growing.has(index) && !this.pieces.has(index)) {
+            this.growing.add(index);
             changed = true;
           }
         }
@@ -105,8 +122,18 @@ export class ParentLink {
     }
   }
 
-  /** Fetches one piece's bytes; throws ParentBusyError (429) or PieceMissingError (404) when told so. */
-  async fetchPiece(index: number, expectedLength: number, signal: AbortSignal): Promise<Buffer> {
+  /** The parent holds the piece or is receiving it. */
+  offers(index: number): boolean {
+    return this.pieces.has(index) || this.growing.has(index);
+  }
+
+  /**
+   * Fetches one piece's bytes into `into` (its buffer is the piece's; `advance` is called as
+   * bytes land, so this peer can relay them in turn). Throws ParentBusyError (429) or
+   * PieceMissingError (404) when told so, PieceCutShortError when a relayed piece ends early.
+   */
+  async fetchPiece(index: number, into: GrowingPiece, signal: AbortSignal): Promise<Buffer> {
+    const expectedLength = into.buffer.length;
     const started = performance.now();
     const response = await request(`${this.base}/_starling/pieces/${this.taskId}/${index}`, {
       headers: this.headers(),
@@ -121,23 +148,34 @@ export class ParentLink {
     if (response.statusCode === 404) {
       await response.body.dump();
       this.pieces.delete(index);
+      this.growing.delete(index);
       throw new PieceMissingError(`parent ${this.id} does not hold piece ${index}`);
     }
     if (response.statusCode !== 200) {
       await response.body.dump();
       throw new Error(`parent ${this.id} answered ${response.statusCode} for piece ${index}`);
     }
-    const piece = Buffer.allocUnsafe(expectedLength);
+    const piece = into.buffer;
     let filled = 0;
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      if (filled + chunk.length > expectedLength) {
-        response.body.destroy();
-        throw new Error(`parent ${this.id} sent more than ${expectedLength} bytes for piece ${index}`);
+    let tooLong = false;
+    try {
+      for await (const chunk of response.body as AsyncIterable<Buffer>) {
+        if (filled + chunk.length > expectedLength) {
+          tooLong = true;
+          response.body.destroy();
+          break;
+        }
+        chunk.copy(piece, filled);
+        filled += chunk.length;
+        into.advance(filled);
       }
-      chunk.copy(piece, filled);
-      filled += chunk.length;
+    } catch (error) {
+      // The parent answered and then broke off: a relayed piece whose fetch gave up upstream.
+      if (signal.aborted) throw error;
+      throw new PieceCutShortError(`parent ${this.id} ended piece ${index} after ${filled} of ${expectedLength} bytes`);
     }
-    if (filled !== expectedLength) throw new Error(`parent ${this.id} sent ${filled} of ${expectedLength} bytes of piece ${index}`);
+    if (tooLong) throw new Error(`parent ${this.id} sent more than ${expectedLength} bytes for piece ${index}`);
+    if (filled !== expectedLength) throw new PieceCutShortError(`parent ${this.id} sent ${filled} of ${expectedLength} bytes of piece ${index}`);
     const elapsed = Math.max(1, performance.now() - started);
     const rate = expectedLength / elapsed;
     this.rate = this.rate === 0 ? rate : 0.7 * this.rate + 0.3 * rate;

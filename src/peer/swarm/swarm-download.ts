@@ -6,7 +6,7 @@ import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
-import { ParentBusyError, ParentLink, PieceMissingError } from './parent-link.js';
+import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
 
 export interface SwarmSettings {
@@ -47,6 +47,8 @@ export class SwarmDownload {
   private stream?: PeerStream;
   private schedulerAddress?: string;
   private readonly digests = new Map<number, string>();
+  /** Fetches whose bytes are in but whose piece digest has not been vouched for yet. */
+  private readonly digestWaiters = new Map<number, Array<() => void>>();
   private readonly links = new Map<string, ParentLink>();
   private readonly blocked = new Set<string>();
   private readonly wanted = new Set<number>();
@@ -238,7 +240,12 @@ export class SwarmDownload {
   private onPacket(packet: SchedulerPacket): void {
     switch (packet.packet) {
       case 'digests':
-        for (const [index, digest] of Object.entries(packet.digests.digests ?? {})) this.digests.set(Number(index), digest);
+        for (const [key, digest] of Object.entries(packet.digests.digests ?? {})) {
+          const index = Number(key);
+          this.digests.set(index, digest);
+          for (const wake of this.digestWaiters.get(index) ?? []) wake();
+          this.digestWaiters.delete(index);
+        }
         break;
       case 'parents':
         if (this.mode === 'connecting') this.mode = 'swarm';
@@ -313,16 +320,17 @@ export class SwarmDownload {
   /**
    * Wanted pieces that can be fetched now, best first: pieces other nodes hold before pieces
    * only seeds hold (a seed's upload is the swarm's scarcest resource: it should send each piece
-   * about once and let the nodes trade), then rarest first.
+   * about once and let the nodes trade), then rarest first. A piece still arriving at a parent
+   * counts: the parent relays it as it comes (its digest is awaited before the piece is stored).
    */
   private candidateOrder(): number[] {
     const available: Array<{ index: number; holders: number; seedOnly: boolean }> = [];
     for (const index of this.wanted) {
-      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
+      if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
       let holders = 0;
       let nodes = 0;
       for (const link of this.links.values()) {
-        if (!link.pieces.has(index)) continue;
+        if (!link.offers(index)) continue;
         holders++;
         if (!link.info.seed) nodes++;
       }
@@ -340,7 +348,10 @@ export class SwarmDownload {
     return available.sort(order).map((c) => c.index);
   }
 
-  /** The parent to ask for a piece: a node before a seed, then the least busy, then the fastest. */
+  /**
+   * The parent to ask for a piece: one holding it whole before one still receiving it, a node
+   * before a seed, then the least busy, then the fastest.
+   */
   private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
     let best: ParentLink | undefined;
     const now = Date.now();
@@ -349,13 +360,18 @@ export class SwarmDownload {
     const hasNodeParents = [...this.links.values()].some((link) => !link.info.seed);
     for (const link of this.links.values()) {
       const limit = link.info.seed && hasNodeParents ? 1 : this.settings.perParent;
-      if (link === except || !link.pieces.has(index) || link.inflight >= limit || link.busyUntil > now) continue;
+      if (link === except || !link.offers(index) || link.inflight >= limit || link.busyUntil > now) continue;
       if (!best) {
         best = link;
         continue;
       }
+      const wholeOrder = Number(best.pieces.has(index)) - Number(link.pieces.has(index));
       const seedOrder = Number(link.info.seed) - Number(best.info.seed);
-      if (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))) best = link;
+      const better =
+        wholeOrder < 0 ||
+        (wholeOrder === 0 &&
+          (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))));
+      if (better) best = link;
     }
     return best;
   }
@@ -364,7 +380,8 @@ export class SwarmDownload {
   private endgame(): void {
     const now = Date.now();
     for (const [index, attempts] of this.attempts) {
-      if (attempts.length !== 1 || now - attempts[0]!.started < 500) continue;
+      // A piece just stored is still listed until its attempt settles: it needs no second parent.
+      if (attempts.length !== 1 || now - attempts[0]!.started < 500 || this.task.hasPiece(index)) continue;
       const link = this.bestLinkFor(index, attempts[0]!.link);
       if (link) this.startAttempt(index, link);
     }
@@ -376,17 +393,20 @@ export class SwarmDownload {
     list.push(attempt);
     this.attempts.set(index, list);
     link.inflight++;
-    const { length } = pieceBounds(this.task.layout, index);
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
       attempt.controller.abort();
     }, this.settings.pieceTimeoutMs);
+    // Its bytes may be relayed to this peer's own children while they arrive.
+    const growing = this.task.beginPiece(index);
     void link
-      .fetchPiece(index, length, attempt.controller.signal)
+      .fetchPiece(index, growing, attempt.controller.signal)
       .then(async (bytes) => {
         const sha256 = createHash('sha256').update(bytes).digest('hex');
-        if (`sha256:${sha256}` !== this.digests.get(index)) {
+        const vouched = await this.vouchedDigest(index, attempt.controller.signal);
+        if (attempt.controller.signal.aborted) throw new Error(`piece ${index} given up while waiting for its digest`);
+        if (`sha256:${sha256}` !== vouched) {
           this.dropParent(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
           return;
         }
@@ -404,8 +424,9 @@ export class SwarmDownload {
             packet: 'pieceFailed',
             pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: `no piece after ${this.settings.pieceTimeoutMs} ms` },
           });
-        } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError) {
-          // Lost the endgame race, or the parent is busy: another parent or a later pump will do.
+        } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
+          // Lost the endgame race, the parent is busy, or a piece it relayed was given up
+          // upstream: another parent or a later pump will do.
         } else if (error instanceof PieceMissingError) {
           this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: error.message } });
         } else if (++link.consecutiveFailures >= 2) {
@@ -414,13 +435,36 @@ export class SwarmDownload {
       })
       .finally(() => {
         clearTimeout(timer);
+        growing.end();
         link.inflight--;
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
         if (remaining.length) this.attempts.set(index, remaining);
         else this.attempts.delete(index);
+        if (this.closed) return;
+        // Sent to the origin meanwhile: the origin reads skipped this piece while it was on its way.
+        if (this.mode === 'origin') return this.fetchFromOrigin();
         // A busy parent is asked again a little later rather than at once.
-        if (!this.closed) setTimeout(() => this.pump(), 20).unref();
+        setTimeout(() => this.pump(), 20).unref();
       });
+  }
+
+  /**
+   * The digest the scheduler vouches for, waiting for it when the bytes came in first (a piece
+   * relayed while the origin reader was still receiving it is vouched for once that reader has it).
+   */
+  private vouchedDigest(index: number, signal: AbortSignal): Promise<string | undefined> {
+    const known = this.digests.get(index);
+    if (known || signal.aborted) return Promise.resolve(known);
+    return new Promise((resolve) => {
+      const done = () => {
+        signal.removeEventListener('abort', done);
+        resolve(this.digests.get(index));
+      };
+      signal.addEventListener('abort', done);
+      const waiters = this.digestWaiters.get(index) ?? [];
+      waiters.push(done);
+      this.digestWaiters.set(index, waiters);
+    });
   }
 
   // ---- falling back to the origin
@@ -460,7 +504,9 @@ export class SwarmDownload {
     for (const run of runs) {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
-        .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }))
+        .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) =>
+          this.task.beginPiece(index),
+        )
         .catch((error: Error) => {
           this.log.warn({ task: this.task.digest, err: error.message, attempt: this.originAttempts }, 'origin fetch failed');
           if (++this.originAttempts > 3) this.giveUp(error);

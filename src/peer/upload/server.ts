@@ -6,6 +6,7 @@ import { sendFileRange } from '../../common/sendfile.js';
 import { parseDigest } from '../../oci/digest.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import { writeChunk, ClientGoneError } from '../mirror/respond.js';
+import type { BlobTask } from '../blob-task.js';
 import type { TaskManager } from '../task-manager.js';
 import { encodeBitmap, type PieceBoard } from './piece-board.js';
 
@@ -33,6 +34,11 @@ export interface UploadServiceDeps {
   };
 }
 
+/** A relayed piece's fetch gave up before the piece was stored: the response is cut short. */
+class PieceAbandonedError extends Error {
+  override name = 'PieceAbandonedError';
+}
+
 export class UploadService {
   private inUse = 0;
 
@@ -45,7 +51,7 @@ export class UploadService {
   /** Serves piece bytes and piece bitmaps to peers holding the cluster token. */
   handle = (req: IncomingMessage, res: ServerResponse): void => {
     void this.route(req, res).catch((error: Error) => {
-      if (error instanceof ClientGoneError) return void res.destroy();
+      if (error instanceof ClientGoneError || error instanceof PieceAbandonedError) return void res.destroy();
       this.deps.log.warn({ path: req.url, err: error.message }, 'upload request failed');
       if (res.headersSent) res.destroy();
       else this.reply(res, 500, { error: error.message });
@@ -75,35 +81,70 @@ export class UploadService {
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
       const { task } = lease;
-      if (index >= task.layout.pieceCount || !task.hasPiece(index)) return this.reply(res, 404, { error: `piece ${index} is not here` });
+      if (index >= task.layout.pieceCount || !(task.hasPiece(index) || task.isGrowing(index))) {
+        return this.reply(res, 404, { error: `piece ${index} is not here` });
+      }
       if (this.inUse >= this.deps.slots) {
         res.setHeader('retry-after', '1');
         return this.reply(res, 429, { error: 'all upload slots are busy' });
       }
       this.inUse++;
       try {
-        const { offset, length } = pieceBounds(task.layout, index);
-        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length, 'x-piece-sha256': task.blob.pieceDigest(index) ?? '' });
-        for (let position = 0; position < length; position += WRITE_CHUNK) {
-          const size = Math.min(WRITE_CHUNK, length - position);
-          await this.deps.limiter.take(size);
-          // Straight from the page cache when it can; copied through a buffer otherwise.
-          const sent = await sendFileRange(res, task.blob.dataFd, offset + position, size).catch(() => {
-            throw new ClientGoneError();
-          });
-          if (!sent) {
-            const buffer = Buffer.allocUnsafe(size);
-            await task.blob.read(buffer, offset + position, size);
-            await writeChunk(res, buffer);
-          }
-          this.deps.onUploaded(size);
-        }
+        const { length } = pieceBounds(task.layout, index);
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length });
+        const relayed = task.hasPiece(index) ? 0 : await this.relayGrowing(res, task, index, length);
+        await this.sendStored(res, task, index, relayed, length);
         res.end();
       } finally {
         this.inUse--;
       }
     } finally {
       lease.release();
+    }
+  }
+
+  /**
+   * Relays a piece that is still arriving, as its bytes come in (cut-through). The last byte
+   * is held back until the piece is stored, so a piece that fails its check here is cut short
+   * for the child rather than passed on whole. Returns how many bytes were sent; the caller
+   * sends the rest from the store. A piece whose fetch gives up ends the response early.
+   */
+  private async relayGrowing(res: ServerResponse, task: BlobTask, index: number, length: number): Promise<number> {
+    let sent = 0;
+    while (!task.hasPiece(index)) {
+      const piece = task.growingPiece(index);
+      if (!piece) throw new PieceAbandonedError(`piece ${index} of ${task.digest} was abandoned while relayed`);
+      const available = Math.min(piece.filled, length - 1);
+      if (available > sent) {
+        const end = Math.min(available, sent + WRITE_CHUNK);
+        await this.deps.limiter.take(end - sent);
+        await writeChunk(res, piece.buffer.subarray(sent, end));
+        this.deps.onUploaded(end - sent);
+        sent = end;
+        continue;
+      }
+      // Everything but the held-back byte is sent: wait for the fetch to end (stored, or given up).
+      await piece.next(piece.filled >= length ? length : sent);
+      if (res.destroyed) throw new ClientGoneError();
+    }
+    return sent;
+  }
+
+  /** Sends bytes [from, length) of a stored piece: from the page cache when it can, else through a buffer. */
+  private async sendStored(res: ServerResponse, task: BlobTask, index: number, from: number, length: number): Promise<void> {
+    const { offset } = pieceBounds(task.layout, index);
+    for (let position = from; position < length; position += WRITE_CHUNK) {
+      const size = Math.min(WRITE_CHUNK, length - position);
+      await this.deps.limiter.take(size);
+      const sent = await sendFileRange(res, task.blob.dataFd, offset + position, size).catch(() => {
+        throw new ClientGoneError();
+      });
+      if (!sent) {
+        const buffer = Buffer.allocUnsafe(size);
+        await task.blob.read(buffer, offset + position, size);
+        await writeChunk(res, buffer);
+      }
+      this.deps.onUploaded(size);
     }
   }
 
@@ -120,15 +161,16 @@ export class UploadService {
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
       const { task } = lease;
-      if (task.blob.storedPieceCount === known && waitMs > 0 && !task.complete) {
+      if (task.availabilityVersion === known && waitMs > 0 && !task.complete) {
         await this.deps.board.wait(digest, waitMs, abortOnClose(req));
       }
-      const count = task.blob.storedPieceCount;
       this.reply(res, 200, {
-        count,
+        version: task.availabilityVersion,
         pieceCount: task.layout.pieceCount,
         complete: task.complete,
         bitmap: encodeBitmap(task.layout.pieceCount, (index) => task.hasPiece(index)),
+        // Pieces on their way here: a child may ask for them and get the bytes as they arrive.
+        growing: encodeBitmap(task.layout.pieceCount, (index) => task.isGrowing(index)),
       });
     } finally {
       lease.release();

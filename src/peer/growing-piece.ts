@@ -1,0 +1,48 @@
+/**
+ * A piece whose bytes are arriving (from a parent or from the origin) and are not stored yet.
+ * The upload server relays such bytes to children as they come in (cut-through), so a piece
+ * crosses a chain of peers in about one piece time rather than one piece time per hop. The
+ * fetch that fills the buffer calls `advance` as bytes land and `end` once the piece is stored
+ * or the fetch gave up, whichever happens.
+ */
+export class GrowingPiece {
+  /** Bytes of `buffer` filled so far, from its start. */
+  filled = 0;
+  private finished = false;
+  private waiters: Array<() => void> = [];
+
+  constructor(
+    readonly index: number,
+    readonly buffer: Buffer,
+    private readonly onEnd: (piece: GrowingPiece) => void,
+  ) {}
+
+  get ended(): boolean {
+    return this.finished;
+  }
+
+  advance(filled: number): void {
+    if (this.finished || filled <= this.filled) return;
+    this.filled = filled;
+    this.wake();
+  }
+
+  end(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.onEnd(this);
+    this.wake();
+  }
+
+  /** Resolves once more than `seen` bytes are there, or the fetch has ended. */
+  next(seen: number): Promise<void> {
+    if (this.finished || this.filled > seen) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  private wake(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+}

@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { request } from 'undici';
+import { silentLogger } from '../../src/common/log.js';
+import { RateLimiter } from '../../src/common/rate-limiter.js';
+import { digestOf } from '../../src/oci/digest.js';
+import type { BlobTask } from '../../src/peer/blob-task.js';
+import { TaskManager } from '../../src/peer/task-manager.js';
+import { decodeBitmap, PieceBoard } from '../../src/peer/upload/piece-board.js';
+import { UploadService } from '../../src/peer/upload/server.js';
+import { BlobStore } from '../../src/storage/blob-store.js';
+import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
+
+/**
+ * Cut-through: the upload server relays a piece while it is still arriving at this peer, holds
+ * back its last byte until the piece is stored, and cuts the response short when the fetch it
+ * relays gives up.
+ */
+describe('upload server relaying pieces on their way', () => {
+  let dir: string;
+  let store: BlobStore;
+  let tasks: TaskManager;
+  let board: PieceBoard;
+  let server: Server;
+  let base: string;
+  const data = randomBytes(2 * MIN_PIECE_SIZE);
+  const digest = digestOf(data);
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'starling-relay-'));
+    store = await BlobStore.open(dir, { quota: 0, highWatermark: 0.9, lowWatermark: 0.7 }, silentLogger);
+    board = new PieceBoard();
+    tasks = new TaskManager(store, silentLogger, {
+      pieceStored: (task) => board.notify(task.digest),
+      pieceGrowing: (task) => board.notify(task.digest),
+      verified: () => undefined,
+      failed: () => undefined,
+    });
+    const uploads = new UploadService({ tasks, board, limiter: new RateLimiter(0), slots: 4, log: silentLogger, onUploaded: () => undefined });
+    server = createServer(uploads.handle);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterEach(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    await store.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const openTask = async (): Promise<BlobTask> => (await tasks.open(digest, async () => ({ size: data.length, public: true }))).task;
+
+  /** Reads a piece response, recording how many bytes had come when `mark` was called. */
+  async function readPiece(index: number) {
+    const response = await request(`${base}/_starling/pieces/${digest}/${index}`);
+    const chunks: Buffer[] = [];
+    let received = 0;
+    const done = (async () => {
+      for await (const chunk of response.body as AsyncIterable<Buffer>) {
+        chunks.push(chunk);
+        received += chunk.length;
+      }
+      return Buffer.concat(chunks);
+    })();
+    done.catch(() => undefined);
+    return { status: response.statusCode, received: () => received, done };
+  }
+
+  it('relays the bytes that have arrived, then the rest once the piece is stored', async () => {
+    const task = await openTask();
+    const piece = task.beginPiece(1);
+    const half = MIN_PIECE_SIZE / 2;
+    data.copy(piece.buffer, 0, MIN_PIECE_SIZE, MIN_PIECE_SIZE + half);
+    piece.advance(half);
+
+    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`)).body.json()) as { bitmap: string; growing: string; version: number };
+    assert.deepEqual([...decodeBitmap(bitmap.growing, 2)], [1], 'the piece on its way is offered');
+    assert.deepEqual([...decodeBitmap(bitmap.bitmap, 2)], [], 'but not as held');
+
+    const reading = await readPiece(1);
+    assert.equal(reading.status, 200);
+    for (let i = 0; i < 100 && reading.received() < half; i++) await sleep(10);
+    assert.equal(reading.received(), half, "the first half came before the piece was complete");
+
+    data.copy(piece.buffer, half, MIN_PIECE_SIZE + half, 2 * MIN_PIECE_SIZE);
+    piece.advance(MIN_PIECE_SIZE);
+    await sleep(50);
+    assert.equal(reading.received(), MIN_PIECE_SIZE - 1, 'the last byte waits for the piece to be stored');
+
+    await task.storePiece(1, piece.buffer, { from: 'peer' });
+    piece.end();
+    assert.ok((await reading.done).equals(data.subarray(MIN_PIECE_SIZE)), 'the relayed piece is byte for byte the stored one');
+  });
+
+  it('cuts the response short when the relayed fetch gives up', async () => {
+    const task = await openTask();
+    const piece = task.beginPiece(0);
+    data.copy(piece.buffer, 0, 0, 1000);
+    piece.advance(1000);
+    const reading = await readPiece(0);
+    for (let i = 0; i < 100 && reading.received() < 1000; i++) await sleep(10);
+    piece.end(); // never stored
+    await assert.rejects(reading.done, 'a piece that was given up never reaches the child whole');
+    assert.ok(!task.isGrowing(0));
+    const after = await request(`${base}/_starling/pieces/${digest}/0`);
+    assert.equal(after.statusCode, 404, 'nothing is offered any more');
+    await after.body.dump();
+  });
+
+  it('wakes a bitmap long poll when a piece starts arriving', async () => {
+    const task = await openTask();
+    const first = (await (await request(`${base}/_starling/tasks/${digest}/pieces`)).body.json()) as { version: number };
+    const polling = request(`${base}/_starling/tasks/${digest}/pieces?known=${first.version}&wait=5000`);
+    await sleep(50);
+    const started = Date.now();
+    const piece = task.beginPiece(1);
+    const answer = (await (await polling).body.json()) as { growing: string; version: number };
+    assert.ok(Date.now() - started < 2000, 'answered at once, not at the end of the wait');
+    assert.ok(answer.version > first.version);
+    assert.deepEqual([...decodeBitmap(answer.growing, 2)], [1]);
+    piece.end();
+  });
+});
