@@ -9,7 +9,7 @@ export class GrowingPiece {
   /** Bytes of `buffer` filled so far, from its start. */
   filled = 0;
   private finished = false;
-  private waiters: Array<() => void> = [];
+  private waiters: Array<{ seen: number; wake: () => void }> = [];
 
   constructor(
     readonly index: number,
@@ -37,12 +37,16 @@ export class GrowingPiece {
   /** Resolves once more than `seen` bytes are there, or the fetch has ended. */
   next(seen: number): Promise<void> {
     if (this.finished || this.filled > seen) return Promise.resolve();
-    return new Promise((resolve) => this.waiters.push(resolve));
+    return new Promise((resolve) => this.waiters.push({ seen, wake: resolve }));
   }
 
   private wake(): void {
-    const waiters = this.waiters;
+    if (this.waiters.length === 0) return;
+    const waiting = this.waiters;
     this.waiters = [];
-    for (const wake of waiters) wake();
+    for (const waiter of waiting) {
+      if (this.finished || this.filled > waiter.seen) waiter.wake();
+      else this.waiters.push(waiter);
+    }
   }
 }

@@ -102,10 +102,11 @@ describe('upload server relaying pieces on their way', () => {
   it('cuts the response short when the relayed fetch gives up', async () => {
     const task = await openTask();
     const piece = task.beginPiece(0);
-    data.copy(piece.buffer, 0, 0, 1000);
-    piece.advance(1000);
+    data.copy(piece.buffer, 0, 0, 100_000);
+    piece.advance(100_000);
     const reading = await readPiece(0);
-    for (let i = 0; i < 100 && reading.received() < 1000; i++) await sleep(10);
+    for (let i = 0; i < 100 && reading.received() === 0; i++) await sleep(10);
+    assert.ok(reading.received() > 0, 'some bytes were relayed');
     piece.end(); // never stored
     await assert.rejects(reading.done, 'a piece that was given up never reaches the child whole');
     assert.ok(!task.isGrowing(0));

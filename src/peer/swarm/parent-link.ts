@@ -158,17 +158,24 @@ export class ParentLink {
     const piece = into.buffer;
     let filled = 0;
     let tooLong = false;
+    // Chunks are taken as 'data' events: one per few packets on a slow link, so no promise each.
+    const body = response.body;
     try {
-      for await (const chunk of response.body as AsyncIterable<Buffer>) {
-        if (filled + chunk.length > expectedLength) {
-          tooLong = true;
-          response.body.destroy();
-          break;
-        }
-        chunk.copy(piece, filled);
-        filled += chunk.length;
-        into.advance(filled);
-      }
+      await new Promise<void>((resolve, reject) => {
+        body.on('data', (chunk: Buffer) => {
+          if (filled + chunk.length > expectedLength) {
+            tooLong = true;
+            body.destroy();
+            return resolve();
+          }
+          chunk.copy(piece, filled);
+          filled += chunk.length;
+          into.advance(filled);
+        });
+        body.once('end', resolve);
+        body.once('error', reject);
+        body.once('close', () => (body.readableEnded || tooLong ? resolve() : reject(new Error('body closed early'))));
+      });
     } catch (error) {
       // The parent answered and then broke off: a relayed piece whose fetch gave up upstream.
       if (signal.aborted) throw error;

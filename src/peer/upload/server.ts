@@ -14,6 +14,8 @@ export const PIECE_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)$/;
 export const BITMAP_PATH = /^\/_starling\/tasks\/(sha256:[0-9a-f]{64})\/pieces$/;
 export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 const WRITE_CHUNK = 256 * 1024;
+/** Bytes of a piece still arriving that are relayed at once (the last chunk may be smaller). */
+const RELAY_CHUNK = 64 * 1024;
 const MAX_LONG_POLL_MS = 30_000;
 
 /** What the upload side reports of its load (for host announcements) and what it needs. */
@@ -92,6 +94,7 @@ export class UploadService {
       try {
         const { length } = pieceBounds(task.layout, index);
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length });
+        res.flushHeaders(); // the child knows at once it has the slot, even if the bytes are still to come
         const relayed = task.hasPiece(index) ? 0 : await this.relayGrowing(res, task, index, length);
         await this.sendStored(res, task, index, relayed, length);
         res.end();
@@ -115,7 +118,9 @@ export class UploadService {
       const piece = task.growingPiece(index);
       if (!piece) throw new PieceAbandonedError(`piece ${index} of ${task.digest} was abandoned while relayed`);
       const available = Math.min(piece.filled, length - 1);
-      if (available > sent) {
+      // Relayed in sizeable chunks: writing each few arriving packets on their own would cost a
+      // system call and a small segment apiece, here and at every peer downstream.
+      if (available - sent >= RELAY_CHUNK || (available > sent && piece.filled >= length)) {
         const end = Math.min(available, sent + WRITE_CHUNK);
         await this.deps.limiter.take(end - sent);
         await writeChunk(res, piece.buffer.subarray(sent, end));
@@ -124,7 +129,7 @@ export class UploadService {
         continue;
       }
       // Everything but the held-back byte is sent: wait for the fetch to end (stored, or given up).
-      await piece.next(piece.filled >= length ? length : sent);
+      await piece.next(piece.filled >= length ? length : Math.min(sent + RELAY_CHUNK, length) - 1);
       if (res.destroyed) throw new ClientGoneError();
     }
     return sent;
