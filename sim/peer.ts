@@ -24,7 +24,9 @@
 //  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
 //    piece by piece as the stream crosses piece boundaries.
 //
-// What is left out: hashing, disk writes and every other CPU cost (a stored piece is usable at
+// Not modelled: cut-through relaying (a real parent also serves a piece while it is still
+// arriving; here a child fetches only pieces its parent has stored), so the simulated swarm is
+// the store-and-forward one. What is left out besides: hashing, disk writes and every other CPU cost (a stored piece is usable at
 // once), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
 // per message, failures (no parent dies or sends bad data, the scheduler never goes away),
 // host keep-alives. The data structures differ (bitsets and rarity buckets instead of sorting
@@ -58,16 +60,18 @@ export interface PeerSettings {
   pieceTimeout: number;
   stall: number;
   /**
-   * What-if, not the real peer: the endgame leaves alone a piece that is already stored. The
-   * real endgame runs inside pieceStored while the winning attempt is still listed, and asks a
-   * second parent for the piece it has just stored (swarm-download.ts endgame()).
+   * The peer before its endgame fix: the endgame ran inside pieceStored while the winning
+   * attempt was still listed, and asked a second parent for the piece just stored. The
+   * emulated measurements that --validate replays were taken with that peer.
    */
-  endgameSkipsStored?: boolean;
+  endgameRefetchesStored?: boolean;
 }
 
 /** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
 export const defaultPeerSettings = (): PeerSettings => ({ parallelism: 8, perParent: 3, pieceTimeout: 30, stall: 10 });
-export const DEFAULT_UPLOAD_SLOTS = { node: 8, seed: 32 };
+export const DEFAULT_UPLOAD_SLOTS = { node: 8, seed: 8 };
+/** The seed's upload slots in the emulated runs that --validate replays (the default then). */
+export const MEASURED_SEED_UPLOAD_SLOTS = 32;
 
 export interface SimTask {
   id: string;
@@ -569,7 +573,7 @@ export class SimDownload {
   private endgame(): void {
     for (const [index, attempts] of this.attempts) {
       if (attempts.length !== 1 || this.now - attempts[0]!.started < ENDGAME_AFTER) continue;
-      if (this.world.settings.endgameSkipsStored && this.stored[index]) continue;
+      if (!this.world.settings.endgameRefetchesStored && this.stored[index]) continue;
       const link = this.bestLinkFor(index, attempts[0]!.link);
       if (link) this.startAttempt(index, link);
     }
