@@ -131,20 +131,28 @@ export class Resources {
 }
 
 /** True if `parent` can already reach `child` through parent edges: adding child→parent would close a cycle. */
-export function wouldCloseCycle(child: Peer, parent: Peer): boolean {
+/**
+ * The peers below `peer` in the parent graph (its children, theirs, and so on). Making any of
+ * them a parent of `peer` would close a cycle. One walk serves every candidate of a child.
+ */
+export function descendantsOf(peer: Peer): Set<Peer> {
   const seen = new Set<Peer>();
-  const stack = [parent];
+  const stack = [...peer.children];
   while (stack.length) {
     const current = stack.pop()!;
-    if (current === child) return true;
     if (seen.has(current)) continue;
     seen.add(current);
-    stack.push(...current.parents);
+    for (const child of current.children) stack.push(child);
   }
-  return false;
+  return seen;
 }
 
-/** An independent check of the whole parent graph of a task (used to count violations). */
+/** Whether `parent` over `child` would close a cycle (the child is among its ancestors). */
+export function wouldCloseCycle(child: Peer, parent: Peer): boolean {
+  return parent === child || descendantsOf(child).has(parent);
+}
+
+/** An independent check of the whole parent graph of a task (the tests hold the scheduler to it). */
 export function graphHasCycle(task: Task): boolean {
   const state = new Map<Peer, 'visiting' | 'done'>();
   const visit = (peer: Peer): boolean => {

@@ -1,7 +1,7 @@
 import type { Logger } from '../common/log.js';
 import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
 import type { SchedulingConfig } from './config.js';
-import { graphHasCycle, Peer, Resources, type Host, type Task } from './resources.js';
+import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
 import { selectParents } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
@@ -250,7 +250,9 @@ export class Scheduling {
     for (const old of before) if (!parents.includes(old)) old.children.delete(peer);
     for (const parent of parents) parent.children.add(peer);
     peer.parents = parents;
-    if (graphHasCycle(peer.task)) {
+    // The graph was acyclic before; only the new edges can close a cycle: a parent below the peer.
+    const below = parents.length > 0 ? descendantsOf(peer) : undefined;
+    if (parents.some((parent) => parent === peer || below!.has(parent))) {
       peer.task.cyclesDetected++;
       this.log.error({ task: peer.task.id, peer: peer.id }, 'parent graph has a cycle');
     }

@@ -1,5 +1,5 @@
 import type { SchedulingConfig } from './config.js';
-import { wouldCloseCycle, type Peer } from './resources.js';
+import { descendantsOf, type Peer } from './resources.js';
 
 /**
  * Picks parents for a child: filter the task's peers down to those that may serve it, then
@@ -17,13 +17,15 @@ export function filterCandidates(
 ): Peer[] {
   const out: Peer[] = [];
   const exclude = (peer: Peer, why: Exclusion) => excluded?.set(peer.id, why);
+  // One walk down from the child, not one walk up from each candidate: O(N) per child, not O(N²).
+  const below = descendantsOf(child);
   for (const peer of child.task.peers.values()) {
     if (peer === child) continue;
     if (peer.state === 'left') exclude(peer, 'left');
     else if (peer.host === child.host) exclude(peer, 'same-host');
     else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
     else if (!offersSomething(peer, child)) exclude(peer, 'nothing-to-offer');
-    else if (wouldCloseCycle(child, peer)) exclude(peer, 'cycle');
+    else if (below.has(peer)) exclude(peer, 'cycle');
     else if (!child.parents.includes(peer) && peer.host.childCount >= peer.host.uploadSlots) exclude(peer, 'overloaded');
     else out.push(peer);
   }
@@ -58,7 +60,7 @@ function applyStrictTopology(child: Peer, candidates: Peer[], config: Scheduling
     if (side === undefined) continue;
     const same = kept.filter((peer) => peer.host.info.labels[rule.key] === side);
     if (same.length === 0) continue;
-    for (const peer of kept) if (!same.includes(peer)) exclude(peer, 'topology');
+    for (const peer of kept) if (peer.host.info.labels[rule.key] !== side) exclude(peer, 'topology');
     kept = same;
   }
   return kept;

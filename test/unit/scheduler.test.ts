@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../../src/scheduler/config.js';
-import { Resources, type Peer } from '../../src/scheduler/resources.js';
+import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, type Exclusion } from '../../src/scheduler/selection.js';
 
@@ -185,6 +185,7 @@ describe('scheduling: parent selection', () => {
         if ((index + i) % 2 === 0) e.scheduling.pieceFinished(peer, { index, digest: digest(index), parentId: seed.id, costMs: 1, fromOrigin: false, length: PIECE });
       }
       e.scheduling.tick();
+      assert.ok(!graphHasCycle(seed.task), `no cycle after piece ${index} (checked over the whole graph)`);
     }
     assert.equal(seed.task.cyclesDetected, 0);
     for (const peer of peers) assert.ok(peer.parents.every((p) => p.host !== peer.host));
