@@ -36,6 +36,8 @@ export function filterCandidates(
 function offersSomething(parent: Peer, child: Peer): boolean {
   if (parent.pieces.size === 0) return false;
   if (parent.isFinished) return !child.isFinished;
+  // More pieces than the child: at least one of them is one the child lacks.
+  if (parent.pieces.size > child.pieces.size) return true;
   for (const index of parent.pieces) if (!child.pieces.has(index)) return true;
   return false;
 }
