@@ -128,6 +128,17 @@ try {
       console.log(`  ${peer.hostId} got ${from.join(' ')}`);
     }
   }
+  // How the upload servers answered (every peer's own counters, summed).
+  const uploadRequests: Record<string, number> = {};
+  await Promise.all(
+    [c.seed!, ...c.nodes].map(async (host) => {
+      const text = (await c.exec(host, 'curl', ['-s', '--noproxy', '*', 'http://127.0.0.1:65001/metrics'], { allowFail: true })).stdout;
+      for (const m of text.matchAll(/^starling_peer_upload_requests_total\{kind="(\w+)",outcome="(\w+)"\} (\d+)/gm)) {
+        const key = `${m[1]} ${m[2]}`;
+        uploadRequests[key] = (uploadRequests[key] ?? 0) + Number(m[3]);
+      }
+    }),
+  );
   const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
   const logged = blobBytesSent(registry.requests(), digest);
   const lb = clusterLowerBound(F, c.seed!, c.nodes);
@@ -148,6 +159,7 @@ try {
     nodeBytesFromSeedCopies: (stat.bytesFromSeeds ?? 0) / F,
     nodeBytesFromPeersCopies: (stat.bytesFromPeers ?? 0) / F,
     cpu: cpuReport,
+    uploadRequests,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
   };
   console.log(`starling swarm: ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
@@ -164,6 +176,7 @@ try {
   );
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(`nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`);
+  console.log(`upload requests: ${Object.entries(uploadRequests).sort().map(([k, v]) => `${k} ${v}`).join(', ')}`);
   console.log(cpuLine(cpuReport));
   console.log(JSON.stringify(result));
 } finally {

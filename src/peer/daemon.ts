@@ -94,6 +94,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       clusterToken,
       log,
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
+      onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
       seedTrigger: config.swarm.seed ? (body) => swarm!.seedTask(body) : undefined,
       preheat: { start: (body) => swarm!.preheatTask(body), status: (digest) => swarm!.fetchStatus(digest) },
     });

@@ -39,6 +39,12 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       help: 'Piece bytes sent to other peers',
       registers,
     }),
+    uploadRequests: new Counter({
+      name: 'starling_peer_upload_requests_total',
+      help: 'Requests to the upload server by kind (piece, bitmap) and outcome (sent, relayed, busy, missing)',
+      labelNames: ['kind', 'outcome'] as const,
+      registers,
+    }),
     parentsDropped: new Counter({
       name: 'starling_peer_parents_dropped_total',
       help: 'Parents this peer stopped using, by reason (bad piece, unreachable)',

@@ -27,6 +27,8 @@ export interface UploadServiceDeps {
   clusterToken?: string;
   log: Logger;
   onUploaded(bytes: number): void;
+  /** Counts a piece or bitmap request by how it was answered. */
+  onRequest?(kind: 'piece' | 'bitmap', outcome: 'sent' | 'relayed' | 'busy' | 'missing'): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (body: unknown) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
@@ -84,9 +86,11 @@ export class UploadService {
     try {
       const { task } = lease;
       if (index >= task.layout.pieceCount || !(task.hasPiece(index) || task.isGrowing(index))) {
+        this.deps.onRequest?.('piece', 'missing');
         return this.reply(res, 404, { error: `piece ${index} is not here` });
       }
       if (this.inUse >= this.deps.slots) {
+        this.deps.onRequest?.('piece', 'busy');
         res.setHeader('retry-after', '1');
         return this.reply(res, 429, { error: 'all upload slots are busy' });
       }
@@ -95,7 +99,9 @@ export class UploadService {
         const { length } = pieceBounds(task.layout, index);
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length });
         res.flushHeaders(); // the child knows at once it has the slot, even if the bytes are still to come
-        const relayed = task.hasPiece(index) ? 0 : await this.relayGrowing(res, task, index, length);
+        const whole = task.hasPiece(index);
+        this.deps.onRequest?.('piece', whole ? 'sent' : 'relayed');
+        const relayed = whole ? 0 : await this.relayGrowing(res, task, index, length);
         await this.sendStored(res, task, index, relayed, length);
         res.end();
       } finally {
@@ -169,6 +175,7 @@ export class UploadService {
       if (task.availabilityVersion === known && waitMs > 0 && !task.complete) {
         await this.deps.board.wait(digest, waitMs, abortOnClose(req));
       }
+      this.deps.onRequest?.('bitmap', 'sent');
       this.reply(res, 200, {
         version: task.availabilityVersion,
         pieceCount: task.layout.pieceCount,
