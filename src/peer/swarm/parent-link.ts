@@ -128,12 +128,12 @@ export class ParentLink {
   }
 
   /**
-   * Fetches one piece's bytes into `into` (its buffer is the piece's; `advance` is called as
-   * bytes land, so this peer can relay them in turn). Throws ParentBusyError (429) or
+   * Fetches one piece's bytes into the buffer `begin` hands out once the parent has agreed to
+   * send them (`advance` is called as bytes land, so this peer can relay them in turn; a busy or
+   * missing answer costs no buffer and announces nothing). Throws ParentBusyError (429) or
    * PieceMissingError (404) when told so, PieceCutShortError when a relayed piece ends early.
    */
-  async fetchPiece(index: number, into: GrowingPiece, signal: AbortSignal): Promise<Buffer> {
-    const expectedLength = into.buffer.length;
+  async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal): Promise<Buffer> {
     const started = performance.now();
     const response = await request(`${this.base}/_starling/pieces/${this.taskId}/${index}`, {
       headers: this.headers(),
@@ -155,7 +155,9 @@ export class ParentLink {
       await response.body.dump();
       throw new Error(`parent ${this.id} answered ${response.statusCode} for piece ${index}`);
     }
+    const into = begin();
     const piece = into.buffer;
+    const expectedLength = piece.length;
     let filled = 0;
     let tooLong = false;
     // Chunks are taken as 'data' events: one per few packets on a slow link, so no promise each.

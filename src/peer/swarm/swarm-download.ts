@@ -4,6 +4,7 @@ import type { Logger } from '../../common/log.js';
 import type { FailureReason, ParentInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
+import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
 import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
@@ -398,10 +399,10 @@ export class SwarmDownload {
       timedOut = true;
       attempt.controller.abort();
     }, this.settings.pieceTimeoutMs);
-    // Its bytes may be relayed to this peer's own children while they arrive.
-    const growing = this.task.beginPiece(index);
+    // Once the parent sends it, its bytes may be relayed to this peer's own children as they arrive.
+    let growing: GrowingPiece | undefined;
     void link
-      .fetchPiece(index, growing, attempt.controller.signal)
+      .fetchPiece(index, () => (growing = this.task.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
         const sha256 = createHash('sha256').update(bytes).digest('hex');
         const vouched = await this.vouchedDigest(index, attempt.controller.signal);
@@ -435,7 +436,7 @@ export class SwarmDownload {
       })
       .finally(() => {
         clearTimeout(timer);
-        growing.end();
+        growing?.end();
         link.inflight--;
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
         if (remaining.length) this.attempts.set(index, remaining);
