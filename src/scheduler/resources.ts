@@ -1,4 +1,5 @@
 import type { HostInfo, OriginRequest, SchedulerPacket } from '../rpc/scheduler-api.js';
+import { PieceSet } from './piece-set.js';
 
 /** A machine running a peer daemon (or a seed). */
 export class Host {
@@ -28,7 +29,7 @@ export type PeerState = 'waiting' | 'running' | 'backToSource' | 'finished' | 'l
 
 /** One host's participation in one task, alive while its AnnouncePeer stream is open. */
 export class Peer {
-  readonly pieces = new Set<number>();
+  readonly pieces: PieceSet;
   parents: Peer[] = [];
   readonly children = new Set<Peer>();
   /** Parents this peer must not be given again (failed or served bad data to it). */
@@ -47,7 +48,9 @@ export class Peer {
     readonly host: Host,
     readonly task: Task,
     readonly send: (packet: SchedulerPacket) => void,
-  ) {}
+  ) {
+    this.pieces = new PieceSet(task.pieceCount);
+  }
 
   get isSeed(): boolean {
     return this.host.isSeed;

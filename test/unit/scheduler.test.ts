@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../../src/scheduler/config.js';
+import { PieceSet } from '../../src/scheduler/piece-set.js';
 import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, type Exclusion } from '../../src/scheduler/selection.js';
@@ -236,5 +237,24 @@ describe('scheduling: parent selection', () => {
       () => e.scheduling.register({ peerId: 'x', hostId: 'ghost', taskId: TASK, contentLength: 1, pieceSize: PIECE, heldPieces: [] }, () => undefined),
       /has not announced itself/,
     );
+  });
+});
+
+describe('PieceSet', () => {
+  it('adds, counts and iterates pieces in order, ignoring indexes outside the task', () => {
+    const set = new PieceSet(70);
+    for (const index of [69, 0, 33, 33, -1, 70, 1.5]) set.add(index);
+    assert.equal(set.size, 3);
+    assert.deepEqual([...set], [0, 33, 69]);
+    assert.ok(set.has(33) && !set.has(34) && !set.has(70) && !set.has(-1));
+  });
+
+  it('tells whether it holds a piece another set lacks', () => {
+    const parent = new PieceSet(100).add(5).add(64);
+    const child = new PieceSet(100).add(5);
+    assert.ok(parent.hasAnyMissingFrom(child));
+    child.add(64).add(99);
+    assert.ok(!parent.hasAnyMissingFrom(child));
+    assert.ok(child.hasAnyMissingFrom(parent));
   });
 });
