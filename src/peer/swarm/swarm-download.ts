@@ -322,12 +322,14 @@ export class SwarmDownload {
    * Wanted pieces that can be fetched now, best first: pieces other nodes hold before pieces
    * only seeds hold (a seed's upload is the swarm's scarcest resource: it should send each piece
    * about once and let the nodes trade), then rarest first. A piece still arriving at a parent
-   * counts: the parent relays it as it comes (its digest is awaited before the piece is stored).
+   * counts: the parent relays it as it comes. Only pieces whose digest the scheduler has vouched
+   * for are asked for: a digest that never comes (its report lost with a scheduler) would keep
+   * an attempt waiting, and a peer with attempts on their way never falls back to the origin.
    */
   private candidateOrder(): number[] {
     const available: Array<{ index: number; holders: number; seedOnly: boolean }> = [];
     for (const index of this.wanted) {
-      if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
+      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
       let holders = 0;
       let nodes = 0;
       for (const link of this.links.values()) {
