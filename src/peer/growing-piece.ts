@@ -17,10 +17,6 @@ export class GrowingPiece {
     private readonly onEnd: (piece: GrowingPiece) => void,
   ) {}
 
-  get ended(): boolean {
-    return this.finished;
-  }
-
   advance(filled: number): void {
     if (this.finished || filled <= this.filled) return;
     this.filled = filled;

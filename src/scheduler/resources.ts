@@ -150,11 +150,6 @@ export function descendantsOf(peer: Peer): Set<Peer> {
   return seen;
 }
 
-/** Whether `parent` over `child` would close a cycle (the child is among its ancestors). */
-export function wouldCloseCycle(child: Peer, parent: Peer): boolean {
-  return parent === child || descendantsOf(child).has(parent);
-}
-
 /** An independent check of the whole parent graph of a task (the tests hold the scheduler to it). */
 export function graphHasCycle(task: Task): boolean {
   const state = new Map<Peer, 'visiting' | 'done'>();

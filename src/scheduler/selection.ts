@@ -94,9 +94,6 @@ const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overload
  * forbids the trade the other way, and nodes that got ahead would never serve those they took from.
  */
 export function selectParents(child: Peer, config: SchedulingConfig, now: number): Peer[] {
-  // A child whose K parents all still serve it keeps them: the full pass below would pick them
-  // again (useful parents come first), and it costs a walk over every peer of the task.
-  if (keepsAllParents(child, config)) return child.parents;
   const excluded = new Map<string, Exclusion>();
   const candidates = filterCandidates(child, config, now, excluded);
   const useful = child.parents.filter((parent) => candidates.includes(parent));
@@ -116,26 +113,6 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
     chosen.push(peer);
   }
   return chosen;
-}
-
-/**
- * The child has its full K parents and each would pass the filter again: not gone or
- * blocklisted, something to offer, on the child's side of every strict rule, and not a slow
- * outlier among them. (Same host and cycles cannot arise for an edge that already exists.)
- */
-function keepsAllParents(child: Peer, config: SchedulingConfig): boolean {
-  const parents = child.parents;
-  if (parents.length < config.candidateParentLimit) return false;
-  for (const parent of parents) {
-    if (parent.state === 'left' || child.blocklist.has(parent.id) || !offersSomething(parent, child)) return false;
-    for (const rule of config.topology) {
-      const side = child.host.info.labels[rule.key];
-      if (rule.strict && side !== undefined && parent.host.info.labels[rule.key] !== side) return false;
-    }
-  }
-  const costs = parents.map((p) => p.costPerMiB).filter((cost): cost is number => cost !== undefined).sort((a, b) => a - b);
-  if (costs.length >= 3 && costs[costs.length - 1]! > config.slowFactor * costs[Math.floor(costs.length / 2)]!) return false;
-  return true;
 }
 
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */

@@ -48,8 +48,6 @@ export class SwarmDownload {
   private stream?: PeerStream;
   private schedulerAddress?: string;
   private readonly digests = new Map<number, string>();
-  /** Fetches whose bytes are in but whose piece digest has not been vouched for yet. */
-  private readonly digestWaiters = new Map<number, Array<() => void>>();
   private readonly links = new Map<string, ParentLink>();
   private readonly blocked = new Set<string>();
   private readonly wanted = new Set<number>();
@@ -241,12 +239,7 @@ export class SwarmDownload {
   private onPacket(packet: SchedulerPacket): void {
     switch (packet.packet) {
       case 'digests':
-        for (const [key, digest] of Object.entries(packet.digests.digests ?? {})) {
-          const index = Number(key);
-          this.digests.set(index, digest);
-          for (const wake of this.digestWaiters.get(index) ?? []) wake();
-          this.digestWaiters.delete(index);
-        }
+        for (const [index, digest] of Object.entries(packet.digests.digests ?? {})) this.digests.set(Number(index), digest);
         break;
       case 'parents':
         if (this.mode === 'connecting') this.mode = 'swarm';
@@ -407,9 +400,7 @@ export class SwarmDownload {
       .fetchPiece(index, () => (growing = this.task.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
         const sha256 = createHash('sha256').update(bytes).digest('hex');
-        const vouched = await this.vouchedDigest(index, attempt.controller.signal);
-        if (attempt.controller.signal.aborted) throw new Error(`piece ${index} given up while waiting for its digest`);
-        if (`sha256:${sha256}` !== vouched) {
+        if (`sha256:${sha256}` !== this.digests.get(index)) {
           this.dropParent(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
           return;
         }
@@ -449,25 +440,6 @@ export class SwarmDownload {
         // A busy parent is asked again a little later rather than at once.
         setTimeout(() => this.pump(), 20).unref();
       });
-  }
-
-  /**
-   * The digest the scheduler vouches for, waiting for it when the bytes came in first (a piece
-   * relayed while the origin reader was still receiving it is vouched for once that reader has it).
-   */
-  private vouchedDigest(index: number, signal: AbortSignal): Promise<string | undefined> {
-    const known = this.digests.get(index);
-    if (known || signal.aborted) return Promise.resolve(known);
-    return new Promise((resolve) => {
-      const done = () => {
-        signal.removeEventListener('abort', done);
-        resolve(this.digests.get(index));
-      };
-      signal.addEventListener('abort', done);
-      const waiters = this.digestWaiters.get(index) ?? [];
-      waiters.push(done);
-      this.digestWaiters.set(index, waiters);
-    });
   }
 
   // ---- falling back to the origin
