@@ -10,6 +10,7 @@
 // per-node completion, the registry's egress in copies, T* (with the seed as the source) and
 // last/T*, and the CPU use of the machine.
 
+import { copyFile, mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeRandomFile } from '../test/fixtures/images.js';
@@ -25,6 +26,7 @@ const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
   'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
   'seed-args': { type: 'string', default: '', help: 'extra flags for the seed peer' },
+  'keep-logs': { type: 'string', default: '', help: 'copy every process log into this folder before cleaning up' },
 });
 warnIfOverBudget(a);
 const F = a.sizeBytes;
@@ -183,5 +185,10 @@ try {
   for (const service of services.reverse()) await service.stop().catch(() => {});
   await registry?.stop().catch(() => {});
   await cluster?.destroy();
+  const keep = String(a.extra['keep-logs'] ?? '');
+  if (keep) {
+    await mkdir(keep, { recursive: true });
+    for (const name of await readdir(work.path)) if (name.endsWith('.log')) await copyFile(path.join(work.path, name), path.join(keep, name));
+  }
   await work.remove();
 }

@@ -4,6 +4,7 @@ import type { Logger } from '../../common/log.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
+import { PieceFetcher, PieceTransferError, type PieceHead } from './piece-fetcher.js';
 
 /** How long a bitmap request may wait at the parent for news. */
 const LONG_POLL_MS = 10_000;
@@ -36,6 +37,7 @@ export class ParentLink {
   busyUntil = 0;
   private known = -1;
   private readonly stop = new AbortController();
+  private readonly fetcher: PieceFetcher;
 
   constructor(
     readonly info: ParentInfo,
@@ -46,7 +48,9 @@ export class ParentLink {
     private readonly log: Logger,
     private readonly onUpdate: () => void,
     private readonly onUnreachable: (link: ParentLink, error: Error) => void,
-  ) {}
+  ) {
+    this.fetcher = new PieceFetcher(info.ip, info.uploadPort, clusterToken ? `authorization: Bearer ${clusterToken}\r\n` : '');
+  }
 
   get id(): string {
     return this.info.peerId;
@@ -71,6 +75,7 @@ export class ParentLink {
 
   close(): void {
     this.stop.abort();
+    this.fetcher.close();
   }
 
   private async follow(): Promise<void> {
@@ -131,60 +136,42 @@ export class ParentLink {
    * Fetches one piece's bytes into the buffer `begin` hands out once the parent has agreed to
    * send them (`advance` is called as bytes land, so this peer can relay them in turn; a busy or
    * missing answer costs no buffer and announces nothing). Throws ParentBusyError (429) or
-   * PieceMissingError (404) when told so, PieceCutShortError when a relayed piece ends early.
+   * PieceMissingError (404) when told so, PieceCutShortError when a piece ends early.
    */
   async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal): Promise<Buffer> {
     const started = performance.now();
-    const response = await request(`${this.base}/_starling/pieces/${this.taskId}/${index}`, {
-      headers: this.headers(),
-      signal,
-      dispatcher: this.dispatcher,
-    });
-    if (response.statusCode === 429) {
-      await response.body.dump();
+    let into: GrowingPiece | undefined;
+    let head: PieceHead;
+    try {
+      head = await this.fetcher.get(
+        `/_starling/pieces/${this.taskId}/${index}`,
+        (answer) => {
+          if (answer.status !== 200) return undefined;
+          into = begin();
+          return { buffer: into.buffer, advance: (filled) => into!.advance(filled) };
+        },
+        signal,
+      );
+    } catch (error) {
+      // The parent agreed and then broke off (a relayed piece whose fetch gave up upstream, or a
+      // parent gone mid-piece): soft, another parent will do.
+      if (!signal.aborted && into && error instanceof PieceTransferError) {
+        throw new PieceCutShortError(`parent ${this.id} ended piece ${index} early: ${error.message}`);
+      }
+      throw error;
+    }
+    if (head.status === 429) {
       this.busyUntil = Date.now() + 250;
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
-    if (response.statusCode === 404) {
-      await response.body.dump();
+    if (head.status === 404) {
       this.pieces.delete(index);
       this.growing.delete(index);
       throw new PieceMissingError(`parent ${this.id} does not hold piece ${index}`);
     }
-    if (response.statusCode !== 200) {
-      await response.body.dump();
-      throw new Error(`parent ${this.id} answered ${response.statusCode} for piece ${index}`);
-    }
-    const into = begin();
+    if (head.status !== 200 || !into) throw new Error(`parent ${this.id} answered ${head.status} for piece ${index}`);
     const piece = into.buffer;
     const expectedLength = piece.length;
-    let filled = 0;
-    let tooLong = false;
-    // Chunks are taken as 'data' events: one per few packets on a slow link, so no promise each.
-    const body = response.body;
-    try {
-      await new Promise<void>((resolve, reject) => {
-        body.on('data', (chunk: Buffer) => {
-          if (filled + chunk.length > expectedLength) {
-            tooLong = true;
-            body.destroy();
-            return resolve();
-          }
-          chunk.copy(piece, filled);
-          filled += chunk.length;
-          into.advance(filled);
-        });
-        body.once('end', resolve);
-        body.once('error', reject);
-        body.once('close', () => (body.readableEnded || tooLong ? resolve() : reject(new Error('body closed early'))));
-      });
-    } catch (error) {
-      // The parent answered and then broke off: a relayed piece whose fetch gave up upstream.
-      if (signal.aborted) throw error;
-      throw new PieceCutShortError(`parent ${this.id} ended piece ${index} after ${filled} of ${expectedLength} bytes`);
-    }
-    if (tooLong) throw new Error(`parent ${this.id} sent more than ${expectedLength} bytes for piece ${index}`);
-    if (filled !== expectedLength) throw new PieceCutShortError(`parent ${this.id} sent ${filled} of ${expectedLength} bytes of piece ${index}`);
     const elapsed = Math.max(1, performance.now() - started);
     const rate = expectedLength / elapsed;
     this.rate = this.rate === 0 ? rate : 0.7 * this.rate + 0.3 * rate;
