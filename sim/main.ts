@@ -162,7 +162,6 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     peer: {
       parallelism: integer('piece-parallelism'),
       perParent: integer('per-parent'),
-      pieceTimeout: 30,
       stall: 10,
       endgameRefetchesStored: Boolean(args['old-endgame']),
     },

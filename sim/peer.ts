@@ -19,8 +19,8 @@
 //  - a freed fetch slot is refilled 20 ms after the attempt ends (or at the next event that
 //    pumps: a new piece at a parent, a packet), as the real peer's setTimeout(pump, 20) does;
 //  - a watchdog every second pumps, asks for a reschedule after `stallMs` without progress and
-//    goes to the origin after 6 × `stallMs`; a piece slower than `pieceTimeoutMs` is dropped and
-//    reported as FAILURE_REASON_PARENT_SLOW;
+//    goes to the origin after 6 × `stallMs`; the real peer gives up a piece only when no byte of
+//    it arrives for `pieceTimeoutMs`, which a max-min fair flow never does, so no piece times out;
 //  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
 //    piece by piece as the stream crosses piece boundaries.
 //
@@ -57,7 +57,6 @@ export interface PeerSettings {
   parallelism: number;
   /** Pieces fetched from one parent at once (`perParent`, default 3). */
   perParent: number;
-  pieceTimeout: number;
   stall: number;
   /**
    * The peer before its endgame fix: the endgame ran inside pieceStored while the winning
@@ -68,7 +67,7 @@ export interface PeerSettings {
 }
 
 /** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
-export const defaultPeerSettings = (): PeerSettings => ({ parallelism: 8, perParent: 3, pieceTimeout: 30, stall: 10 });
+export const defaultPeerSettings = (): PeerSettings => ({ parallelism: 8, perParent: 3, stall: 10 });
 export const DEFAULT_UPLOAD_SLOTS = { node: 8, seed: 8 };
 /** The seed's upload slots in the emulated runs that --validate replays (the default then). */
 export const MEASURED_SEED_UPLOAD_SLOTS = 32;
@@ -98,7 +97,6 @@ export class World {
   duplicateBytes = 0;
   piecesFromParents = 0;
   busyAnswers = 0;
-  timeouts = 0;
   /** Downloads that hold the whole blob, of seeds and of nodes. */
   readonly completed = { seed: 0, node: 0 };
 
@@ -589,15 +587,6 @@ export class SimDownload {
     this.refresh(index);
     const latency = world.net.latency(this.host.net, link.parent.host.net);
     const length = pieceLength(this.task, index);
-    world.queue.after(world.settings.pieceTimeout, () => {
-      if (attempt.done) return;
-      world.timeouts++;
-      this.abort(attempt);
-      this.report({
-        packet: 'pieceFailed',
-        pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: 'piece timeout' },
-      });
-    });
     // The request reaches the parent's upload server.
     world.queue.after(latency, () => {
       if (attempt.done) return;

@@ -133,7 +133,6 @@ export interface RunResult {
   events: number;
   recomputations: number;
   busyAnswers: number;
-  timeouts: number;
   duplicateBytes: number;
   simulatedSeconds: number;
   wallMs: number;
@@ -350,7 +349,6 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     events: queue.processed,
     recomputations: net.recomputations,
     busyAnswers: world.busyAnswers,
-    timeouts: world.timeouts,
     duplicateBytes: world.duplicateBytes,
     simulatedSeconds: queue.now,
     wallMs: performance.now() - wallStart,

@@ -82,7 +82,7 @@ export const peerConfigSchema = z
         uploadRateLimit: rateField().default(0),
         pieceParallelism: z.number().int().min(1).max(256).default(8),
         perParent: z.number().int().min(1).max(64).default(3),
-        pieceTimeoutMs: z.number().int().min(100).default(30_000),
+        pieceTimeoutMs: z.number().int().min(100).default(15_000),
         stallMs: z.number().int().min(100).default(10_000),
       })
       .strict()
@@ -94,7 +94,7 @@ export const peerConfigSchema = z
         uploadRateLimit: 0,
         pieceParallelism: 8,
         perParent: 3,
-        pieceTimeoutMs: 30_000,
+        pieceTimeoutMs: 15_000,
         stallMs: 10_000,
       }),
     log: z

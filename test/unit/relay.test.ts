@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, it } from 'node:test';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import { silentLogger } from '../../src/common/log.js';
 import { RateLimiter } from '../../src/common/rate-limiter.js';
 import { digestOf } from '../../src/oci/digest.js';
@@ -127,5 +127,22 @@ describe('upload server relaying pieces on their way', () => {
     assert.ok(answer.version > first.version);
     assert.deepEqual([...decodeBitmap(answer.growing, 2)], [1]);
     piece.end();
+  });
+  it('leaves no close listener behind on a kept-alive connection after many long polls', async () => {
+    await openTask();
+    let socket: import('node:net').Socket | undefined;
+    server.once('connection', (s) => (socket = s));
+    const agent = new Agent({ connections: 1 });
+    try {
+      for (let i = 0; i < 30; i++) {
+        const { version } = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { dispatcher: agent })).body.json()) as { version: number };
+        const waited = await request(`${base}/_starling/tasks/${digest}/pieces?known=${version}&wait=1`, { dispatcher: agent });
+        await waited.body.dump();
+      }
+      assert.ok(socket, 'the polls shared one connection');
+      assert.ok(socket.listenerCount('close') < 5, `close listeners on the connection: ${socket.listenerCount('close')}`);
+    } finally {
+      await agent.close();
+    }
   });
 });

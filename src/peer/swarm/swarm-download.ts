@@ -17,7 +17,7 @@ export interface SwarmSettings {
   parallelism: number;
   /** Pieces fetched from one parent at once. */
   perParent: number;
-  /** A piece from a parent that takes longer than this is given up and fetched elsewhere. */
+  /** A piece from a parent that sends no byte of it for this long is given up and fetched elsewhere. */
   pieceTimeoutMs: number;
   /** With nothing stored for this long, ask for new parents; twice as long, go to the origin. */
   stallMs: number;
@@ -390,12 +390,22 @@ export class SwarmDownload {
     this.attempts.set(index, list);
     link.inflight++;
     let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      attempt.controller.abort();
-    }, this.settings.pieceTimeoutMs);
     // Once the parent sends it, its bytes may be relayed to this peer's own children as they arrive.
     let growing: GrowingPiece | undefined;
+    // A stall, not a slow piece, is given up: on a link shared by many transfers a piece may take
+    // longer than any fixed bound, and restarting it from scratch only wastes what came so far.
+    let seen = -1;
+    let lastMoved = Date.now();
+    const timer = setInterval(() => {
+      const filled = growing?.filled ?? -1;
+      if (filled !== seen) {
+        seen = filled;
+        lastMoved = Date.now();
+      } else if (Date.now() - lastMoved >= this.settings.pieceTimeoutMs) {
+        timedOut = true;
+        attempt.controller.abort();
+      }
+    }, Math.min(1_000, this.settings.pieceTimeoutMs / 4));
     void link
       .fetchPiece(index, () => (growing = this.task.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
@@ -416,7 +426,7 @@ export class SwarmDownload {
         if (timedOut) {
           this.report({
             packet: 'pieceFailed',
-            pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: `no piece after ${this.settings.pieceTimeoutMs} ms` },
+            pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message: `no byte of the piece for ${this.settings.pieceTimeoutMs} ms` },
           });
         } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
           // Lost the endgame race, the parent is busy, or a piece it relayed was given up
@@ -428,7 +438,7 @@ export class SwarmDownload {
         }
       })
       .finally(() => {
-        clearTimeout(timer);
+        clearInterval(timer);
         growing?.end();
         link.inflight--;
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);

@@ -166,14 +166,14 @@ export class UploadService {
     let lease = this.deps.tasks.lease(digest);
     if (!lease && waitMs > 0) {
       // A child may follow a parent that has not stored its first piece yet.
-      await this.deps.board.wait(digest, waitMs, abortOnClose(req));
+      await this.waitForNews(req, digest, waitMs);
       lease = this.deps.tasks.lease(digest);
     }
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
       const { task } = lease;
       if (task.availabilityVersion === known && waitMs > 0 && !task.complete) {
-        await this.deps.board.wait(digest, waitMs, abortOnClose(req));
+        await this.waitForNews(req, digest, waitMs);
       }
       this.deps.onRequest?.('bitmap', 'sent');
       this.reply(res, 200, {
@@ -186,6 +186,21 @@ export class UploadService {
       });
     } finally {
       lease.release();
+    }
+  }
+
+  /**
+   * Waits for news of a task, giving up when the child hangs up. The listener is removed after:
+   * kept-alive connections carry one long poll after another, and each would leave one behind.
+   */
+  private async waitForNews(req: IncomingMessage, digest: string, waitMs: number): Promise<void> {
+    const hungUp = new AbortController();
+    const onClose = () => hungUp.abort();
+    req.socket.once('close', onClose);
+    try {
+      await this.deps.board.wait(digest, waitMs, hungUp.signal);
+    } finally {
+      req.socket.off('close', onClose);
     }
   }
 
@@ -225,11 +240,6 @@ export class UploadService {
   }
 }
 
-function abortOnClose(req: IncomingMessage): AbortSignal {
-  const controller = new AbortController();
-  req.socket.once('close', () => controller.abort());
-  return controller.signal;
-}
 
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {
   let size = 0;
