@@ -2,7 +2,7 @@ import type { Logger } from '../common/log.js';
 import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
 import type { SchedulingConfig } from './config.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
-import { selectParents } from './selection.js';
+import { selectParents, type Exclusion } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
 const SEED_SHOW_UP_MS = 15_000;
@@ -84,7 +84,8 @@ export class Scheduling {
       if (this.triggerSeedFor(peer, started)) return;
       if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer is reading the origin');
     }
-    const parents = selectParents(peer, this.config, started);
+    const excluded = new Map<string, Exclusion>();
+    const parents = selectParents(peer, this.config, started, excluded);
     if (parents.length > 0) {
       this.setParents(peer, parents);
       peer.fruitlessRounds = 0;
@@ -92,9 +93,15 @@ export class Scheduling {
       return;
     }
     this.setParents(peer, []);
-    if (countRound) peer.fruitlessRounds++;
+    // A round is fruitless when no peer could serve this one, not when those that could are full
+    // (or are below it in the parent graph): they free up as their children finish, which with
+    // large pieces or slow links takes many rounds, and sending the waiting peers to the origin
+    // meanwhile would be the very registry storm the swarm exists to prevent.
+    const holdersBusy = [...excluded.values()].some((why) => why === 'overloaded' || why === 'cycle');
+    if (countRound && !holdersBusy) peer.fruitlessRounds++;
     if (peer.fruitlessRounds >= this.config.retryLimit) return this.sendToOrigin(peer, `no parent after ${this.config.retryLimit} rounds`);
     if (this.triggerSeedFor(peer, started)) return;
+    if (holdersBusy) return this.wait(peer, 'every holder is serving as many children as it can', started);
     if (this.hasActiveSource(task, () => true)) return this.wait(peer, 'parents are still fetching their first pieces', started);
     if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer holds the blob');
     return this.wait(peer, 'another peer is reading the origin', started);

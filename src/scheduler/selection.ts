@@ -92,9 +92,9 @@ const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overload
  * the child's links flap) while there is room. A parent with nothing new is dropped outright when
  * the child now holds pieces it lacks: the parent graph must stay a DAG, so an edge kept one way
  * forbids the trade the other way, and nodes that got ahead would never serve those they took from.
+ * `excluded` receives why each other peer of the task was left out.
  */
-export function selectParents(child: Peer, config: SchedulingConfig, now: number): Peer[] {
-  const excluded = new Map<string, Exclusion>();
+export function selectParents(child: Peer, config: SchedulingConfig, now: number, excluded = new Map<string, Exclusion>()): Peer[] {
   const candidates = filterCandidates(child, config, now, excluded);
   const useful = child.parents.filter((parent) => candidates.includes(parent));
   const idle = child.parents.filter((parent) => {

@@ -109,6 +109,20 @@ describe('scheduling: who reads the origin', () => {
     assert.equal(last(waiting)?.packet, 'backToSource');
   });
 
+  it('keeps a peer waiting, not at the origin, while the only holders are full', () => {
+    const e = engine({ backToSourceLimit: 1, retryLimit: 3 });
+    e.vouch();
+    const full = e.join('node-1', { uploadSlots: 1 }, all(10));
+    const first = e.join('node-2');
+    assert.deepEqual(first.parents.map((p) => p.id), [full.id], 'takes the one slot');
+    const waiting = e.join('node-3');
+    for (let round = 0; round < 10; round++) e.scheduling.tick();
+    assert.equal(e.last(waiting)?.packet, 'wait', 'ten rounds with a full holder are not fruitless');
+    e.scheduling.finished(first);
+    e.scheduling.tick();
+    assert.equal(e.last(waiting)?.packet, 'parents', 'served once a holder has room');
+  });
+
   it('lets others read the origin when a triggered seed refuses', async () => {
     const { scheduling, join, last } = engine({}, true);
     scheduling.announceHost(host('seed-1', { seed: true }));
