@@ -65,6 +65,7 @@ export interface PieceFailed {
 
 export type PeerPacket =
   | { packet: 'register'; register: RegisterPeer }
+  | { packet: 'pieceStarted'; pieceStarted: { index: number } }
   | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }

@@ -25,6 +25,9 @@ export class Host {
   }
 }
 
+/** How long a reported piece start counts without the piece being stored. */
+export const GROWING_TTL_MS = 30_000;
+
 export type PeerState = 'waiting' | 'running' | 'backToSource' | 'finished' | 'left';
 
 /** One host's participation in one task, alive while its AnnouncePeer stream is open. */
@@ -42,6 +45,12 @@ export class Peer {
   /** Moving average of milliseconds per MiB when children fetched from this peer. */
   costPerMiB?: number;
   readonly bytesByParentHost = new Map<string, number>();
+  /**
+   * Pieces arriving at this peer now (index → when it said so): it relays their bytes as they
+   * come, so it can serve them before storing them. Stored pieces leave the map; a piece whose
+   * fetch gave up is not reported, so entries also go stale after GROWING_TTL_MS.
+   */
+  readonly growing = new Map<number, number>();
 
   constructor(
     readonly id: string,
@@ -57,6 +66,15 @@ export class Peer {
   }
   get isFinished(): boolean {
     return this.state === 'finished' || this.pieces.size >= this.task.pieceCount;
+  }
+
+  /** Whether the peer has a piece that `other` lacks arriving now. */
+  relaysPieceMissingFrom(other: Peer, now: number): boolean {
+    for (const [index, since] of this.growing) {
+      if (now - since > GROWING_TTL_MS) this.growing.delete(index);
+      else if (!other.pieces.has(index)) return true;
+    }
+    return false;
   }
 
   recentFailures(now: number, windowMs = 60_000): number {

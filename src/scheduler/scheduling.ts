@@ -125,11 +125,27 @@ export class Scheduling {
     return true;
   }
 
+  /**
+   * A piece began arriving at the peer. It relays such bytes to children as they come, so peers
+   * waiting for a parent may get it now rather than once it has stored a whole piece (with 4 MiB
+   * pieces on slow links, many seconds later).
+   */
+  pieceStarted(peer: Peer, index: number): void {
+    const task = peer.task;
+    if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
+    const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
+    peer.growing.set(index, this.hooks.now());
+    if (!wasHolder) {
+      for (const other of task.peers.values()) if (other !== peer && other.state === 'waiting') this.schedule(other);
+    }
+  }
+
   pieceFinished(peer: Peer, report: PieceFinished): void {
     const task = peer.task;
     if (report.index < 0 || report.index >= task.pieceCount) return;
     const isNew = !peer.pieces.has(report.index);
     peer.pieces.add(report.index);
+    peer.growing.delete(report.index);
     task.lastActive = this.hooks.now();
     const length = report.length > 0 ? report.length : task.pieceSize;
     if (report.fromOrigin) {

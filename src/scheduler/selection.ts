@@ -24,7 +24,7 @@ export function filterCandidates(
     if (peer.state === 'left') exclude(peer, 'left');
     else if (peer.host === child.host) exclude(peer, 'same-host');
     else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
-    else if (!offersSomething(peer, child)) exclude(peer, 'nothing-to-offer');
+    else if (!offersSomething(peer, child, now)) exclude(peer, 'nothing-to-offer');
     else if (below.has(peer)) exclude(peer, 'cycle');
     else if (!child.parents.includes(peer) && peer.host.childCount >= peer.host.uploadSlots) exclude(peer, 'overloaded');
     else out.push(peer);
@@ -33,9 +33,11 @@ export function filterCandidates(
   return applyStrictTopology(child, fast, config, exclude);
 }
 
-function offersSomething(parent: Peer, child: Peer): boolean {
-  if (parent.pieces.size === 0) return false;
+/** The parent holds, or is receiving and relaying, a piece the child lacks. */
+function offersSomething(parent: Peer, child: Peer, now: number): boolean {
   if (parent.isFinished) return !child.isFinished;
+  if (parent.relaysPieceMissingFrom(child, now)) return true;
+  if (parent.pieces.size === 0) return false;
   // More pieces than the child: at least one of them is one the child lacks.
   if (parent.pieces.size > child.pieces.size) return true;
   return parent.pieces.hasAnyMissingFrom(child.pieces);
@@ -100,7 +102,7 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
   const idle = child.parents.filter((parent) => {
     if (candidates.includes(parent)) return false;
     const why = excluded.get(parent.id);
-    if (why === 'nothing-to-offer' && !parent.isSeed && offersSomething(child, parent)) return false;
+    if (why === 'nothing-to-offer' && !parent.isSeed && offersSomething(child, parent, now)) return false;
     return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, parent, candidates, config);
   });
   const ranked = candidates

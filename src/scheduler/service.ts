@@ -69,6 +69,8 @@ export function schedulerHandlers(
           switch (packet.packet) {
             case 'register':
               return fail(grpc.status.FAILED_PRECONDITION, 'register sent twice on one stream');
+            case 'pieceStarted':
+              return scheduling.pieceStarted(peer, packet.pieceStarted.index);
             case 'pieceFinished':
               return scheduling.pieceFinished(peer, packet.pieceFinished);
             case 'pieceFailed':

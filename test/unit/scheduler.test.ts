@@ -4,7 +4,7 @@ import { silentLogger } from '../../src/common/log.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../../src/scheduler/config.js';
 import { PieceSet } from '../../src/scheduler/piece-set.js';
-import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
+import { graphHasCycle, GROWING_TTL_MS, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, type Exclusion } from '../../src/scheduler/selection.js';
 
@@ -47,7 +47,7 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
     const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now);
     for (let index = 0; index < pieces; index++) scheduling.learnDigest(task, index, digest(index));
   };
-  return { scheduling, join, last, packets, triggers, vouch, advance: (ms: number) => (now += ms) };
+  return { scheduling, join, last, packets, triggers, vouch, now: () => now, advance: (ms: number) => (now += ms) };
 }
 
 const all = (n: number) => [...Array(n).keys()];
@@ -165,6 +165,25 @@ describe('scheduling: parent selection', () => {
     assert.equal(excluded.get(overloaded.id), 'overloaded');
     assert.equal(excluded.get(sameHost.id), 'same-host');
     assert.equal(excluded.get(downstream.id), 'cycle');
+  });
+
+  it('offers a peer as a parent once a piece starts arriving at it, until the report goes stale', () => {
+    const e = engine();
+    e.vouch();
+    const relay = e.join('relay', {}, []);
+    const child = e.join('child', {}, []);
+    const candidates = () => filterCandidates(child, defaultScheduling(), e.now(), new Map()).map((p) => p.id);
+    assert.deepEqual(candidates(), [], 'nothing stored, nothing arriving');
+    e.scheduling.pieceStarted(relay, 3);
+    assert.deepEqual(candidates(), [relay.id], 'it relays piece 3 as it arrives');
+    assert.equal(e.last(child)?.packet, 'parents', 'the waiting child was scheduled at once');
+    e.scheduling.pieceStarted(relay, 99); // out of range: ignored
+    assert.equal(relay.growing.size, 1);
+    e.advance(GROWING_TTL_MS + 1);
+    assert.deepEqual(candidates(), [], 'a start never followed by the piece goes stale');
+    e.scheduling.pieceStarted(relay, 4);
+    e.scheduling.pieceFinished(relay, { index: 4, digest: '', parentId: '', costMs: 1, fromOrigin: false, length: PIECE });
+    assert.equal(relay.growing.size, 0, 'a stored piece is no longer arriving');
   });
 
   it('leaves out slow outliers', () => {

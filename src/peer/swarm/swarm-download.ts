@@ -407,7 +407,7 @@ export class SwarmDownload {
       }
     }, Math.min(1_000, this.settings.pieceTimeoutMs / 4));
     void link
-      .fetchPiece(index, () => (growing = this.task.beginPiece(index)), attempt.controller.signal)
+      .fetchPiece(index, () => (growing = this.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
         const sha256 = createHash('sha256').update(bytes).digest('hex');
         if (`sha256:${sha256}` !== this.digests.get(index)) {
@@ -452,6 +452,16 @@ export class SwarmDownload {
       });
   }
 
+  /**
+   * Opens a piece's relay buffer as its bytes start to arrive, and says so to the scheduler: this
+   * peer can serve the piece to children at once, so it may be handed as a parent already.
+   */
+  private beginPiece(index: number): GrowingPiece {
+    const growing = this.task.beginPiece(index);
+    this.report({ packet: 'pieceStarted', pieceStarted: { index } });
+    return growing;
+  }
+
   // ---- falling back to the origin
 
   private checkProgress(): void {
@@ -490,7 +500,7 @@ export class SwarmDownload {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
         .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) =>
-          this.task.beginPiece(index),
+          this.beginPiece(index),
         )
         .catch((error: Error) => {
           this.log.warn({ task: this.task.digest, err: error.message, attempt: this.originAttempts }, 'origin fetch failed');
