@@ -9,7 +9,7 @@ import net from 'node:net';
  * 80 µs of JavaScript per read. Measured on the emulated cluster, that path took ~70% of a node
  * peer's CPU while it downloaded, and kept runs of 16 and more nodes CPU-bound. Here a read lands
  * in the piece buffer without a copy or a stream, and a body that trickles in is read in batches:
- * after a short read the socket rests a few milliseconds, so the next read takes what queued
+ * after a short read the socket rests for 20 ms, so the next read takes what queued
  * meanwhile (the kernel keeps receiving into its buffer, so the transfer does not slow down).
  */
 
@@ -67,8 +67,6 @@ class Connection {
   private readonly scratch = Buffer.allocUnsafe(HEAD_LIMIT);
   private scratchFilled = 0;
   exchange?: Exchange;
-  /** Bytes of any response received on this connection (a reused one that broke at once may be stale). */
-  answeredOnce = false;
   reusable = true;
   private resting = false;
 
@@ -125,7 +123,6 @@ class Connection {
       return;
     }
     this.scratchFilled += n;
-    this.answeredOnce = true;
     const end = this.scratch.subarray(0, this.scratchFilled).indexOf('\r\n\r\n');
     if (end < 0) {
       if (this.scratchFilled >= HEAD_LIMIT) this.fail(`sent a response head over ${HEAD_LIMIT} bytes`);
