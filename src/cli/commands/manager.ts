@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { managerConfigSchema } from '../../manager/config.js';
-import { startManager } from '../../manager/server.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 export function registerManagerCommand(program: Command): void {
@@ -33,6 +32,7 @@ export function registerManagerCommand(program: Command): void {
         },
       });
       const log = createLogger({ level: config.log.level, name: 'manager' });
+      const { startManager } = await import('../../manager/server.js');
       const manager = await startManager(config, log);
       if (manager.initialAdminToken) {
         // Printed once: only its hash is stored.

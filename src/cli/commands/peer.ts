@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { peerConfigSchema } from '../../peer/config.js';
-import { startPeer } from '../../peer/daemon.js';
 import { parseLabelFlags } from '../../peer/labels.js';
 import { collect, waitForShutdown } from '../shared.js';
 
@@ -60,6 +59,7 @@ export function registerPeerCommand(program: Command): void {
         },
       });
       const log = createLogger({ level: config.log.level, name: 'peer' });
+      const { startPeer } = await import('../../peer/daemon.js');
       const peer = await startPeer(config, log);
       await waitForShutdown(log, () => peer.close());
     });

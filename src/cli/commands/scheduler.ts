@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
-import { startScheduler } from '../../scheduler/server.js';
 import { waitForShutdown } from '../shared.js';
 
 export function registerSchedulerCommand(program: Command): void {
@@ -35,6 +34,7 @@ export function registerSchedulerCommand(program: Command): void {
         },
       });
       const log = createLogger({ level: config.log.level, name: 'scheduler' });
+      const { startScheduler } = await import('../../scheduler/server.js');
       const scheduler = await startScheduler(config, log);
       await waitForShutdown(log, () => scheduler.close());
     });

@@ -3,7 +3,6 @@ import type { Command } from 'commander';
 import { UserError } from '../../common/errors.js';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { snapshotterConfigSchema, startFuseServer, startSnapshotter } from '../../snapshotter/index.js';
 import { waitForShutdown } from '../shared.js';
 
 /** `starling snapshotter`: containerd's remote snapshotter (`[proxy_plugins.starling] type = "snapshot"`). */
@@ -21,6 +20,7 @@ export function registerSnapshotterCommand(program: Command): void {
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
+      const { snapshotterConfigSchema, startSnapshotter } = await import('../../snapshotter/index.js');
       const config = loadConfig(snapshotterConfigSchema, {
         file: options.config,
         flags: {
@@ -53,6 +53,7 @@ export function registerFuseServerCommand(program: Command): void {
       const idleExitSeconds = Number(options.idleExit);
       if (!Number.isInteger(idleExitSeconds) || idleExitSeconds < 1) throw new UserError(`--idle-exit: expected whole seconds ≥ 1, got "${options.idleExit}"`);
       const log = createLogger({ level: options.logLevel, name: 'fuse-server', pretty: false });
+      const { startFuseServer } = await import('../../snapshotter/index.js');
       const running = await startFuseServer({ root: path.resolve(options.root), idleExitMs: idleExitSeconds * 1000, log });
       await Promise.race([running.stopped, waitForShutdown(log, () => running.close())]);
       process.exit(0);

@@ -3,11 +3,9 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
 import { peerConfigSchema } from '../../peer/config.js';
-import { startPeer, type RunningPeer } from '../../peer/daemon.js';
+import type { RunningPeer } from '../../peer/daemon.js';
 import { managerConfigSchema } from '../../manager/config.js';
-import { startManager } from '../../manager/server.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
-import { startScheduler } from '../../scheduler/server.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 /**
@@ -26,6 +24,11 @@ export function registerUpCommand(program: Command): void {
     .action(async (options) => {
       const dataDir = resolve(options.dataDir);
       const log = createLogger({ level: options.logLevel, name: 'starling' });
+      const [{ startManager }, { startScheduler }, { startPeer }] = await Promise.all([
+        import('../../manager/server.js'),
+        import('../../scheduler/server.js'),
+        import('../../peer/daemon.js'),
+      ]);
       const manager = await startManager(
         loadConfig(managerConfigSchema, {
           flags: { listen: '127.0.0.1:8080', dataDir: join(dataDir, 'manager'), registries: { insecure: options.insecureRegistry } },
