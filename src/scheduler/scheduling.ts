@@ -135,8 +135,16 @@ export class Scheduling {
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
     peer.growing.set(index, this.hooks.now());
-    if (!wasHolder) {
-      for (const other of task.peers.values()) if (other !== peer && other.state === 'waiting') this.schedule(other);
+    if (wasHolder) return;
+    // A new holder: peers waiting for a parent may take it. Only as many as it has room for are
+    // scheduled now (the periodic pass sees to the rest), so that with a thousand peers waiting
+    // each first piece does not cost a thousand selections.
+    let room = peer.host.uploadSlots - peer.host.childCount;
+    for (const other of task.peers.values()) {
+      if (room <= 0) break;
+      if (other === peer || other.state !== 'waiting') continue;
+      this.schedule(other);
+      room--;
     }
   }
 

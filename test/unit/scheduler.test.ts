@@ -186,6 +186,18 @@ describe('scheduling: parent selection', () => {
     assert.equal(relay.growing.size, 0, 'a stored piece is no longer arriving');
   });
 
+  it('schedules no more waiting peers at a first piece start than the new holder has room for', () => {
+    const e = engine();
+    e.vouch();
+    const relay = e.join('relay', { uploadSlots: 1 }, []);
+    const waiting = ['w1', 'w2', 'w3'].map((id) => e.join(id, {}, []));
+    const before = waiting.map((peer) => e.packets.get(peer.id)!.length);
+    e.scheduling.pieceStarted(relay, 0);
+    const scheduled = waiting.filter((peer, i) => e.packets.get(peer.id)!.length > before[i]!);
+    assert.equal(scheduled.length, 1, 'one slot, one peer scheduled now');
+    assert.equal(e.last(scheduled[0]!)?.packet, 'parents');
+  });
+
   it('leaves out slow outliers', () => {
     const e = engine();
     const child = e.join('child', {}, []);
