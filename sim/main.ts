@@ -56,6 +56,7 @@ const options = {
   'lazy-toc': { type: 'string', default: '4MiB' },
   'lazy-background': { type: 'boolean', default: false },
   'old-endgame': { type: 'boolean', default: false },
+  'store-and-forward': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
   'seed-setups': { type: 'string' },
   validate: { type: 'boolean', default: false },
@@ -92,6 +93,7 @@ model
   --quantum T|auto rate recomputation coalescing (auto: exact up to 128 nodes, else piece time / 20)
   --start-spread T nodes start at uniform random moments in [0, T]
   --old-endgame    the peer's endgame before its fix (re-asked for pieces just stored)
+  --store-and-forward  peers offer a piece only once stored (no cut-through relay, no PieceStarted)
   --runs N --rng-seed S   repeat with seeds S, S+1, …
 output
   --plots DIR      SVG plots (CDF of ready times, registry egress over time)
@@ -164,6 +166,7 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
       perParent: integer('per-parent'),
       stall: 10,
       endgameRefetchesStored: Boolean(args['old-endgame']),
+      storeAndForward: Boolean(args['store-and-forward']),
     },
     uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
     rngSeed: integer('rng-seed', 0),
@@ -461,8 +464,9 @@ function validate(): void {
       quantum: 0,
       noise,
       rngSeed,
-      // The measurements were taken with the endgame that re-fetched stored pieces.
-      peer: { ...defaultPeerSettings(), endgameRefetchesStored: true },
+      // The measurements were taken with the endgame that re-fetched stored pieces, and before
+      // the cut-through relay.
+      peer: { ...defaultPeerSettings(), endgameRefetchesStored: true, storeAndForward: true },
     });
   const rows: string[][] = [];
   const json: Record<string, unknown>[] = [];

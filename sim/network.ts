@@ -11,6 +11,9 @@
 
 import type { EventQueue } from './event-queue.js';
 
+/** The capacity of a relay cap whose feeding flow has ended. */
+const UNCAPPED = 1e15;
+
 export class Link {
   readonly flows: Flow[] = [];
   /** Sum of the current rates of the flows on this link (bytes/s). */
@@ -22,8 +25,8 @@ export class Link {
   version = 0;
   constructor(
     readonly name: string,
-    /** Payload bytes per second. */
-    readonly capacity: number,
+    /** Payload bytes per second (a relay cap's changes with the flow that feeds it). */
+    public capacity: number,
   ) {}
 }
 
@@ -40,6 +43,11 @@ export class Flow {
   weight = 1;
   /** Position of this flow in each path link's `flows` array. */
   readonly slots: number[];
+  /**
+   * A relayed flow: its bytes are those still arriving through `feed`, so it can go no faster
+   * than that flow while it lasts. The cap is a private link at the end of the path.
+   */
+  feed?: Flow;
   constructor(
     readonly src: NetHost,
     readonly dst: NetHost,
@@ -202,9 +210,11 @@ export class Network {
   }
 
   /** Starts sending `bytes` from `src` to `dst` now; `onDone` runs when the last byte has left. */
-  start(src: NetHost, dst: NetHost, bytes: number, onDone: (flow: Flow) => void): Flow {
+  start(src: NetHost, dst: NetHost, bytes: number, onDone: (flow: Flow) => void, feed?: Flow): Flow {
     const path = this.path(src, dst);
+    if (feed?.active) path.push(new Link(`relay ${src.name}->${dst.name}`, UNCAPPED));
     const flow = new Flow(src, dst, path, bytes, this.queue.now, onDone);
+    if (feed?.active) flow.feed = feed;
     const noise = this.options.noise ?? 0;
     if (noise > 0) flow.weight = Math.exp(noise * normal(this.options.random ?? Math.random));
     if (path.length === 0) throw new Error(`no capped link between ${src.name} and ${dst.name}: the flow would be infinitely fast`);
@@ -279,8 +289,34 @@ export class Network {
       flow.rate = -1;
       for (const link of flow.path) links.add(link);
     }
-    // Progressive filling: the link with the smallest fair share (per unit of weight) fixes
-    // the rate of all its flows; their bandwidth is taken off their other links; repeat.
+    this.fill(links);
+    // A relayed flow goes no faster than the flow that feeds it: cap it at that rate and fill
+    // again (once; a chain of relays is capped by its feeder's first-pass rate).
+    let relayed = false;
+    for (const flow of this.active) {
+      if (!flow.feed) continue;
+      relayed = true;
+      flow.path[flow.path.length - 1]!.capacity = flow.feed.active ? Math.max(flow.feed.rate, 1) : UNCAPPED;
+      if (!flow.feed.active) flow.feed = undefined;
+    }
+    if (relayed) {
+      for (const flow of this.active) flow.rate = -1;
+      this.fill(links);
+    }
+    const flows: Flow[] = [];
+    for (const flow of this.active) {
+      if (flow.rate < 0) flow.rate = 0;
+      flow.finishAt = flow.rate > 0 ? now + flow.remaining / flow.rate : Infinity;
+      if (flow.rate > 0) flows.push(flow);
+    }
+    this.heap = flows;
+    for (let i = (flows.length >> 1) - 1; i >= 0; i--) this.siftDown(i);
+    for (const [link, samples] of this.monitors) this.sample(link, samples, now);
+  }
+
+  /** Progressive filling: the link with the smallest fair share (per unit of weight) fixes the
+   * rate of all its flows; their bandwidth is taken off their other links; repeat. */
+  private fill(links: Set<Link>): void {
     const heap = new ShareHeap();
     for (const link of links) {
       link.remaining = link.capacity;
@@ -316,15 +352,6 @@ export class Network {
       link.unfixedWeight = 0;
       link.remaining = 0;
     }
-    const flows: Flow[] = [];
-    for (const flow of this.active) {
-      if (flow.rate < 0) flow.rate = 0;
-      flow.finishAt = flow.rate > 0 ? now + flow.remaining / flow.rate : Infinity;
-      if (flow.rate > 0) flows.push(flow);
-    }
-    this.heap = flows;
-    for (let i = (flows.length >> 1) - 1; i >= 0; i--) this.siftDown(i);
-    for (const [link, samples] of this.monitors) this.sample(link, samples, now);
   }
 
   private markDirty(): void {

@@ -24,9 +24,10 @@
 //  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
 //    piece by piece as the stream crosses piece boundaries.
 //
-// Not modelled: cut-through relaying (a real parent also serves a piece while it is still
-// arriving; here a child fetches only pieces its parent has stored), so the simulated swarm is
-// the store-and-forward one. What is left out besides: hashing, disk writes and every other CPU cost (a stored piece is usable at
+// Cut-through relay: a peer offers a piece to children (and reports PieceStarted) as soon as its
+// bytes start to arrive; a relayed flow goes no faster than the flow feeding it, and its last
+// byte waits until the parent has stored the piece; a piece given up cuts its relays short.
+// What is left out: hashing, disk writes and every other CPU cost (a stored piece is usable at
 // once), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
 // per message, failures (no parent dies or sends bad data, the scheduler never goes away),
 // host keep-alives. The data structures differ (bitsets and rarity buckets instead of sorting
@@ -64,6 +65,12 @@ export interface PeerSettings {
    * emulated measurements that --validate replays were taken with that peer.
    */
   endgameRefetchesStored?: boolean;
+  /**
+   * The peer before the cut-through relay (d87501f) and PieceStarted: a piece is offered to
+   * children, and its peer to the scheduler, only once it is stored (`--validate` replays
+   * measurements of that peer).
+   */
+  storeAndForward?: boolean;
 }
 
 /** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
@@ -200,6 +207,24 @@ class SimLink {
     this.has[index] = 1;
     this.child.holderAdded(this, index, pump);
   }
+  /** The parent gave up a piece it was receiving (and relaying). */
+  remove(index: number): void {
+    if (this.closed || !this.has[index]) return;
+    this.has[index] = 0;
+    this.child.holderRemoved(this, index);
+  }
+}
+
+/** A piece arriving at a peer, which it relays to children as it comes (cut-through). */
+interface GrowingPiece {
+  /** The flow bringing it; relayed flows go no faster. */
+  flow: Flow;
+  /** The attempt of this peer that brings it. */
+  attempt: Attempt;
+  /** Cut the relays short (the piece was given up). */
+  readonly cuts: Set<() => void>;
+  /** Relays whose bytes have all left, holding the last byte until the piece is stored. */
+  readonly waiters: Array<() => void>;
 }
 
 interface Attempt {
@@ -220,6 +245,8 @@ export class SimDownload {
   readonly bytesFrom = { origin: 0, seed: 0, peer: 0 };
   /** Children's links following this peer's bitmap. */
   readonly followers = new Set<SimLink>();
+  /** Pieces arriving here now, offered to children as they come. */
+  readonly growing = new Map<number, GrowingPiece>();
   mode: Mode = 'connecting';
   private connected = false;
   private schedPeer?: Peer;
@@ -341,6 +368,8 @@ export class SimDownload {
       if (!peer) return;
       world.inScheduler(() => {
         switch (packet.packet) {
+          case 'pieceStarted':
+            return world.scheduling.pieceStarted(peer, packet.pieceStarted.index);
           case 'pieceFinished':
             return world.scheduling.pieceFinished(peer, packet.pieceFinished);
           case 'pieceFailed':
@@ -408,7 +437,7 @@ export class SimDownload {
       if (link.closed) return;
       const parent = link.parent;
       const snapshot: number[] = [];
-      for (let i = 0; i < parent.task.pieceCount; i++) if (parent.stored[i]) snapshot.push(i);
+      for (let i = 0; i < parent.task.pieceCount; i++) if (parent.stored[i] || parent.growing.has(i)) snapshot.push(i);
       parent.followers.add(link);
       world.queue.after(latency, () => {
         // One bitmap answer: the child pumps once, having seen all of it (ParentLink.onUpdate).
@@ -429,6 +458,14 @@ export class SimDownload {
       if (!link.seed) this.nodeHolders[i]!--;
       this.refresh(i);
     }
+    this.changes++;
+  }
+
+  /** A link learned that its parent no longer offers `index`. */
+  holderRemoved(link: SimLink, index: number): void {
+    this.holders[index]!--;
+    if (!link.seed) this.nodeHolders[index]!--;
+    this.refresh(index);
     this.changes++;
   }
 
@@ -553,7 +590,10 @@ export class SimDownload {
     return false;
   }
 
-  /** swarm-download.ts bestLinkFor: a node before a seed, then the least busy, then the fastest. */
+  /**
+   * swarm-download.ts bestLinkFor: a parent holding the piece whole before one still receiving
+   * it, a node before a seed, then the least busy, then the fastest.
+   */
   private bestLinkFor(index: number, except?: SimLink): SimLink | undefined {
     let best: SimLink | undefined;
     for (const link of this.links.values()) {
@@ -562,8 +602,12 @@ export class SimDownload {
         best = link;
         continue;
       }
+      const wholeOrder = best.parent.stored[index]! - link.parent.stored[index]!;
       const seedOrder = Number(link.seed) - Number(best.seed);
-      if (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))) best = link;
+      const better =
+        wholeOrder < 0 ||
+        (wholeOrder === 0 && (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))));
+      if (better) best = link;
     }
     return best;
   }
@@ -592,9 +636,12 @@ export class SimDownload {
       if (attempt.done) return;
       const parent = link.parent;
       const server = parent.host;
-      if (!parent.stored[index]) {
+      // Not stored: relayed as it arrives if it is on its way there (upload/server.ts relayGrowing).
+      const relayed = parent.stored[index] ? undefined : parent.growing.get(index);
+      if (!parent.stored[index] && !relayed) {
         world.queue.after(latency, () => {
           if (attempt.done) return;
+          link.remove(index); // parent-link.ts forgets a piece the parent answered 404 for
           this.finishAttempt(attempt);
           this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: 'missing' } });
         });
@@ -610,12 +657,59 @@ export class SimDownload {
         return;
       }
       server.inUse++;
-      attempt.flow = world.net.start(server.net, this.host.net, length, () => {
-        attempt.flow = undefined;
-        server.inUse--;
-        world.queue.after(latency, () => this.pieceArrived(attempt, length));
-      });
+      const arrive = () => world.queue.after(latency, () => this.pieceArrived(attempt, length));
+      attempt.flow = world.net.start(
+        server.net,
+        this.host.net,
+        length,
+        () => {
+          attempt.flow = undefined;
+          server.inUse--;
+          // A relay's last byte waits for the parent to store the piece.
+          if (relayed && !parent.stored[index]) relayed.waiters.push(arrive);
+          else arrive();
+        },
+        relayed?.flow,
+      );
+      this.beginGrowing(index, attempt);
+      if (relayed) {
+        relayed.cuts.add(() => {
+          if (attempt.done) return;
+          if (attempt.flow) {
+            world.net.cancel(attempt.flow);
+            attempt.flow = undefined;
+            server.inUse--;
+          }
+          world.queue.after(latency, () => this.finishAttempt(attempt));
+        });
+      }
     });
+  }
+
+  /**
+   * A piece's bytes start to arrive here: offer it to children, who may fetch it relayed, and
+   * tell the scheduler (PieceStarted), which may hand this peer out as a parent at once.
+   */
+  private beginGrowing(index: number, attempt: Attempt): void {
+    if (this.world.settings.storeAndForward || this.stored[index] || this.growing.has(index) || !attempt.flow) return;
+    this.growing.set(index, { flow: attempt.flow, attempt, cuts: new Set(), waiters: [] });
+    this.report({ packet: 'pieceStarted', pieceStarted: { index } });
+    for (const link of this.followers) {
+      this.world.queue.after(this.world.net.latency(this.host.net, link.child.host.net), () => link.add(index));
+    }
+  }
+
+  /** The attempt bringing a growing piece ended without storing it: cut the relays short. */
+  private abandonGrowing(attempt: Attempt): void {
+    const growing = this.growing.get(attempt.index);
+    if (!growing || growing.attempt !== attempt || this.stored[attempt.index]) return;
+    this.growing.delete(attempt.index);
+    for (const cut of growing.cuts) cut();
+    for (const link of this.followers) {
+      this.world.queue.after(this.world.net.latency(this.host.net, link.child.host.net), () => {
+        if (!this.stored[attempt.index] && !this.growing.has(attempt.index)) link.remove(attempt.index);
+      });
+    }
   }
 
   private pieceArrived(attempt: Attempt, length: number): void {
@@ -645,6 +739,7 @@ export class SimDownload {
   private finishAttempt(attempt: Attempt): void {
     if (attempt.done) return;
     attempt.done = true;
+    this.abandonGrowing(attempt);
     attempt.link.inflight--;
     const list = this.attempts.get(attempt.index);
     if (list) {
@@ -667,6 +762,11 @@ export class SimDownload {
     const length = pieceLength(this.task, index);
     this.stored[index] = 1;
     this.storedCount++;
+    const growing = this.growing.get(index);
+    if (growing) {
+      this.growing.delete(index);
+      for (const wake of growing.waiters) wake();
+    }
     this.bytesWritten += length;
     this.bytesFrom[from] += length;
     world.bytesBySource[from] += length;
