@@ -25,7 +25,7 @@ export class Link {
   version = 0;
   constructor(
     readonly name: string,
-    /** Payload bytes per second (a relay cap's changes with the flow that feeds it). */
+    /** Payload bytes per second (a relay cap follows the rate of the flow that feeds it). */
     public capacity: number,
   ) {}
 }
