@@ -675,11 +675,7 @@ export class SimDownload {
       if (relayed) {
         relayed.cuts.add(() => {
           if (attempt.done) return;
-          if (attempt.flow) {
-            world.net.cancel(attempt.flow);
-            attempt.flow = undefined;
-            server.inUse--;
-          }
+          this.stopFlow(attempt);
           world.queue.after(latency, () => this.finishAttempt(attempt));
         });
       }
@@ -694,9 +690,7 @@ export class SimDownload {
     if (this.world.settings.storeAndForward || this.stored[index] || this.growing.has(index) || !attempt.flow) return;
     this.growing.set(index, { flow: attempt.flow, attempt, cuts: new Set(), waiters: [] });
     this.report({ packet: 'pieceStarted', pieceStarted: { index } });
-    for (const link of this.followers) {
-      this.world.queue.after(this.world.net.latency(this.host.net, link.child.host.net), () => link.add(index));
-    }
+    this.tellFollowers((link) => link.add(index));
   }
 
   /** The attempt bringing a growing piece ended without storing it: cut the relays short. */
@@ -705,11 +699,14 @@ export class SimDownload {
     if (!growing || growing.attempt !== attempt || this.stored[attempt.index]) return;
     this.growing.delete(attempt.index);
     for (const cut of growing.cuts) cut();
-    for (const link of this.followers) {
-      this.world.queue.after(this.world.net.latency(this.host.net, link.child.host.net), () => {
-        if (!this.stored[attempt.index] && !this.growing.has(attempt.index)) link.remove(attempt.index);
-      });
-    }
+    this.tellFollowers((link) => {
+      if (!this.stored[attempt.index] && !this.growing.has(attempt.index)) link.remove(attempt.index);
+    });
+  }
+
+  /** Children following this peer's bitmap hear news one latency later. */
+  private tellFollowers(news: (link: SimLink) => void): void {
+    for (const link of this.followers) this.world.queue.after(this.world.net.latency(this.host.net, link.child.host.net), () => news(link));
   }
 
   private pieceArrived(attempt: Attempt, length: number): void {
@@ -728,12 +725,16 @@ export class SimDownload {
 
   private abort(attempt: Attempt): void {
     if (attempt.done) return;
-    if (attempt.flow) {
-      this.world.net.cancel(attempt.flow);
-      attempt.flow = undefined;
-      attempt.link.parent.host.inUse--;
-    }
+    this.stopFlow(attempt);
     this.finishAttempt(attempt);
+  }
+
+  /** Cancels an attempt's transfer, freeing the parent's upload slot. */
+  private stopFlow(attempt: Attempt): void {
+    if (!attempt.flow) return;
+    this.world.net.cancel(attempt.flow);
+    attempt.flow = undefined;
+    attempt.link.parent.host.inUse--;
   }
 
   private finishAttempt(attempt: Attempt): void {
@@ -771,10 +772,7 @@ export class SimDownload {
     this.bytesFrom[from] += length;
     world.bytesBySource[from] += length;
     this.refresh(index);
-    // Children following this peer hear of the piece one latency later.
-    for (const link of this.followers) {
-      world.queue.after(world.net.latency(this.host.net, link.child.host.net), () => link.add(index));
-    }
+    this.tellFollowers((link) => link.add(index));
     // SwarmDownload.pieceStored
     if (this.wanted[index]) {
       this.wanted[index] = 0;

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { formatHostPort } from '../../common/net.js';
 
 /**
  * Reads piece bodies from one parent's upload server over kept-alive HTTP/1.1 connections,
@@ -206,13 +207,16 @@ export class PieceFetcher {
   private readonly idle: Connection[] = [];
   private readonly all = new Set<Connection>();
   private closed = false;
+  private readonly hostHeader: string;
 
   constructor(
     private readonly host: string,
     private readonly port: number,
     /** Extra request header lines (each ending in CRLF), e.g. the cluster token. */
     private readonly extraHeaders = '',
-  ) {}
+  ) {
+    this.hostHeader = formatHostPort({ host, port });
+  }
 
   /**
    * GETs `path`. `onHead` sees the status and length; for a 200 it returns where the body goes.
@@ -228,7 +232,7 @@ export class PieceFetcher {
       return await this.exchange(reused ?? this.open(), path, onHead, signal);
     } catch (error) {
       // A kept-alive connection the server closed while idle breaks before any answer: retry once.
-      if (reused && error instanceof PieceTransferError && !error.answered && error.received === 0 && !signal.aborted) {
+      if (reused && error instanceof PieceTransferError && !error.answered && !signal.aborted) {
         return this.exchange(this.open(), path, onHead, signal);
       }
       throw error;
@@ -272,8 +276,7 @@ export class PieceFetcher {
           resolve(exchange.head!);
         },
       };
-      const hostHeader = this.host.includes(':') ? `[${this.host}]:${this.port}` : `${this.host}:${this.port}`;
-      conn.start(`GET ${path} HTTP/1.1\r\nhost: ${hostHeader}\r\n${this.extraHeaders}\r\n`, exchange);
+      conn.start(`GET ${path} HTTP/1.1\r\nhost: ${this.hostHeader}\r\n${this.extraHeaders}\r\n`, exchange);
     });
   }
 }
