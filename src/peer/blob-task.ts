@@ -71,6 +71,8 @@ export class BlobTask {
   private readonly growing = new Map<number, Set<GrowingPiece>>();
   /** Bumped whenever a piece starts arriving, so followers of this task's bitmap hear of it. */
   private growingStarts = 0;
+  /** Settled (and replaced) whenever a piece starts arriving. */
+  private growthSignal = deferred();
 
   constructor(
     private readonly store: BlobStore,
@@ -152,26 +154,50 @@ export class BlobTask {
    * Registers a fetch of piece `index` whose bytes may be relayed while they arrive. The
    * caller fills the returned piece's buffer, calls `advance` as it goes and `end` when done.
    */
-  beginPiece(index: number): GrowingPiece {
+  beginPiece(index: number, fromOrigin = false): GrowingPiece {
     const { length } = pieceBounds(this.layout, index);
-    const piece = new GrowingPiece(index, Buffer.allocUnsafe(length), (ended) => {
-      const set = this.growing.get(index);
-      set?.delete(ended);
-      if (set?.size === 0) this.growing.delete(index);
-    });
+    const piece = new GrowingPiece(
+      index,
+      Buffer.allocUnsafe(length),
+      (ended) => {
+        const set = this.growing.get(index);
+        set?.delete(ended);
+        if (set?.size === 0) this.growing.delete(index);
+      },
+      fromOrigin,
+    );
     let set = this.growing.get(index);
     if (!set) this.growing.set(index, (set = new Set()));
     set.add(piece);
     this.growingStarts++;
+    const signal = this.growthSignal;
+    this.growthSignal = deferred();
+    signal.resolve();
     this.events.pieceGrowing?.(this, index);
     return piece;
   }
 
-  /** The fetch of piece `index` that has the most bytes so far, if one is under way. */
-  growingPiece(index: number): GrowingPiece | undefined {
+  /** The fetch of piece `index` that has the most bytes so far, if one is under way (origin fetches only, if asked). */
+  growingPiece(index: number, fromOriginOnly = false): GrowingPiece | undefined {
     let best: GrowingPiece | undefined;
-    for (const piece of this.growing.get(index) ?? []) if (!best || piece.filled > best.filled) best = piece;
+    for (const piece of this.growing.get(index) ?? []) {
+      if (fromOriginOnly && !piece.fromOrigin) continue;
+      if (!best || piece.filled > best.filled) best = piece;
+    }
     return best;
+  }
+
+  /**
+   * Resolves once piece `index` is stored, or once a fetch of it from the origin holds more than
+   * `seen` bytes (see `growingPiece(index, true)`); rejects as waitForPiece does.
+   */
+  async waitForOriginBytes(index: number, seen: number): Promise<void> {
+    const stored = this.waitForPiece(index);
+    while (!this.blob.hasPiece(index)) {
+      const growing = this.growingPiece(index, true);
+      if (growing && growing.filled > seen) return;
+      await Promise.race([stored, growing ? growing.next(seen) : this.growthSignal.promise]);
+    }
   }
 
   isGrowing(index: number): boolean {
@@ -209,7 +235,7 @@ export class BlobTask {
             // A piece outside our run that another fetch is bringing is left to that fetch.
             if (!inRun(index) && this.inflight.has(index)) return;
             await this.storePiece(index, bytes, { from: source.kind, ...provenance });
-          }, undefined, (index) => this.beginPiece(index));
+          }, undefined, (index) => this.beginPiece(index, source.kind === 'origin'));
         }
         pending = this.missingRuns(run);
         if (pending.length) throw new Error(`${source.description} did not deliver every piece it was asked for`);

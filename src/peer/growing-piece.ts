@@ -15,6 +15,12 @@ export class GrowingPiece {
     readonly index: number,
     readonly buffer: Buffer,
     private readonly onEnd: (piece: GrowingPiece) => void,
+    /**
+     * Read from the origin itself: its bytes are as good as a direct pull's as they arrive, so a
+     * mirror client may have them before the piece is stored. A parent's bytes are not: they are
+     * checked against the piece digest only once the piece is whole.
+     */
+    readonly fromOrigin = false,
   ) {}
 
   advance(filled: number): void {

@@ -17,6 +17,8 @@ import { API_VERSION_HEADER, ClientGoneError, writeChunk } from './respond.js';
 
 /** Bytes read from disk per write to a client: large enough for throughput, small enough for memory. */
 const READ_CHUNK = 1024 * 1024;
+/** Bytes of a piece still arriving that are gathered before they are relayed to a client. */
+const RELAY_CHUNK = 256 * 1024;
 const BLOB_CONTENT_TYPE = 'application/octet-stream';
 
 export interface BlobServiceDeps {
@@ -182,11 +184,14 @@ export class BlobService {
     const [first, last] = coveringPieces(task, range);
     task.request(first, last, source);
     for (let index = first; index <= last; index++) {
-      await task.waitForPiece(index);
-      if (holdLastPieceForVerification && index === task.layout.pieceCount - 1) await task.whenVerified();
       const bounds = pieceBounds(task.layout, index);
       let position = Math.max(range.start, bounds.offset);
       const stop = Math.min(range.end, bounds.offset + bounds.length - 1);
+      const holdForVerification = holdLastPieceForVerification && index === task.layout.pieceCount - 1;
+      if (!holdForVerification) position = await this.relayFromOrigin(res, task, index, position, stop);
+      if (position > stop) continue;
+      await task.waitForPiece(index);
+      if (holdForVerification) await task.whenVerified();
       const inMemory = task.recentPiece(index);
       if (!inMemory && task.complete && (await this.sendFromDisk(res, task, position, range.end))) return;
       if (inMemory) {
@@ -216,6 +221,28 @@ export class BlobService {
         next?.catch(() => {}); // the client left: the read under way has no one to go to
       }
     }
+  }
+
+  /**
+   * Sends bytes [position, stop] of piece `index` as they arrive from the origin, before the
+   * piece is stored (bytes from parents wait for their piece check). Returns the position reached:
+   * the rest is sent from the store once the piece is there.
+   */
+  private async relayFromOrigin(res: ServerResponse, task: BlobTask, index: number, position: number, stop: number): Promise<number> {
+    const { offset } = pieceBounds(task.layout, index);
+    while (position <= stop && !task.hasPiece(index)) {
+      // Sizeable writes: a write per arriving packet would cost a system call each.
+      const want = Math.min(position + RELAY_CHUNK, stop + 1) - offset;
+      await task.waitForOriginBytes(index, want - 1);
+      const growing = task.growingPiece(index, true);
+      if (!growing || task.hasPiece(index)) break;
+      const end = Math.min(growing.filled + offset, stop + 1);
+      if (end <= position) continue;
+      await writeChunk(res, growing.buffer.subarray(position - offset, end - offset));
+      this.deps.metrics.servedBytes.inc(end - position);
+      position = end;
+    }
+    return position;
   }
 
   /** Sends [start, end] of a verified blob straight from disk with sendfile(2), when it can. */

@@ -456,8 +456,8 @@ export class SwarmDownload {
    * Opens a piece's relay buffer as its bytes start to arrive, and says so to the scheduler: this
    * peer can serve the piece to children at once, so it may be handed as a parent already.
    */
-  private beginPiece(index: number): GrowingPiece {
-    const growing = this.task.beginPiece(index);
+  private beginPiece(index: number, fromOrigin = false): GrowingPiece {
+    const growing = this.task.beginPiece(index, fromOrigin);
     this.report({ packet: 'pieceStarted', pieceStarted: { index } });
     return growing;
   }
@@ -500,7 +500,7 @@ export class SwarmDownload {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
         .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) =>
-          this.beginPiece(index),
+          this.beginPiece(index, true),
         )
         .catch((error: Error) => {
           this.log.warn({ task: this.task.digest, err: error.message, attempt: this.originAttempts }, 'origin fetch failed');
