@@ -2,6 +2,7 @@
 // one copy from the registry, no cycles, no self-downloads, topology, chaos.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { startBitFlippingPeer } from '../fixtures/bad-peer.js';
@@ -156,6 +157,24 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.equal(result.digest, blob.digest);
     assert.equal(blobRequests(registry.requests(), blob.digest).length, 1, 'the registry sent the blob once');
     assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
+  });
+
+  it('a seed fetching a whole blob brings its last piece first, where a lazy puller reads the footer', async () => {
+    const { peers } = await cluster(1);
+    const blob = await pushRandomBlob(registry, 'swarm/tail-first', 30 * MB);
+    const bytes = readFileSync(blob.path);
+    // A lazy mount's first read: the footer, in the blob's last piece.
+    const response = await request(`${peers[0]!.url}/v2/swarm/tail-first/blobs/${blob.digest}?ns=${registry.host}`, {
+      headers: { range: `bytes=-51` },
+    });
+    assert.equal(response.statusCode, 206);
+    assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(bytes.length - 51)));
+    // The seed asked the registry for the last piece on its own, then for the rest.
+    const lastPiece = blob.size % (4 * 1024 * 1024);
+    await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 30_000, 'both origin reads');
+    const sizes = blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten);
+    assert.ok(sizes.includes(lastPiece), `no origin read of just the last piece (${lastPiece} bytes) among ${sizes.join(', ')}`);
+    assert.equal(sizes.reduce((a, b) => a + b, 0), blob.size, 'the registry still sent one copy');
   });
 
   it('completes every pull when the scheduler dies mid-run', async () => {

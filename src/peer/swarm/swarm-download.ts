@@ -496,6 +496,15 @@ export class SwarmDownload {
       if (last && last.last === index - 1) last.last = index;
       else runs.push({ first: index, last: index });
     }
+    // The blob's last piece first, on a connection of its own: a lazy puller reads an eStargz or
+    // zstd:chunked layer's footer and TOC, at its end, before any other byte, and a seed fetching
+    // the whole blob would otherwise bring it last. For a whole download the order costs nothing.
+    const tail = runs[runs.length - 1];
+    const lastPiece = this.task.layout.pieceCount - 1;
+    if (tail && tail.last === lastPiece && tail.first < lastPiece) {
+      tail.last = lastPiece - 1;
+      runs.unshift({ first: lastPiece, last: lastPiece });
+    }
     for (const run of runs) {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
