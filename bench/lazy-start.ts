@@ -23,25 +23,18 @@
 // The rootfs is the one test/snapshotter/debian.test.ts builds and caches in /var/tmp (run that test
 // once first); its one-layer OCI image (umoci) is cached next to it in /var/tmp/starling-lazy-start-*.
 // Conversion and optimization run every time (they are timed and printed, but not part of the start).
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { startContainerd, writeHostsToml, type Containerd } from '../test/fixtures/containerd.js';
-import { makeTempDir, run, runOk, type RunResult, type Service, type TempDir } from '../test/fixtures/processes.js';
+import { makeTempDir, type Service, type TempDir } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { createCluster, type Cluster, type ClusterHost } from './lib/cluster.js';
+import { debianImages, layoutLayers, recordedPaths, requireRootfs, SUITE, WORKLOAD, type OciLayer } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { fixed, median, table } from './lib/stats.js';
 
-// The rootfs of test/snapshotter/debian.test.ts (same arguments, same cache path).
-const SUITE = 'bookworm';
-const MIRROR = 'http://deb.debian.org/debian';
-const DEBOOTSTRAP_ARGS = ['--variant=minbase', '--include=python3', SUITE];
-const ROOTFS_CACHE = `/var/tmp/starling-debootstrap-${createHash('sha256').update(JSON.stringify([DEBOOTSTRAP_ARGS, MIRROR])).digest('hex').slice(0, 12)}`;
-const IMAGE_CACHE = `/var/tmp/starling-lazy-start-${createHash('sha256').update(ROOTFS_CACHE).digest('hex').slice(0, 12)}`;
-const WORKLOAD = ['python3', '-c', 'import json, sqlite3'];
 const CLI = path.resolve(import.meta.dirname, '../dist/cli/main.js');
 const REPO = 'debian/python';
 const PEER = '127.0.4.1:65001';
@@ -74,10 +67,7 @@ if (flags.help) {
 }
 const runs = Number(flags.runs);
 if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs must be a positive integer, got ${flags.runs}`);
-if (!fs.existsSync(path.join(ROOTFS_CACHE, 'complete'))) {
-  throw new Error(`no cached Debian rootfs in ${ROOTFS_CACHE}: run \`node --import tsx --test test/snapshotter/debian.test.ts\` once first`);
-}
-if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npx tsc -p .\` first`);
+requireRootfs();
 
 type Scenario = 'full' | 'lazy' | 'optimized';
 const ALL_SCENARIOS: Scenario[] = ['full', 'lazy', 'optimized'];
@@ -102,44 +92,6 @@ interface Measurement {
   registryBytes: number;
   /** Lazy scenarios: what the snapshotter fetched through the peer (footer, TOC, prefetch, chunks). */
   snapshotterBytes?: number;
-}
-
-async function starling(args: string[], timeoutMs = 1_800_000): Promise<RunResult> {
-  const res = await run(process.execPath, [CLI, ...args], { timeoutMs });
-  if (res.code !== 0) throw new Error(`starling ${args.join(' ')} failed (${res.code}):\n${res.stderr}`);
-  return res;
-}
-
-/** The plain one-layer image of the rootfs (umoci, gzip), cached. */
-async function plainLayout(): Promise<string> {
-  const layout = path.join(IMAGE_CACHE, 'oci');
-  if (fs.existsSync(path.join(IMAGE_CACHE, 'complete'))) return layout;
-  console.error(`building the plain image in ${layout} ...`);
-  await fsp.rm(IMAGE_CACHE, { recursive: true, force: true });
-  await fsp.mkdir(IMAGE_CACHE, { recursive: true });
-  const bundle = path.join(IMAGE_CACHE, 'bundle');
-  await runOk('umoci', ['init', '--layout', layout]);
-  await runOk('umoci', ['new', '--image', `${layout}:plain`]);
-  await runOk('umoci', ['unpack', '--image', `${layout}:plain`, bundle]);
-  await runOk('cp', ['-a', `${path.join(ROOTFS_CACHE, 'rootfs')}/.`, path.join(bundle, 'rootfs')], { timeoutMs: 600_000 });
-  await runOk('umoci', ['repack', '--image', `${layout}:plain`, bundle], { timeoutMs: 1_200_000 });
-  await runOk('umoci', ['config', '--image', `${layout}:plain`, '--config.env', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']);
-  await fsp.rm(bundle, { recursive: true, force: true });
-  await fsp.writeFile(path.join(IMAGE_CACHE, 'complete'), new Date().toISOString());
-  return layout;
-}
-
-interface OciLayer {
-  digest: string;
-  size: number;
-}
-
-async function layoutLayers(layout: string, tag: string): Promise<OciLayer[]> {
-  const index = JSON.parse(await fsp.readFile(path.join(layout, 'index.json'), 'utf8')) as { manifests: Array<{ digest: string; annotations?: Record<string, string> }> };
-  const entry = index.manifests.find((m) => m.annotations?.['org.opencontainers.image.ref.name'] === tag);
-  if (!entry) throw new Error(`${layout} has no tag ${tag}`);
-  const manifest = JSON.parse(await fsp.readFile(path.join(layout, 'blobs/sha256', entry.digest.slice(7)), 'utf8')) as { layers: OciLayer[] };
-  return manifest.layers.map(({ digest, size }) => ({ digest, size }));
 }
 
 /** Curl inside a namespace (the node's services listen on its own loopback). */
@@ -265,26 +217,9 @@ let cluster: Cluster | undefined;
 let registry: NsRegistry | undefined;
 try {
   // ---- images: plain (cached), converted, optimized
-  const plain = await plainLayout();
-  // Converted and optimized every run unless --reuse-images (then cached next to the plain image).
-  const converted = flags['reuse-images'] ? IMAGE_CACHE : work.path;
-  const esgzLayout = path.join(converted, 'esgz');
-  const optLayout = path.join(converted, 'optimized');
-  const record = path.join(converted, 'record.jsonl');
-  let convertSeconds = NaN;
-  let optimizeSeconds = NaN;
-  if (!flags['reuse-images'] || !fs.existsSync(path.join(converted, 'converted-complete'))) {
-    await fsp.rm(esgzLayout, { recursive: true, force: true });
-    await fsp.rm(optLayout, { recursive: true, force: true });
-    let t = performance.now();
-    await starling(['convert', `oci:${plain}:plain`, `oci:${esgzLayout}:esgz`]);
-    convertSeconds = (performance.now() - t) / 1000;
-    t = performance.now();
-    await starling(['optimize', `oci:${plain}:plain`, `oci:${optLayout}:optimized`, '--entrypoint', JSON.stringify(WORKLOAD), '--args', '[]', '--record-out', record]);
-    optimizeSeconds = (performance.now() - t) / 1000;
-    if (flags['reuse-images']) await fsp.writeFile(path.join(converted, 'converted-complete'), new Date().toISOString());
-  }
-  const recorded = (await fsp.readFile(record, 'utf8')).trim().split('\n').length;
+  const images = await debianImages(work.path, flags['reuse-images']);
+  const { plain, esgz: esgzLayout, optimized: optLayout, convertSeconds, optimizeSeconds } = images;
+  const recorded = (await recordedPaths(images.record)).length;
   const layers: Record<Scenario, OciLayer> = {
     full: (await layoutLayers(plain, 'plain'))[0]!,
     lazy: (await layoutLayers(esgzLayout, 'esgz'))[0]!,

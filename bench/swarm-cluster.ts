@@ -12,16 +12,15 @@
 
 import { copyFile, mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { writeRandomFile } from '../test/fixtures/images.js';
-import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
+import { makeTempDir, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
-import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster, type ClusterHost } from './lib/cluster.js';
+import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
+import { MIRROR, startSwarm, sumPeerMetric } from './lib/swarm.js';
 import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
-const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/cli/main.js');
 const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
   'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
@@ -53,51 +52,19 @@ try {
   registry = await startNsRegistry(c, c.origin);
   await registry.pushBlobFile(REPO, blobFile, digest);
   const registryHost = `${c.origin.ip}:${registry.port}`;
-  const scheduler = `${c.extras.sched!.ip}:8002`;
-
-  const peerLog = (host: ClusterHost) => path.join(work.path, `${host.name}.log`);
-  services.push(
-    await c.spawn(c.extras.sched!, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', `${c.extras.sched!.ip}:8003`, '--candidate-parent-limit', String(a.extra['parent-limit'])], {
-      name: 'scheduler',
-      logFile: path.join(work.path, 'scheduler.log'),
-    }),
-  );
-  await waitFor(
-    async () => (await c.exec(c.extras.sched!, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', `http://${c.extras.sched!.ip}:8003/healthz`], { allowFail: true })).stdout === '200',
-    30_000,
-    'scheduler',
-  );
-  // STARLING_CPU_PROF_DIR=DIR: every peer writes a V8 CPU profile there when it stops
-  // (summarize one with `npx tsx bench/lib/cpuprofile.ts FILE`).
-  const cpuProfileEnv = () =>
-    process.env.STARLING_CPU_PROF_DIR
-      ? { NODE_OPTIONS: `--import ${fileURLToPath(new URL('./lib/cpu-prof-preload.mjs', import.meta.url))}`, STARLING_CPU_PROF_DIR: path.resolve(process.env.STARLING_CPU_PROF_DIR) }
-      : undefined;
-  const startPeer = (host: ClusterHost, seed: boolean) =>
-    c.spawn(
-      host,
-      process.execPath,
-      [
-        CLI, 'peer', '--data-dir', path.join(work.path, `data-${host.name}`), '--mirror-listen', '127.0.0.1:65001',
-        '--insecure-registry', registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
-        '--host-id', host.name, '--log-level', 'warn', ...(seed ? ['--seed'] : []),
-        ...String(a.extra[seed ? 'seed-args' : 'peer-args'] ?? '').split(' ').filter(Boolean),
-      ],
-      { name: host.name, logFile: peerLog(host), env: cpuProfileEnv() },
-    );
-  services.push(await startPeer(c.seed!, true));
-  services.push(...(await Promise.all(c.nodes.map((node) => startPeer(node, false)))));
-  // Every mirror answers before the clock starts.
-  await Promise.all(
-    [c.seed!, ...c.nodes].map((host) =>
-      waitFor(async () => (await c.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', 'http://127.0.0.1:65001/healthz'], { allowFail: true })).stdout === '200', 30_000, `${host.name} peer`),
-    ),
-  );
+  const swarm = await startSwarm(c, {
+    registryHost,
+    workDir: work.path,
+    parentLimit: String(a.extra['parent-limit']),
+    peerArgs: String(a.extra['peer-args'] ?? '').split(' ').filter(Boolean),
+    seedArgs: String(a.extra['seed-args'] ?? '').split(' ').filter(Boolean),
+  });
+  services.push(...swarm.services);
 
   const before = await c.counters(c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
-  const url = `http://127.0.0.1:65001/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
+  const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
   const timings = await Promise.all(
     c.nodes.map(async (node) => {
       const res = await c.exec(
@@ -117,13 +84,7 @@ try {
   const cpuReport = cpu.stop();
   const after = await c.counters(c.origin);
   // Where the nodes' bytes came from, as the scheduler saw it.
-  const statRun = await c.exec(c.extras.sched!, 'curl', ['-s', '--noproxy', '*', `http://${c.extras.sched!.ip}:8003/api/tasks/${digest}`], { allowFail: true });
-  const stat = JSON.parse(statRun.stdout || '{}') as {
-    bytesFromPeers?: number;
-    bytesFromSeeds?: number;
-    bytesFromOrigin?: number;
-    peers?: Array<{ hostId: string; bytesByParentHost: Record<string, number> }>;
-  };
+  const stat = await swarm.task(digest);
   if (process.env.STARLING_BENCH_VERBOSE) {
     for (const peer of stat.peers ?? []) {
       const from = Object.entries(peer.bytesByParentHost).map(([host, bytes]) => `${host}:${(bytes / 2 ** 20).toFixed(0)}M`);
@@ -131,16 +92,7 @@ try {
     }
   }
   // How the upload servers answered (every peer's own counters, summed).
-  const uploadRequests: Record<string, number> = {};
-  await Promise.all(
-    [c.seed!, ...c.nodes].map(async (host) => {
-      const text = (await c.exec(host, 'curl', ['-s', '--noproxy', '*', 'http://127.0.0.1:65001/metrics'], { allowFail: true })).stdout;
-      for (const m of text.matchAll(/^starling_peer_upload_requests_total\{kind="(\w+)",outcome="(\w+)"\} (\d+)/gm)) {
-        const key = `${m[1]} ${m[2]}`;
-        uploadRequests[key] = (uploadRequests[key] ?? 0) + Number(m[3]);
-      }
-    }),
-  );
+  const uploadRequests = await sumPeerMetric(c, /^starling_peer_upload_requests_total\{kind="(\w+)",outcome="(\w+)"\} (\d+)/gm);
   const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
   const logged = blobBytesSent(registry.requests(), digest);
   const lb = clusterLowerBound(F, c.seed!, c.nodes);
