@@ -1,0 +1,324 @@
+// Scenario (c) beside (b): N nodes start the same workload at once through the Starling swarm, from
+// an eStargz image that `starling optimize` prepared for it, either
+//   lazy — each node mounts the layer lazily through its own peer (footer, TOC, the prioritized
+//          files in one Range request) and reads the files the workload read, in the recorded
+//          order (bench/lib/lazy-reader.ts: the FUSE mount of the snapshotter, without containerd);
+//   full — each node downloads the whole layer blob through its peer (scenario b).
+//
+//   npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy]
+//                               [--plots DIR] [--json-out FILE] [--keep-logs DIR]
+//
+// The image is the Debian + python3 one of bench/lazy-start.ts (workload `python3 -c 'import json,
+// sqlite3'`, 40 files recorded), cached in /var/tmp; its layer blob is pushed to a real
+// docker-registry behind the origin's capped NIC. Each scenario gets a fresh swarm (scheduler, seed
+// peer with the origin's rate, one peer per node, empty stores). Per scenario: first, median and last
+// node ready, the registry's egress (bytes, copies of the layer, peak rate over 0.5 s), what each node
+// received over its NIC, the Kumar–Ross bound T* for the bytes the scenario needs (the whole layer;
+// for lazy, what the mounts fetched), the ratio, and the machine's CPU use.
+
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { cdfPoints, lineChart, stackedCharts, type Series } from '../sim/svg.js';
+import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
+import { blobBytesSent } from '../test/fixtures/registry.js';
+import {
+  clusterLowerBound, createCluster, formatRate, nowSeconds, parseRate, startCpuSampler, tcpPayloadBytes,
+  type Cluster, type CpuReport, type LowerBound,
+} from './lib/cluster.js';
+import { debianImages, layoutLayers, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
+import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
+import { boundLine, cpuLine, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { fixed, table } from './lib/stats.js';
+import { MIRROR, startSwarm } from './lib/swarm.js';
+
+type Scenario = 'full' | 'lazy';
+const LABELS: Record<Scenario, string> = { full: '(b) swarm, full download', lazy: '(c) swarm, lazy start' };
+const READER = path.resolve(import.meta.dirname, 'lib/lazy-reader.ts');
+const REPO = 'debian/python';
+const TOC_DIGEST = 'containerd.io/snapshot/stargz/toc.digest';
+
+const usage = [
+  'usage: npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy] [--plots DIR] [--json-out FILE] [--keep-logs DIR]',
+  '  --nodes N          receiving nodes (each in its own network namespace)',
+  '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
+  '  --origin-rate R    the registry\'s and the seed peer\'s NIC cap; default 4 × node rate',
+  '  --scenarios LIST   full (scenario b) and/or lazy (scenario c), in this order',
+  '  --plots DIR        write a completion-time CDF and a registry-egress plot (SVG) there',
+  '  --json-out FILE    write the results as JSON',
+  '  --keep-logs DIR    copy every process log there',
+].join('\n');
+let flags;
+try {
+  flags = parseArgs({
+    options: {
+      nodes: { type: 'string', default: '8' },
+      'node-rate': { type: 'string', default: '100mbit' },
+      'origin-rate': { type: 'string' },
+      scenarios: { type: 'string', default: 'full,lazy' },
+      plots: { type: 'string' },
+      'json-out': { type: 'string' },
+      'keep-logs': { type: 'string' },
+      'peer-args': { type: 'string', default: '' },
+      help: { type: 'boolean', default: false },
+    },
+  }).values;
+} catch (error) {
+  console.error(`${(error as Error).message}\n${usage}`);
+  process.exit(2);
+}
+if (flags.help) {
+  console.log(usage);
+  process.exit(0);
+}
+const N = Number(flags.nodes);
+if (!Number.isInteger(N) || N < 1 || N > 64) throw new Error(`--nodes must be 1…64, got ${flags.nodes}`);
+const nodeRate = formatRate(parseRate(flags['node-rate']!));
+const originRate = formatRate(flags['origin-rate'] ? parseRate(flags['origin-rate']) : 4 * parseRate(flags['node-rate']!));
+const SCENARIOS = flags.scenarios!.split(',').map((s) => s.trim()) as Scenario[];
+for (const s of SCENARIOS) if (!(s in LABELS)) throw new Error(`--scenarios: unknown scenario "${s}" (full, lazy)`);
+warnIfOverBudget({ nodes: N, nodeRate, originRate, sizeBytes: 0, sizeText: '', extra: {} });
+
+interface ScenarioResult {
+  scenario: Scenario;
+  /** Bytes each node needs: the whole layer, or (lazy) the median of what the mounts fetched. */
+  neededBytes: number;
+  lowerBound: LowerBound;
+  first: number;
+  median: number;
+  last: number;
+  ratio: number;
+  perNode: NodeTiming[];
+  /** Lazy: seconds until each node's mount was ready (before reading the files). */
+  mounted?: number[];
+  registryBytes: number;
+  registryCopies: number;
+  registryPeakBitsPerSecond: number;
+  /** Registry NIC egress samples: seconds from the start, cumulative payload bytes. */
+  egressSamples: Array<[number, number]>;
+  /** Mean bytes received per node over its NIC (Ethernet payload), and as a share of the layer. */
+  nodeReceivedBytes: number;
+  nodeReceivedShare: number;
+  cpu: CpuReport;
+}
+
+/** The same digest the reader computes, over the original files. */
+async function expectedDigest(files: string[]): Promise<string> {
+  const digest = createHash('sha256');
+  for (const file of files) {
+    const content = await fsp.readFile(path.join(rootfsPath(), file));
+    digest.update(`${file}\0${content.length}\0`).update(content);
+  }
+  return digest.digest('hex');
+}
+
+const work = await makeTempDir('starling-bench-swarm-lazy-');
+let cluster: Cluster | undefined;
+let registry: NsRegistry | undefined;
+const services: Service[] = [];
+const logFiles: string[] = [];
+try {
+  const images = await debianImages(work.path, true);
+  const layer = (await layoutLayers(images.optimized, 'optimized'))[0]!;
+  const tocDigest = layer.annotations?.[TOC_DIGEST];
+  if (!tocDigest) throw new Error(`the optimized layer has no ${TOC_DIGEST} annotation`);
+  const files = await recordedPaths(images.record);
+  const expected = await expectedDigest(files);
+  const F = layer.size;
+
+  cluster = await createCluster({ nodes: N, nodeRate, originRate, seed: { rate: originRate }, extras: [{ name: 'sched' }] });
+  const c = cluster;
+  registry = await startNsRegistry(c, c.origin);
+  await registry.pushBlobFile(REPO, path.join(images.optimized, 'blobs/sha256', layer.digest.slice(7)), layer.digest);
+  const registryHost = `${c.origin.ip}:${registry.port}`;
+  const url = `http://${MIRROR}/v2/${REPO}/blobs/${layer.digest}?ns=${registryHost}`;
+
+  const results: ScenarioResult[] = [];
+  for (const scenario of SCENARIOS) {
+    const peerArgs = flags['peer-args']!.split(' ').filter(Boolean);
+    const swarm = await startSwarm(c, { registryHost, workDir: work.path, tag: scenario, peerArgs, seedArgs: peerArgs });
+    services.push(...swarm.services);
+    logFiles.push(...swarm.logFiles());
+    const readers: Service[] = [];
+    const goFile = path.join(work.path, `${scenario}-go`);
+    if (scenario === 'lazy') {
+      // The readers load their code before the clock starts, then wait for the go file.
+      for (const node of c.nodes) {
+        const spec = { url, tocDigest, mountpoint: path.join(work.path, `mnt-${node.name}`), cacheDir: path.join(work.path, `cache-${node.name}`), files, goFile };
+        readers.push(await c.spawn(node, process.execPath, ['--import', 'tsx', READER, JSON.stringify(spec)], { name: `reader-${node.name}`, logFile: path.join(work.path, `${scenario}-reader-${node.name}.log`) }));
+      }
+      services.push(...readers);
+      logFiles.push(...readers.map((r) => r.logFile));
+      await waitFor(() => readers.every((r) => {
+        if (!r.running) throw new Error(`${r.name} exited:\n${r.logTail()}`);
+        return r.readLog().includes('ready');
+      }), 60_000, 'every reader to load');
+    }
+
+    const registryLogBefore = blobBytesSent(registry.requests(), layer.digest);
+    const countersBefore = await c.allCounters();
+    const egress0 = countersBefore.get(c.origin.name)!;
+    const egressSamples: Array<[number, number]> = [[0, 0]];
+    const cpu = startCpuSampler(500, () => c.cpuSeconds());
+    const t0 = nowSeconds();
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        const now = await c.counters(c.origin);
+        egressSamples.push([nowSeconds() - t0, tcpPayloadBytes(now.txBytes - egress0.txBytes, now.txPackets - egress0.txPackets)]);
+      }
+    })();
+
+    let timings: NodeTiming[];
+    let mounted: number[] | undefined;
+    let fetched: number[] = [];
+    if (scenario === 'lazy') {
+      await fsp.writeFile(goFile, String(Date.now()));
+      const outcomes = await Promise.all(
+        readers.map(async (reader, i) => {
+          const exit = await reader.exited;
+          const line = reader.readLog().split('\n').find((l) => l.startsWith('RESULT '));
+          if (exit.code !== 0 || !line) throw new Error(`${reader.name} failed (${exit.code}):\n${reader.logTail()}`);
+          const r = JSON.parse(line.slice(7)) as { mounted: number; done: number; fetched: number; digest: string };
+          if (r.digest !== expected) throw new Error(`${reader.name}: the files read do not match the original rootfs`);
+          return { node: c.nodes[i]!.name, ...r };
+        }),
+      );
+      timings = outcomes.map((o) => ({ node: o.node, done: o.done }));
+      mounted = outcomes.map((o) => o.mounted);
+      fetched = outcomes.map((o) => o.fetched);
+    } else {
+      timings = await Promise.all(
+        c.nodes.map(async (node) => {
+          const res = await c.exec(node, 'bash', ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' "$0" | sha256sum`, url], { timeoutMs: 3_600_000 });
+          const done = nowSeconds() - t0;
+          if (res.stdout.trim().split(/\s+/)[0] !== layer.digest.slice(7)) throw new Error(`${node.name}: the layer does not match its digest: ${res.stderr.trim()}`);
+          return { node: node.name, done };
+        }),
+      );
+    }
+    const cpuReport = cpu.stop();
+    sampling = false;
+    await sampler;
+    const countersAfter = await c.allCounters();
+    const egressEnd = countersAfter.get(c.origin.name)!;
+    const egressBytes = tcpPayloadBytes(egressEnd.txBytes - egress0.txBytes, egressEnd.txPackets - egress0.txPackets);
+    egressSamples.push([nowSeconds() - t0, egressBytes]);
+    let peak = 0;
+    for (let i = 1; i < egressSamples.length; i++) {
+      // Rates over at least 0.5 s, so one late sample does not make a spike.
+      let j = i - 1;
+      while (j > 0 && egressSamples[i]![0] - egressSamples[j]![0] < 0.5) j--;
+      const [t1, b1] = egressSamples[i]!;
+      const [tj, bj] = egressSamples[j]!;
+      if (t1 > tj) peak = Math.max(peak, ((b1 - bj) * 8) / (t1 - tj));
+    }
+    const received = c.nodes.map((node) => {
+      const b = countersBefore.get(node.name)!;
+      const a = countersAfter.get(node.name)!;
+      return tcpPayloadBytes(a.rxBytes - b.rxBytes, a.rxPackets - b.rxPackets);
+    });
+    const nodeReceivedBytes = received.reduce((x, y) => x + y, 0) / received.length;
+    const neededBytes = scenario === 'lazy' ? [...fetched].sort((x, y) => x - y)[Math.floor(fetched.length / 2)]! : F;
+    const lowerBound = clusterLowerBound(neededBytes, c.seed!, c.nodes);
+    const s = summarize(timings);
+    results.push({
+      scenario,
+      neededBytes,
+      lowerBound,
+      first: s.first,
+      median: s.median,
+      last: s.last,
+      ratio: s.last / lowerBound.seconds,
+      perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
+      mounted: mounted?.map((m) => +m.toFixed(3)),
+      registryBytes: blobBytesSent(registry.requests(), layer.digest) - registryLogBefore,
+      registryCopies: egressBytes / F,
+      registryPeakBitsPerSecond: peak,
+      egressSamples: egressSamples.map(([t, b]) => [+t.toFixed(3), b]),
+      nodeReceivedBytes,
+      nodeReceivedShare: nodeReceivedBytes / F,
+      cpu: cpuReport,
+    });
+    console.error(`${LABELS[scenario]}: last node at ${fixed(s.last)} s (T* ${fixed(lowerBound.seconds)} s)`);
+    console.error(`  ${boundLine(lowerBound)}`);
+    console.error(`  ${cpuLine(cpuReport)}`);
+    await swarm.stop();
+  }
+
+  const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
+  console.log(`${N} nodes start \`${WORKLOAD.join(' ')}\` from an optimized eStargz image (layer ${mb(F)}, ${files.length} files recorded); nodes ${nodeRate}, registry and seed ${originRate}`);
+  console.log(
+    table(
+      ['scenario', 'bytes needed', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'registry egress', 'peak egress', 'received per node'],
+      results.map((r) => [
+        LABELS[r.scenario], mb(r.neededBytes), fixed(r.lowerBound.seconds), fixed(r.first), fixed(r.median), fixed(r.last), fixed(r.ratio),
+        `${mb(r.registryCopies * F)} (${fixed(r.registryCopies)} copies)`, `${fixed(r.registryPeakBitsPerSecond / 1e6, 0)} Mbit/s`,
+        `${mb(r.nodeReceivedBytes)} (${fixed(100 * r.nodeReceivedShare, 1)}%)`,
+      ]),
+    ),
+  );
+  for (const r of results) console.log(`${LABELS[r.scenario]}: ${cpuLine(r.cpu)}`);
+  const json = { kind: 'swarm-lazy', nodes: N, nodeRate, originRate, layerBytes: F, workload: WORKLOAD, recordedFiles: files.length, results };
+  console.log(JSON.stringify({ ...json, results: results.map(({ egressSamples: _, ...r }) => r) }));
+  if (flags['json-out']) await fsp.writeFile(flags['json-out'], `${JSON.stringify(json, null, 1)}\n`);
+  if (flags.plots) writePlots(flags.plots, results, `${N} nodes, ${nodeRate} each, registry ${originRate}`);
+} finally {
+  for (const service of services.reverse()) await service.stop().catch(() => {});
+  await registry?.stop().catch(() => {});
+  await cluster?.destroy();
+  if (flags['keep-logs']) {
+    await fsp.mkdir(flags['keep-logs'], { recursive: true });
+    for (const file of logFiles) await fsp.copyFile(file, path.join(flags['keep-logs'], path.basename(file))).catch(() => {});
+  }
+  await work.remove();
+}
+
+/** A completion-time CDF of both scenarios, and the registry's egress rate over time for each. */
+function writePlots(dir: string, results: ScenarioResult[], setup: string): void {
+  fs.mkdirSync(dir, { recursive: true });
+  const name = `emulated-${N}-nodes`;
+  const hi = Math.max(...results.map((r) => r.last));
+  const cdf: Series[] = results.map((r) => ({ label: LABELS[r.scenario], points: cdfPoints(r.perNode.map((p) => p.done)), step: true }));
+  fs.writeFileSync(
+    path.join(dir, `${name}-cdf.svg`),
+    lineChart({
+      title: `${setup}: share of nodes ready (emulated cluster)`,
+      xLabel: 'seconds from the start',
+      yLabel: 'share of nodes ready',
+      series: cdf,
+      yMin: 0,
+      yMax: 1,
+      xMin: 0,
+      xMax: hi * 1.05,
+      markers: results.map((r) => ({ x: r.lowerBound.seconds, label: `T* ${r.scenario}` })),
+    }),
+  );
+  fs.writeFileSync(
+    path.join(dir, `${name}-egress.svg`),
+    stackedCharts(
+      results.map((r) => {
+        const points: Array<[number, number]> = [];
+        for (let i = 1; i < r.egressSamples.length; i++) {
+          const [t0, b0] = r.egressSamples[i - 1]!;
+          const [t1, b1] = r.egressSamples[i]!;
+          if (t1 > t0) points.push([t0, ((b1 - b0) * 8) / (t1 - t0) / 1e6]);
+        }
+        return {
+          title: `${setup}, ${LABELS[r.scenario]}: registry egress (${r.registryCopies.toFixed(2)} copies of the layer)`,
+          xLabel: 'seconds from the start',
+          yLabel: 'Mbit/s',
+          series: [{ label: LABELS[r.scenario], points, step: true }],
+          yMin: 0,
+          yMax: Math.max(1, ...points.map((p) => p[1])) * 1.1,
+          xMin: 0,
+          xMax: Math.max(r.last, ...r.egressSamples.map((s) => s[0])) * 1.02,
+          height: 260,
+        };
+      }),
+    ),
+  );
+}
