@@ -176,7 +176,9 @@ try {
     let mounted: number[] | undefined;
     let fetched: number[] = [];
     if (scenario === 'lazy') {
-      await fsp.writeFile(goFile, String(Date.now()));
+      // Written aside and renamed: a reader must never see the file before its content.
+      await fsp.writeFile(`${goFile}.tmp`, String(Date.now()));
+      await fsp.rename(`${goFile}.tmp`, goFile);
       const outcomes = await Promise.all(
         readers.map(async (reader, i) => {
           const exit = await reader.exited;
@@ -265,7 +267,7 @@ try {
   const json = { kind: 'swarm-lazy', nodes: N, nodeRate, originRate, layerBytes: F, workload: WORKLOAD, recordedFiles: files.length, results };
   console.log(JSON.stringify({ ...json, results: results.map(({ egressSamples: _, ...r }) => r) }));
   if (flags['json-out']) await fsp.writeFile(flags['json-out'], `${JSON.stringify(json, null, 1)}\n`);
-  if (flags.plots) writePlots(flags.plots, results, `${N} nodes, ${nodeRate} each, registry ${originRate}`);
+  if (flags.plots) writePlots(flags.plots, results, `${N} nodes × ${nodeRate}, registry ${originRate}`);
 } finally {
   for (const service of services.reverse()) await service.stop().catch(() => {});
   await registry?.stop().catch(() => {});
@@ -308,7 +310,7 @@ function writePlots(dir: string, results: ScenarioResult[], setup: string): void
           if (t1 > t0) points.push([t0, ((b1 - b0) * 8) / (t1 - t0) / 1e6]);
         }
         return {
-          title: `${setup}, ${LABELS[r.scenario]}: registry egress (${r.registryCopies.toFixed(2)} copies of the layer)`,
+          title: `${LABELS[r.scenario]}: registry egress, ${r.registryCopies.toFixed(2)} copies of the layer`,
           xLabel: 'seconds from the start',
           yLabel: 'Mbit/s',
           series: [{ label: LABELS[r.scenario], points, step: true }],
