@@ -155,7 +155,8 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     running.push(restarted);
     const result = await pullThrough(second, registry, 'swarm/restart', blob.digest);
     assert.equal(result.digest, blob.digest);
-    assert.equal(blobRequests(registry.requests(), blob.digest).length, 1, 'the registry sent the blob once');
+    // Once in bytes: the first pull's seedless origin read takes the last piece on a request of its own.
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');
     assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
   });
 
