@@ -23,7 +23,8 @@ import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, runOk, type Service } from '../test/fixtures/processes.js';
 import { infoHash } from './lib/bencode.js';
 import { clusterLowerBound, createCluster, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type QdiscStats } from './lib/cluster.js';
-import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { startEgressSampler } from './lib/egress.js';
+import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, parseSize, table } from './lib/stats.js';
 
 const a = scenarioArgs('bittorrent-baseline', {
@@ -121,6 +122,7 @@ try {
   const allBefore = await c.allCounters();
   const qBefore = await c.allDownloadQdiscStats();
   const softnet0 = softnetDrops();
+  const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = Date.now() / 1000;
   const leechers = await Promise.all(
@@ -162,6 +164,7 @@ try {
     await sleep(50);
   }
   const cpuReport = cpu.stop();
+  const egressRecord = await egress.stop();
   await Promise.all(services.map((s) => s.stop(2000)));
 
   // Every node's copy must be the blob.
@@ -214,6 +217,7 @@ try {
     downloadQueueDropPct: (100 * drops) / Math.max(1, drops + sent),
     cpu: cpuReport,
     softnetDrops: softnetDrops() - softnet0,
+    egress: egressRecord,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
   };
   console.log(
@@ -237,7 +241,7 @@ try {
   );
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(cpuLine(cpuReport));
-  console.log(JSON.stringify(result));
+  await reportJson(a, result);
 } finally {
   await cluster?.destroy();
   await work.remove();

@@ -14,8 +14,9 @@ import { writeRandomFile } from '../test/fixtures/images.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { makeTempDir } from '../test/fixtures/processes.js';
 import { clusterLowerBound, createCluster, nowSeconds, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
+import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('direct-pull');
@@ -40,6 +41,7 @@ try {
   const c = cluster;
   const before = await c.counters(c.origin);
   const softnet0 = softnetDrops();
+  const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
   const timings = await Promise.all(
@@ -63,6 +65,7 @@ try {
     }),
   );
   const cpuReport = cpu.stop();
+  const egressRecord = await egress.stop();
   const after = await c.counters(c.origin);
 
   const egressWire = after.txBytes - before.txBytes;
@@ -89,6 +92,7 @@ try {
     registryLoggedCopies: logged / F,
     cpu: cpuReport,
     softnetDrops: softnetDrops() - softnet0,
+    egress: egressRecord,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3), curl: t.curlSeconds })),
   };
 
@@ -106,7 +110,7 @@ try {
   );
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(cpuLine(cpuReport));
-  console.log(JSON.stringify(result));
+  await reportJson(a, result);
 } finally {
   await registry?.stop().catch(() => {});
   await cluster?.destroy();

@@ -16,9 +16,10 @@ import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
+import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { MIRROR, startSwarm, sumPeerMetric } from './lib/swarm.js';
-import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('swarm-cluster', {
@@ -62,6 +63,7 @@ try {
   services.push(...swarm.services);
 
   const before = await c.counters(c.origin);
+  const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
   const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
@@ -82,6 +84,7 @@ try {
     }),
   );
   const cpuReport = cpu.stop();
+  const egressRecord = await egress.stop();
   const after = await c.counters(c.origin);
   // Where the nodes' bytes came from, as the scheduler saw it.
   const stat = await swarm.task(digest);
@@ -114,6 +117,7 @@ try {
     nodeBytesFromPeersCopies: (stat.bytesFromPeers ?? 0) / F,
     cpu: cpuReport,
     uploadRequests,
+    egress: egressRecord,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
   };
   console.log(`starling swarm: ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
@@ -132,7 +136,7 @@ try {
   console.log(`nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`);
   console.log(`upload requests: ${Object.entries(uploadRequests).sort().map(([k, v]) => `${k} ${v}`).join(', ')}`);
   console.log(cpuLine(cpuReport));
-  console.log(JSON.stringify(result));
+  await reportJson(a, result);
 } finally {
   for (const service of services.reverse()) await service.stop().catch(() => {});
   await registry?.stop().catch(() => {});

@@ -28,6 +28,7 @@ import {
   clusterLowerBound, createCluster, formatRate, nowSeconds, parseRate, startCpuSampler, tcpPayloadBytes,
   type Cluster, type CpuReport, type LowerBound,
 } from './lib/cluster.js';
+import { egressRateSteps, startEgressSampler } from './lib/egress.js';
 import { debianImages, layoutLayers, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { boundLine, cpuLine, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
@@ -159,18 +160,9 @@ try {
 
     const registryLogBefore = blobBytesSent(registry.requests(), layer.digest);
     const countersBefore = await c.allCounters();
-    const egress0 = countersBefore.get(c.origin.name)!;
-    const egressSamples: Array<[number, number]> = [[0, 0]];
+    const egress = await startEgressSampler(c, c.origin);
     const cpu = startCpuSampler(500, () => c.cpuSeconds());
     const t0 = nowSeconds();
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        await new Promise((resolve) => setTimeout(resolve, 250));
-        const now = await c.counters(c.origin);
-        egressSamples.push([nowSeconds() - t0, tcpPayloadBytes(now.txBytes - egress0.txBytes, now.txPackets - egress0.txPackets)]);
-      }
-    })();
 
     let timings: NodeTiming[];
     let mounted: number[] | undefined;
@@ -203,21 +195,8 @@ try {
       );
     }
     const cpuReport = cpu.stop();
-    sampling = false;
-    await sampler;
+    const egressRecord = await egress.stop();
     const countersAfter = await c.allCounters();
-    const egressEnd = countersAfter.get(c.origin.name)!;
-    const egressBytes = tcpPayloadBytes(egressEnd.txBytes - egress0.txBytes, egressEnd.txPackets - egress0.txPackets);
-    egressSamples.push([nowSeconds() - t0, egressBytes]);
-    let peak = 0;
-    for (let i = 1; i < egressSamples.length; i++) {
-      // Rates over at least 0.5 s, so one late sample does not make a spike.
-      let j = i - 1;
-      while (j > 0 && egressSamples[i]![0] - egressSamples[j]![0] < 0.5) j--;
-      const [t1, b1] = egressSamples[i]!;
-      const [tj, bj] = egressSamples[j]!;
-      if (t1 > tj) peak = Math.max(peak, ((b1 - bj) * 8) / (t1 - tj));
-    }
     const received = c.nodes.map((node) => {
       const b = countersBefore.get(node.name)!;
       const a = countersAfter.get(node.name)!;
@@ -238,9 +217,9 @@ try {
       perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
       mounted: mounted?.map((m) => +m.toFixed(3)),
       registryBytes: blobBytesSent(registry.requests(), layer.digest) - registryLogBefore,
-      registryCopies: egressBytes / F,
-      registryPeakBitsPerSecond: peak,
-      egressSamples: egressSamples.map(([t, b]) => [+t.toFixed(3), b]),
+      registryCopies: egressRecord.bytes / F,
+      registryPeakBitsPerSecond: egressRecord.peakBitsPerSecond,
+      egressSamples: egressRecord.samples,
       nodeReceivedBytes,
       nodeReceivedShare: nodeReceivedBytes / F,
       cpu: cpuReport,
@@ -303,12 +282,7 @@ function writePlots(dir: string, results: ScenarioResult[], setup: string): void
     path.join(dir, `${name}-egress.svg`),
     stackedCharts(
       results.map((r) => {
-        const points: Array<[number, number]> = [];
-        for (let i = 1; i < r.egressSamples.length; i++) {
-          const [t0, b0] = r.egressSamples[i - 1]!;
-          const [t1, b1] = r.egressSamples[i]!;
-          if (t1 > t0) points.push([t0, ((b1 - b0) * 8) / (t1 - t0) / 1e6]);
-        }
+        const points = egressRateSteps(r.egressSamples);
         return {
           title: `${LABELS[r.scenario]}: registry egress, ${r.registryCopies.toFixed(2)} copies of the layer`,
           xLabel: 'seconds from the start',

@@ -66,5 +66,5 @@ for (const file of args.files) {
 const done = since();
 const stats = layer.stats();
 await layer.unmount();
-console.log(`RESULT ${JSON.stringify({ mounted, done, filesBytes: bytes, fetched: stats.sourceBytes, digest: digest.digest('hex'), requests })}`);
+console.log(`RESULT ${JSON.stringify({ t0, mounted, done, filesBytes: bytes, fetched: stats.sourceBytes, digest: digest.digest('hex'), requests })}`);
 process.exit(0);

@@ -1,6 +1,7 @@
 // What the cluster benchmarks (direct pull, BitTorrent baseline, later the Starling swarm)
 // share: the command line, the budget check, the test blob, and the summary of a run.
 
+import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { formatRate, parseRate, type CpuReport, type LowerBound } from './cluster.js';
 import { fixed, median, parseSize } from './stats.js';
@@ -13,6 +14,8 @@ export interface ScenarioArgs {
   originRate: string;
   /** Extra options of the script, as given. */
   extra: Record<string, string | boolean | undefined>;
+  /** --json-out: where the whole result (egress samples included) is written. */
+  jsonOut?: string;
 }
 
 /** Total emulated traffic (Mbit/s) above which the two cores, not tc, set the pace (DESIGN.md: ~100 MB/s). */
@@ -31,6 +34,7 @@ export function scenarioArgs(
     size: { type: 'string' as const, default: '16MiB' },
     'node-rate': { type: 'string' as const, default: '20mbit' },
     'origin-rate': { type: 'string' as const },
+    'json-out': { type: 'string' as const },
     help: { type: 'boolean' as const, default: false },
     ...Object.fromEntries(Object.entries(extraOptions).map(([k, v]) => [k, { type: v.type, default: v.default }])),
   };
@@ -41,6 +45,7 @@ export function scenarioArgs(
       '  --size S           blob size (16MiB, 64MiB, 50MB…)',
       '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
       '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × node rate',
+      '  --json-out FILE    write the result there as JSON, with the origin\'s egress samples (for bench/plot-cluster.ts)',
       ...Object.entries(extraOptions).map(([k, v]) => `  --${k.padEnd(16)} ${v.help}`),
     ].join('\n');
   let values: Record<string, string | boolean | undefined>;
@@ -63,7 +68,8 @@ export function scenarioArgs(
     const originBits = values['origin-rate'] ? parseRate(String(values['origin-rate'])) : 4 * nodeBits;
     const extra: Record<string, string | boolean | undefined> = {};
     for (const k of Object.keys(extraOptions)) extra[k] = values[k];
-    return { nodes, sizeBytes, sizeText, nodeRate: formatRate(nodeBits), originRate: formatRate(originBits), extra };
+    const jsonOut = values['json-out'] === undefined ? undefined : String(values['json-out']);
+    return { nodes, sizeBytes, sizeText, nodeRate: formatRate(nodeBits), originRate: formatRate(originBits), extra, jsonOut };
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);
@@ -109,6 +115,13 @@ export function cpuLine(cpu: CpuReport): string {
 export function boundLine(lb: LowerBound): string {
   const t = lb.terms;
   return `T* = ${fixed(lb.seconds, 2)} s (${lb.binding} binds: F/u_s = ${fixed(t.source, 2)} s, F/d_min = ${fixed(t.download, 2)} s, N·F/(u_s+Σu_i) = ${fixed(t.aggregate, 2)} s)`;
+}
+
+/** Prints the result as one JSON line (without the egress samples) and writes it whole to --json-out. */
+export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: unknown } } & Record<string, unknown>): Promise<void> {
+  const { egress, ...rest } = result;
+  console.log(JSON.stringify(egress ? { ...rest, egress: { ...egress, samples: undefined } } : rest));
+  if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
 }
 
 export function sha256Hex(digest: string): string {
