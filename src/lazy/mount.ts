@@ -25,6 +25,14 @@ export interface LazyLayerOptions {
   prefetch?: boolean;
   /** Bytes to prefetch when the layer has no landmark at all (stargz-snapshotter's prefetch_size; default 0). */
   prefetchSize?: number;
+  /**
+   * Read the blob's first byte while the footer and the TOC are fetched (default false). Through a
+   * Starling peer this starts the fetch of the blob's first piece, where an optimized layer keeps
+   * its prioritized files, so that it overlaps the TOC's round trips and parsing instead of
+   * following them; the prefetch then finds those bytes at the peer. A layer that needs nothing
+   * from there costs that piece.
+   */
+  warmFirstPiece?: boolean;
   backgroundFetch?: BackgroundFetchOptions;
   /** How `.wh.` entries appear (default 'overlayfs', as stargz-snapshotter). */
   whiteouts?: WhiteoutMode;
@@ -57,12 +65,25 @@ export interface LazyLayerOptions {
   onAccess?: (path: string) => void;
 }
 
+/** Milliseconds each step of the mount took (for logs: where a slow start went). */
+export interface MountTimings {
+  /** Footer and TOC fetched, TOC checked and indexed. */
+  openMs: number;
+  /** The prefetch request, from its start to its last chunk stored (overlaps treeMs). */
+  prefetchMs: number;
+  /** The file tree built from the TOC. */
+  treeMs: number;
+  /** The FUSE session started and read-ahead set. */
+  fuseMs: number;
+}
+
 export interface LazyLayerStats extends FetchStats {
   /** Bytes received by the source, including footer and TOC (when the source counts them). */
   sourceBytes?: number;
   sourceRequests?: number;
   prefetch: PrefetchResult;
   background?: BackgroundProgress;
+  timings: MountTimings;
 }
 
 export interface LazyLayer {
@@ -87,9 +108,14 @@ const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'sta
 
 export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
   const warn = options.onWarning ?? (() => {});
+  const since = (start: number) => Math.round(performance.now() - start);
+  const timings: MountTimings = { openMs: 0, prefetchMs: 0, treeMs: 0, fuseMs: 0 };
+  let step = performance.now();
   // The cache directory is scanned while the footer and TOC are fetched.
   const opening = ChunkStore.open(options.cacheDir, { memory: options.chunkMemory });
   opening.catch(() => {});
+  // A hint: its failure changes nothing (the prefetch asks again and reports its own errors).
+  if (options.warmFirstPiece && options.source.size > 0) options.source.read(0, 1).catch(() => {});
   let reader: EstargzReader;
   try {
     reader = await openEstargz(options.source, { tocDigest: options.tocDigest });
@@ -97,6 +123,7 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     await opening.then((s) => s.close(), () => {});
     throw error;
   }
+  timings.openMs = since(step);
   const store = await opening;
   const fetcher = new ChunkFetcher(options.source, store, reader.format);
 
@@ -105,8 +132,10 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     const none: PrefetchResult = { length: 0, chunks: 0, failed: [] };
     if (!(options.prefetch ?? true)) return none;
     const length = prefetchLength(reader, options.prefetchSize);
+    const started = performance.now();
     try {
       const result = await prefetch(reader, streaming(options.source), fetcher, length);
+      timings.prefetchMs = since(started);
       for (const error of result.failed) warn(`prefetch: ${error.message}`, error);
       return result;
     } catch (error) {
@@ -118,7 +147,9 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
   let tree: LayerTree;
   try {
     await new Promise((resolve) => setImmediate(resolve)); // let the request be sent before the CPU work
+    step = performance.now();
     tree = new LayerTree(reader, { whiteouts: options.whiteouts, opaqueXattrs: options.opaqueXattrs });
+    timings.treeMs = since(step);
   } catch (error) {
     await prefetching;
     await store.close();
@@ -126,6 +157,7 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
   }
   const prefetched = await prefetching;
 
+  step = performance.now();
   let mount: FuseMount;
   try {
     const onAccess = options.onAccess;
@@ -158,6 +190,8 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     await setReadAhead(mount.mountpoint, readAheadKib).catch((error: Error) => warn(`read-ahead stays at the kernel's default: ${error.message}`, error));
   }
 
+  timings.fuseMs = since(step);
+
   const background = options.backgroundFetch?.enabled
     ? new BackgroundFetcher(reader.chunks, fetcher, options.backgroundFetch, (error) => warn(`background fetch: ${(error as Error).message}`, error))
     : undefined;
@@ -180,6 +214,7 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
       sourceRequests: counters?.requests,
       prefetch: prefetched,
       background: background ? { ...background.progress } : undefined,
+      timings,
     }),
     async unmount(opts = {}) {
       await mount.unmount(opts); // EBUSY leaves everything running

@@ -41,9 +41,15 @@ export const snapshotterConfigSchema = z
         enabled: z.boolean().default(true),
         /** Bytes prefetched from a layer without any landmark (stargz-snapshotter's prefetch_size). */
         size: sizeField().default(0),
+        /**
+         * Ask the peer for a layer's first byte while its footer and TOC are fetched, so that the
+         * peer's fetch of the first piece (where an optimized layer keeps its prioritized files)
+         * overlaps them. Costs one piece per layer that turns out to need nothing from there.
+         */
+        warmFirstPiece: z.boolean().default(true),
       })
       .strict()
-      .default({ enabled: true, size: 0 }),
+      .default({ enabled: true, size: 0, warmFirstPiece: true }),
     backgroundFetch: z
       .object({
         enabled: z.boolean().default(true),

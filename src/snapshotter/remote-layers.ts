@@ -11,7 +11,7 @@ import type { RemoteSource } from './metadata.js';
 export interface RemoteLayerSettings {
   /** The local peer's mirror, e.g. http://127.0.0.1:65001. */
   peer: string;
-  prefetch: { enabled: boolean; size: number };
+  prefetch: { enabled: boolean; size: number; warmFirstPiece: boolean };
   backgroundFetch: { enabled: boolean; concurrency: number; idleMs: number };
   fuse: { attrTimeout: number; entryTimeout: number; maxReadahead?: number };
 }
@@ -115,7 +115,9 @@ export class RemoteLayers implements LayerMounter {
     }
     await fsp.mkdir(mountpoint, { recursive: true });
     const url = mirrorBlobUrl(this.settings.peer, source.repository, source.digest, source.registry);
+    const started = performance.now();
     const blob = await HttpRangeSource.open(url);
+    const headMs = Math.round(performance.now() - started);
     const log = this.log.child({ id, digest: source.digest });
     try {
       const { prefetch, backgroundFetch, fuse } = this.settings;
@@ -126,6 +128,7 @@ export class RemoteLayers implements LayerMounter {
         cacheDir,
         prefetch: prefetch.enabled,
         prefetchSize: source.prefetchSize ?? prefetch.size,
+        warmFirstPiece: prefetch.enabled && prefetch.warmFirstPiece,
         backgroundFetch,
         fuse: { attrTimeout: fuse.attrTimeout, entryTimeout: fuse.entryTimeout, maxReadahead: fuse.maxReadahead },
         onWarning: (message) => log.warn(message),
@@ -136,7 +139,7 @@ export class RemoteLayers implements LayerMounter {
       void layer.closed.then(() => {
         if (this.served.get(id) === served) this.served.delete(id);
       });
-      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes }, 'remote layer mounted');
+      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes, timings: { headMs, ...layer.stats().timings } }, 'remote layer mounted');
     } catch (error) {
       await blob.close();
       throw error;

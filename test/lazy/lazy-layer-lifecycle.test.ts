@@ -7,9 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { detachMount, fuseMountHealth } from '../../src/fuse/index.js';
 import { mirrorBlobUrl } from '../../src/lazy/index.js';
+import { pieceBounds, pieceLayout, piecesCovering } from '../../src/storage/piece-plan.js';
 import { spawnService, waitFor } from '../fixtures/processes.js';
 import { buildLayer, corruptChunkCopy, layerEntries, makeTar, type BuiltLayer } from './layer-fixture.js';
-import { isMounted, mountFromPeer, pushBlob, REPO, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env } from './helpers.js';
+import { isMounted, mountFromPeer, pushBlob, registryBytes, REPO, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env } from './helpers.js';
 
 const SERVE_LAYER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'serve-layer.ts');
 
@@ -97,6 +98,38 @@ describe('lazy layer lifecycle and failures', () => {
       assert.equal(layer.backgroundDone, undefined);
     } finally {
       await unmount(env, layer);
+    }
+  });
+
+  test('warmFirstPiece makes the peer fetch the first piece while the footer and the TOC are read', async () => {
+    // Two fresh layers (gzip level 0: the TOC lands beyond the first 4 MiB piece).
+    const cold = await buildLayer(env.tmp.path, 'cold', await makeTar(layerEntries(6 * 1024 * 1024 + 1000)), 0);
+    const warm = await buildLayer(env.tmp.path, 'warm', await makeTar(layerEntries(6 * 1024 * 1024 + 2000)), 0);
+    /** Bytes of the peer's pieces covering [tocOffset, size): what reading the footer and the TOC costs the origin. */
+    const tailPieces = (layer: BuiltLayer) => {
+      const pieces = pieceLayout(layer.result.size);
+      const { first, last } = piecesCovering(pieces, layer.reader.tocOffset, layer.result.size - 1);
+      assert.ok(first > 0, 'the TOC must be outside the first piece');
+      let bytes = 0;
+      for (let i = first; i <= last; i++) bytes += pieceBounds(pieces, i).length;
+      return bytes;
+    };
+    try {
+      for (const layer of [cold, warm]) await pushBlob(env, layer.blobPath, layer.result.digest, layer.result.size);
+      const plain = await mountFromPeer(env, cold.result.digest, cold.result.tocDigest, { prefetch: false });
+      assert.equal(plain.source.counters.requests, 2, 'footer and TOC only');
+      await unmount(env, plain.layer);
+      assert.equal(registryBytes(env, cold.result.digest), tailPieces(cold), 'the pieces holding the TOC and the footer only');
+
+      const warmed = await mountFromPeer(env, warm.result.digest, warm.result.tocDigest, { prefetch: false, warmFirstPiece: true });
+      assert.equal(warmed.source.counters.requests, 3, 'footer, TOC and the first byte');
+      await unmount(env, warmed.layer);
+      const expected = tailPieces(warm) + pieceBounds(pieceLayout(warm.result.size), 0).length;
+      await waitFor(() => registryBytes(env, warm.result.digest) >= expected, 10_000, 'the first piece from the origin');
+      assert.equal(registryBytes(env, warm.result.digest), expected, 'the first piece too, once');
+    } finally {
+      await cold.close();
+      await warm.close();
     }
   });
 
