@@ -20,7 +20,7 @@ interface ClusterResult {
 }
 
 const LABELS: Record<string, string> = {
-  'direct-pull': '(a) direct from the registry',
+  'direct-pull': '(a) direct pull',
   'starling-swarm': '(b) Starling swarm',
   bittorrent: 'BitTorrent (aria2)',
 };
