@@ -188,16 +188,17 @@ export class BlobTask {
   }
 
   /**
-   * Resolves once piece `index` is stored, or once a fetch of it from the origin holds more than
-   * `seen` bytes (see `growingPiece(index, true)`); rejects as waitForPiece does.
+   * Waits until a fetch of piece `index` from the origin holds more than `seen` bytes, and
+   * returns it; returns undefined once the piece is stored instead. Rejects as waitForPiece does.
    */
-  async waitForOriginBytes(index: number, seen: number): Promise<void> {
+  async waitForOriginBytes(index: number, seen: number): Promise<GrowingPiece | undefined> {
     const stored = this.waitForPiece(index);
     while (!this.blob.hasPiece(index)) {
       const growing = this.growingPiece(index, true);
-      if (growing && growing.filled > seen) return;
+      if (growing && growing.filled > seen) return growing;
       await Promise.race([stored, growing ? growing.next(seen) : this.growthSignal.promise]);
     }
+    return undefined;
   }
 
   isGrowing(index: number): boolean {

@@ -230,14 +230,12 @@ export class BlobService {
    */
   private async relayFromOrigin(res: ServerResponse, task: BlobTask, index: number, position: number, stop: number): Promise<number> {
     const { offset } = pieceBounds(task.layout, index);
-    while (position <= stop && !task.hasPiece(index)) {
+    while (position <= stop) {
       // Sizeable writes: a write per arriving packet would cost a system call each.
       const want = Math.min(position + RELAY_CHUNK, stop + 1) - offset;
-      await task.waitForOriginBytes(index, want - 1);
-      const growing = task.growingPiece(index, true);
-      if (!growing || task.hasPiece(index)) break;
+      const growing = await task.waitForOriginBytes(index, want - 1);
+      if (!growing) break; // stored: the rest goes from the store
       const end = Math.min(growing.filled + offset, stop + 1);
-      if (end <= position) continue;
       await writeChunk(res, growing.buffer.subarray(position - offset, end - offset));
       this.deps.metrics.servedBytes.inc(end - position);
       position = end;
