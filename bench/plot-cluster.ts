@@ -5,15 +5,12 @@
 //   npx tsx bench/plot-cluster.ts --out docs/img/emulated-32-nodes --title "32 nodes × 10 Mbit/s, 64 MiB" A.json B.json …
 
 import fs from 'node:fs';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { cdfPoints, lineChart, stackedCharts, type Series } from '../sim/svg.js';
-import { egressRateSteps } from './lib/egress.js';
+import { writeClusterPlots } from './lib/cluster-plots.js';
 
 interface ClusterResult {
   kind: string;
   lowerBound: { seconds: number };
-  lastSeconds: number;
   sizeBytes: number;
   perNode: Array<{ done: number }>;
   egress?: { samples: Array<[number, number]>; bytes: number; peakBitsPerSecond: number };
@@ -37,43 +34,15 @@ const results = positionals.map((file) => {
   return result;
 });
 const label = (r: ClusterResult) => LABELS[r.kind] ?? r.kind;
-const title = values.title ? `${values.title}: ` : '';
-const T = results[0]!.lowerBound.seconds;
-const hi = Math.max(...results.map((r) => r.lastSeconds));
-fs.mkdirSync(path.dirname(values.out), { recursive: true });
-
-const cdf: Series[] = results.map((r) => ({ label: label(r), points: cdfPoints(r.perNode.map((p) => p.done)), step: true }));
-fs.writeFileSync(
-  `${values.out}-cdf.svg`,
-  lineChart({
-    title: `${title}share of nodes done (emulated cluster)`,
-    xLabel: 'seconds from the start',
-    yLabel: 'share of nodes done',
-    series: cdf,
-    yMin: 0,
-    yMax: 1,
-    xMin: 0,
-    xMax: hi * 1.05,
-    markers: [{ x: T, label: 'T*' }],
-  }),
-);
-fs.writeFileSync(
-  `${values.out}-egress.svg`,
-  stackedCharts(
-    results.map((r) => {
-      const points = egressRateSteps(r.egress!.samples);
-      return {
-        title: `${label(r)}: origin egress, ${(r.egress!.bytes / r.sizeBytes).toFixed(2)} copies`,
-        xLabel: 'seconds from the start',
-        yLabel: 'Mbit/s',
-        series: [{ label: label(r), points, step: true }],
-        yMin: 0,
-        yMax: Math.max(1, ...points.map((p) => p[1])) * 1.1,
-        xMin: 0,
-        xMax: hi * 1.02,
-        height: 240,
-      };
-    }),
-  ),
+writeClusterPlots(
+  values.out,
+  `${values.title ? `${values.title}: ` : ''}share of nodes done (emulated cluster)`,
+  results.map((r) => ({
+    label: label(r),
+    done: r.perNode.map((p) => p.done),
+    egressSamples: r.egress!.samples,
+    egressTitle: `${label(r)}: origin egress, ${(r.egress!.bytes / r.sizeBytes).toFixed(2)} copies`,
+  })),
+  [{ x: results[0]!.lowerBound.seconds, label: 'T*' }],
 );
 console.log(`wrote ${values.out}-cdf.svg and ${values.out}-egress.svg`);

@@ -17,18 +17,17 @@
 // for lazy, what the mounts fetched), the ratio, and the machine's CPU use.
 
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { cdfPoints, lineChart, stackedCharts, type Series } from '../sim/svg.js';
 import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import {
   clusterLowerBound, createCluster, formatRate, nowSeconds, parseRate, startCpuSampler, tcpPayloadBytes,
   type Cluster, type CpuReport, type LowerBound,
 } from './lib/cluster.js';
-import { egressRateSteps, startEgressSampler } from './lib/egress.js';
+import { writeClusterPlots } from './lib/cluster-plots.js';
+import { startEgressSampler } from './lib/egress.js';
 import { debianImages, layoutLayers, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { boundLine, cpuLine, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
@@ -260,41 +259,15 @@ try {
 
 /** A completion-time CDF of both scenarios, and the registry's egress rate over time for each. */
 function writePlots(dir: string, results: ScenarioResult[], setup: string): void {
-  fs.mkdirSync(dir, { recursive: true });
-  const name = `emulated-${N}-nodes`;
-  const hi = Math.max(...results.map((r) => r.last));
-  const cdf: Series[] = results.map((r) => ({ label: LABELS[r.scenario], points: cdfPoints(r.perNode.map((p) => p.done)), step: true }));
-  fs.writeFileSync(
-    path.join(dir, `${name}-cdf.svg`),
-    lineChart({
-      title: `${setup}: share of nodes ready (emulated cluster)`,
-      xLabel: 'seconds from the start',
-      yLabel: 'share of nodes ready',
-      series: cdf,
-      yMin: 0,
-      yMax: 1,
-      xMin: 0,
-      xMax: hi * 1.05,
-      markers: results.map((r) => ({ x: r.lowerBound.seconds, label: `T* ${r.scenario}` })),
-    }),
-  );
-  fs.writeFileSync(
-    path.join(dir, `${name}-egress.svg`),
-    stackedCharts(
-      results.map((r) => {
-        const points = egressRateSteps(r.egressSamples);
-        return {
-          title: `${LABELS[r.scenario]}: registry egress, ${r.registryCopies.toFixed(2)} copies of the layer`,
-          xLabel: 'seconds from the start',
-          yLabel: 'Mbit/s',
-          series: [{ label: LABELS[r.scenario], points, step: true }],
-          yMin: 0,
-          yMax: Math.max(1, ...points.map((p) => p[1])) * 1.1,
-          xMin: 0,
-          xMax: Math.max(r.last, ...r.egressSamples.map((s) => s[0])) * 1.02,
-          height: 260,
-        };
-      }),
-    ),
+  writeClusterPlots(
+    path.join(dir, `emulated-${N}-nodes`),
+    `${setup}: share of nodes ready (emulated cluster)`,
+    results.map((r) => ({
+      label: LABELS[r.scenario],
+      done: r.perNode.map((p) => p.done),
+      egressSamples: r.egressSamples,
+      egressTitle: `${LABELS[r.scenario]}: registry egress, ${r.registryCopies.toFixed(2)} copies of the layer`,
+    })),
+    results.map((r) => ({ x: r.lowerBound.seconds, label: `T* ${r.scenario}` })),
   );
 }
