@@ -16,7 +16,6 @@
 // received over its NIC, the Kumar–Ross bound T* for the bytes the scenario needs (the whole layer;
 // for lazy, what the mounts fetched), the ratio, and the machine's CPU use.
 
-import { createHash } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -28,7 +27,7 @@ import {
 } from './lib/cluster.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
-import { debianImages, layoutLayers, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
+import { debianImages, layoutLayers, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { boundLine, cpuLine, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
@@ -104,16 +103,6 @@ interface ScenarioResult {
   cpu: CpuReport;
 }
 
-/** The same digest the reader computes, over the original files. */
-async function expectedDigest(files: string[]): Promise<string> {
-  const digest = createHash('sha256');
-  for (const file of files) {
-    const content = await fsp.readFile(path.join(rootfsPath(), file));
-    digest.update(`${file}\0${content.length}\0`).update(content);
-  }
-  return digest.digest('hex');
-}
-
 const work = await makeTempDir('starling-bench-swarm-lazy-');
 let cluster: Cluster | undefined;
 let registry: NsRegistry | undefined;
@@ -125,7 +114,7 @@ try {
   const tocDigest = layer.annotations?.[TOC_DIGEST];
   if (!tocDigest) throw new Error(`the optimized layer has no ${TOC_DIGEST} annotation`);
   const files = await recordedPaths(images.record);
-  const expected = await expectedDigest(files);
+  const expected = (await readFilesDigest(rootfsPath(), files)).digest;
   const F = layer.size;
 
   cluster = await createCluster({ nodes: N, nodeRate, originRate, seed: { rate: originRate }, extras: [{ name: 'sched' }] });

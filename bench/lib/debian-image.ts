@@ -116,3 +116,18 @@ export async function recordedPaths(record: string): Promise<string[]> {
   const lines = (await fsp.readFile(record, 'utf8')).split('\n').filter((l) => l.trim());
   return [...new Set(lines.map((l) => (JSON.parse(l) as { path: string }).path))];
 }
+
+/**
+ * Reads `files` under `root` in order and digests each one's name, length and bytes: the lazy
+ * reader over its mount and the bench over the original rootfs must get the same digest.
+ */
+export async function readFilesDigest(root: string, files: string[]): Promise<{ digest: string; bytes: number }> {
+  const digest = createHash('sha256');
+  let bytes = 0;
+  for (const file of files) {
+    const content = await fsp.readFile(path.join(root, file));
+    digest.update(`${file}\0${content.length}\0`).update(content);
+    bytes += content.length;
+  }
+  return { digest: digest.digest('hex'), bytes };
+}

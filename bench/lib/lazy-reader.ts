@@ -6,11 +6,10 @@
 // line `RESULT {json}`: when the mount was ready and when the last file had been read (seconds from
 // the common start), what the mount fetched, and a digest over every file read (path and bytes) so
 // the bench can check the content against the original rootfs.
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
-import path from 'node:path';
 import { HttpRangeSource, mountLazyLayer } from '../../src/lazy/index.js';
+import { readFilesDigest } from './debian-image.js';
 
 interface ReaderArgs {
   url: string;
@@ -56,15 +55,9 @@ const layer = await mountLazyLayer({
   onWarning: (message) => console.error(`warning: ${message}`),
 });
 const mounted = since();
-const digest = createHash('sha256');
-let bytes = 0;
-for (const file of args.files) {
-  const content = await fsp.readFile(path.join(args.mountpoint, file));
-  digest.update(`${file}\0${content.length}\0`).update(content);
-  bytes += content.length;
-}
+const { digest, bytes } = await readFilesDigest(args.mountpoint, args.files);
 const done = since();
 const stats = layer.stats();
 await layer.unmount();
-console.log(`RESULT ${JSON.stringify({ t0, mounted, done, filesBytes: bytes, fetched: stats.sourceBytes, digest: digest.digest('hex'), requests })}`);
+console.log(`RESULT ${JSON.stringify({ t0, mounted, done, filesBytes: bytes, fetched: stats.sourceBytes, digest, requests })}`);
 process.exit(0);
