@@ -211,11 +211,11 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
     try {
       const blob = await pushRandomBlob(registry, 'test/resume', 80 * MiB);
       const first = await request(`${slowPeer.url}/v2/test/resume/blobs/${blob.digest}?ns=${registry.host}`);
-      const received = { bytes: 0 };
       const reading = (async () => {
-        for await (const chunk of first.body) received.bytes += chunk.length;
+        for await (const _chunk of first.body); // keep the download going until the kill
       })().catch(() => undefined);
-      await waitFor(() => received.bytes >= 30 * MiB, 20_000, 'first half of the download');
+      // Stored, not received: the client gets the origin's bytes before their pieces are stored.
+      await waitFor(async () => (await slowPeer.metric('starling_peer_storage_bytes')) >= 30 * MiB, 20_000, 'first half of the download stored');
       await slowPeer.service.kill9();
       await reading;
       const restarted = await slowPeer.restart();
