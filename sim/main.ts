@@ -56,6 +56,7 @@ const options = {
   'lazy-toc': { type: 'string', default: '4MiB' },
   'lazy-background': { type: 'boolean', default: false },
   'old-endgame': { type: 'boolean', default: false },
+  'eager-endgame': { type: 'boolean', default: false },
   'store-and-forward': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
   'seed-setups': { type: 'string' },
@@ -92,7 +93,8 @@ model
   --noise S        TCP share noise: flow weights exp(S·Z), Z ~ N(0,1); 0 = exact max-min fairness
   --quantum T|auto rate recomputation coalescing (auto: exact up to 128 nodes, else piece time / 20)
   --start-spread T nodes start at uniform random moments in [0, T]
-  --old-endgame    the peer's endgame before its fix (re-asked for pieces just stored)
+  --old-endgame    the peer's endgame before its first fix (re-asked for pieces just stored)
+  --eager-endgame  the peer's endgame before it waited for the tail (doubled pieces whenever idle)
   --store-and-forward  peers offer a piece only once stored (no cut-through relay, no PieceStarted)
   --runs N --rng-seed S   repeat with seeds S, S+1, …
 output
@@ -166,6 +168,7 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
       perParent: integer('per-parent'),
       stall: 10,
       endgameRefetchesStored: Boolean(args['old-endgame']),
+      eagerEndgame: Boolean(args['eager-endgame']),
       storeAndForward: Boolean(args['store-and-forward']),
     },
     uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
@@ -392,7 +395,7 @@ function seedTable(): void {
         const ticks = [...r.tickMs].sort((a, b) => a - b);
         const passes = ticks.length ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
         log(`  rng seed ${setup.rngSeed + k}; scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ${r.events} events, ${r.recomputations} rate recomputations; ` +
-          `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
+          `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
       }
       const byLast = [...results].sort((a, b) => a.last - b.last);
       const r = byLast[(byLast.length - 1) >> 1]!;
@@ -548,7 +551,7 @@ function single(): void {
     const ticks = [...r.tickMs].sort((a, b) => a - b);
     const passes = ticks.length ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
     log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
-      `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies; ` +
+      `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; ` +
       `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
   }
   if (args.plots) log(`plots: ${writePlots(str('plots'), `${setup.nodes}x${bytes(setup.size).replace(/ /g, '')}`, `${setup.nodes} nodes × ${bytes(setup.size)}`, results).join(', ')}`);

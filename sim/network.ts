@@ -133,6 +133,8 @@ export class Network {
   recomputeAt = Infinity;
   private lastRecompute = -Infinity;
   recomputations = 0;
+  /** Bytes that transfers stopped before their end had sent (thrown away by the receiver). */
+  abortedBytes = 0;
   private readonly monitors = new Map<Link, LoadSample[]>();
 
   constructor(
@@ -237,6 +239,7 @@ export class Network {
   cancel(flow: Flow): void {
     if (!flow.active) return;
     this.progress(flow, this.queue.now);
+    this.abortedBytes += flow.total - flow.remaining;
     this.detach(flow);
     this.markDirty();
   }
@@ -252,6 +255,12 @@ export class Network {
     flow.active = true;
     flow.finishAt = flow.rate > 0 ? this.queue.now + bytes / flow.rate : Infinity;
     if (flow.rate > 0) this.push(flow);
+  }
+
+  /** Bytes a flow has sent so far. */
+  delivered(flow: Flow): number {
+    const elapsed = flow.active && flow.rate > 0 ? this.queue.now - flow.last : 0;
+    return flow.total - Math.max(0, flow.remaining - flow.rate * elapsed);
   }
 
   /** Time of the next flow completion. */

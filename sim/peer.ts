@@ -35,6 +35,7 @@
 
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
+import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/endgame.js';
 import type { Scheduling } from '../src/scheduler/scheduling.js';
 import type { EventQueue } from './event-queue.js';
 import type { Flow, Network, NetHost } from './network.js';
@@ -42,8 +43,6 @@ import type { Flow, Network, NetHost } from './network.js';
 // Constants of the real peer (module-private there, so repeated here with their source).
 /** swarm-download.ts HEAD_WINDOW */
 const HEAD_WINDOW = 2;
-/** swarm-download.ts endgame(): a piece on its way this long gets a second parent. */
-const ENDGAME_AFTER = 0.5;
 /** swarm-download.ts startAttempt(): `setTimeout(() => this.pump(), 20)` after every attempt. */
 const PUMP_DELAY = 0.02;
 /** swarm-download.ts connect(): the progress watchdog interval. */
@@ -65,6 +64,11 @@ export interface PeerSettings {
    * emulated measurements that --validate replays were taken with that peer.
    */
   endgameRefetchesStored?: boolean;
+  /**
+   * The peer before its tail-only endgame: whenever its parents had nothing new for it, every
+   * piece on its way for 0.5 s was asked of a second parent (implied by endgameRefetchesStored).
+   */
+  eagerEndgame?: boolean;
   /**
    * The peer before the cut-through relay (d87501f) and PieceStarted: a piece is offered to
    * children, and its peer to the scheduler, only once it is stored (`--validate` replays
@@ -612,12 +616,28 @@ export class SimDownload {
     return best;
   }
 
+  /**
+   * swarm-download.ts endgame(): at the tail (every wanted piece stored or on its way), a piece
+   * arriving ENDGAME_SLOWER times slower than another parent's measured rate is asked of that
+   * parent too (`wantsSecondParent`, the real peer's rule). The peer before that rule
+   * (`eagerEndgame`) doubled every piece on its way for 0.5 s whenever its parents had nothing
+   * new for it.
+   */
   private endgame(): void {
+    const { eagerEndgame, endgameRefetchesStored } = this.world.settings;
+    const eager = eagerEndgame || endgameRefetchesStored;
+    if (!eager) for (let i = 0; i < this.task.pieceCount; i++) if (this.wanted[i] && !this.stored[i] && !this.attempts.has(i)) return;
     for (const [index, attempts] of this.attempts) {
-      if (attempts.length !== 1 || this.now - attempts[0]!.started < ENDGAME_AFTER) continue;
-      if (!this.world.settings.endgameRefetchesStored && this.stored[index]) continue;
-      const link = this.bestLinkFor(index, attempts[0]!.link);
-      if (link) this.startAttempt(index, link);
+      if (attempts.length !== 1) continue;
+      if (!endgameRefetchesStored && this.stored[index]) continue;
+      const first = attempts[0]!;
+      const link = this.bestLinkFor(index, first.link);
+      if (!link) continue;
+      const elapsedMs = (this.now - first.started) * 1000;
+      const straggles = eager
+        ? elapsedMs >= ENDGAME_AFTER_MS
+        : wantsSecondParent({ receivedBytes: first.flow ? this.world.net.delivered(first.flow) : 0, elapsedMs }, link.rate);
+      if (straggles) this.startAttempt(index, link);
     }
   }
 

@@ -134,6 +134,8 @@ export interface RunResult {
   recomputations: number;
   busyAnswers: number;
   duplicateBytes: number;
+  /** Bytes of piece transfers aborted part-way (endgame losers, relays cut short). */
+  abortedBytes: number;
   simulatedSeconds: number;
   wallMs: number;
 }
@@ -350,6 +352,7 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     recomputations: net.recomputations,
     busyAnswers: world.busyAnswers,
     duplicateBytes: world.duplicateBytes,
+    abortedBytes: net.abortedBytes,
     simulatedSeconds: queue.now,
     wallMs: performance.now() - wallStart,
   };

@@ -4,6 +4,7 @@ import { lowerBound } from '../../bench/lib/cluster.js';
 import { EventQueue } from '../../sim/event-queue.js';
 import { Network, runUntil, type Flow } from '../../sim/network.js';
 import { defaultSetup, run } from '../../sim/scenario.js';
+import { defaultPeerSettings } from '../../sim/peer.js';
 
 /** A network with payload = nominal rate (efficiency 1), no latency; rates given in bytes/s. */
 function network(quantum = 0) {
@@ -139,6 +140,29 @@ describe('sim: a tiny swarm through the real scheduler', () => {
     assert.equal(r.registryBytesTotal, size, 'the registry sent one copy');
     assert.equal(r.cyclesDetected, 0);
     assert.ok(r.last >= r.lowerBound.seconds, 'no faster than the lower bound');
+  });
+
+  it('the endgame waits for the tail: little is thrown away where the eager one threw away half', () => {
+    // 32 nodes sharing slow links: pieces take long, so the eager endgame (a second parent for
+    // every piece on its way whenever the parents had nothing new) doubled most transfers.
+    const setup = (eagerEndgame: boolean) =>
+      defaultSetup({
+        nodes: 32,
+        size: 64 * 2 ** 20,
+        nodeUp: 10e6,
+        nodeDown: 10e6,
+        seedUp: 40e6,
+        seedDown: 40e6,
+        registryUp: 40e6,
+        noise: 0.2,
+        rngSeed: 1,
+        peer: { ...defaultPeerSettings(), eagerEndgame },
+      });
+    const tail = run('p2p', setup(false));
+    const eager = run('p2p', setup(true));
+    assert.ok(eager.abortedBytes > 8 * eager.size, `eager endgame aborted ${eager.abortedBytes / eager.size} copies`);
+    assert.ok(tail.abortedBytes < 1 * tail.size, `tail endgame aborted ${tail.abortedBytes / tail.size} copies`);
+    assert.ok(tail.last < eager.last, `tail ${tail.last} s against eager ${eager.last} s`);
   });
 
   it('direct pulls: the registry sends N copies and the last node ends at N·F/u', () => {

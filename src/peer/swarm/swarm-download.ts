@@ -7,6 +7,7 @@ import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
+import { wantsSecondParent } from './endgame.js';
 import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
 
@@ -34,6 +35,8 @@ interface Attempt {
   link: ParentLink;
   controller: AbortController;
   started: number;
+  /** The piece's bytes as they arrive, once the parent has begun to send them. */
+  growing?: GrowingPiece;
 }
 
 /**
@@ -372,14 +375,21 @@ export class SwarmDownload {
     return best;
   }
 
-  /** At the tail, a piece slow to arrive is asked of a second parent too; the first answer wins. */
+  /**
+   * At the tail (every wanted piece stored or on its way), a straggling piece is asked of a
+   * second parent too; the first answer wins.
+   */
   private endgame(): void {
+    for (const index of this.wanted) if (!this.attempts.has(index)) return;
     const now = Date.now();
     for (const [index, attempts] of this.attempts) {
       // A piece just stored is still listed until its attempt settles: it needs no second parent.
-      if (attempts.length !== 1 || now - attempts[0]!.started < 500 || this.task.hasPiece(index)) continue;
-      const link = this.bestLinkFor(index, attempts[0]!.link);
-      if (link) this.startAttempt(index, link);
+      if (attempts.length !== 1 || this.task.hasPiece(index)) continue;
+      const first = attempts[0]!;
+      const link = this.bestLinkFor(index, first.link);
+      if (!link) continue;
+      const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
+      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link);
     }
   }
 
@@ -390,14 +400,14 @@ export class SwarmDownload {
     this.attempts.set(index, list);
     link.inflight++;
     let timedOut = false;
-    // Once the parent sends it, its bytes may be relayed to this peer's own children as they arrive.
-    let growing: GrowingPiece | undefined;
+    // Once the parent sends it, its bytes (attempt.growing) may be relayed to this peer's own
+    // children as they arrive.
     // A stall, not a slow piece, is given up: on a link shared by many transfers a piece may take
     // longer than any fixed bound, and restarting it from scratch only wastes what came so far.
     let seen = -1;
     let lastMoved = Date.now();
     const timer = setInterval(() => {
-      const filled = growing?.filled ?? -1;
+      const filled = attempt.growing?.filled ?? -1;
       if (filled !== seen) {
         seen = filled;
         lastMoved = Date.now();
@@ -407,7 +417,7 @@ export class SwarmDownload {
       }
     }, Math.min(1_000, this.settings.pieceTimeoutMs / 4));
     void link
-      .fetchPiece(index, () => (growing = this.beginPiece(index)), attempt.controller.signal)
+      .fetchPiece(index, () => (attempt.growing = this.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
         const sha256 = createHash('sha256').update(bytes).digest('hex');
         if (`sha256:${sha256}` !== this.digests.get(index)) {
@@ -439,7 +449,7 @@ export class SwarmDownload {
       })
       .finally(() => {
         clearInterval(timer);
-        growing?.end();
+        attempt.growing?.end();
         link.inflight--;
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
         if (remaining.length) this.attempts.set(index, remaining);
