@@ -26,11 +26,20 @@ export class PieceSet implements Iterable<number> {
     return this;
   }
 
-  /** Whether this set holds a piece that `other` lacks. */
-  hasAnyMissingFrom(other: PieceSet): boolean {
+  /** Removes a piece (one that was on its way and is no longer). */
+  delete(index: number): this {
+    if (!this.has(index)) return this;
+    this.words[index >>> 5]! &= ~(1 << (index & 31));
+    this.count--;
+    return this;
+  }
+
+  /** Whether this set holds a piece that is in neither `other` nor `also`. */
+  hasAnyMissingFrom(other: PieceSet, also?: PieceSet): boolean {
     const mine = this.words;
     const theirs = other.words;
-    for (let w = 0; w < mine.length; w++) if ((mine[w]! & ~(theirs[w] ?? 0)) !== 0) return true;
+    const more = also?.words;
+    for (let w = 0; w < mine.length; w++) if ((mine[w]! & ~((theirs[w] ?? 0) | (more?.[w] ?? 0))) !== 0) return true;
     return false;
   }
 

@@ -51,6 +51,8 @@ export class Peer {
    * fetch gave up is not reported, so entries also go stale after GROWING_TTL_MS.
    */
   readonly growing = new Map<number, number>();
+  /** The pieces of `growing`, as a bitset for the every-pair checks of parent selection. */
+  readonly arriving: PieceSet;
 
   constructor(
     readonly id: string,
@@ -59,6 +61,7 @@ export class Peer {
     readonly send: (packet: SchedulerPacket) => void,
   ) {
     this.pieces = new PieceSet(task.pieceCount);
+    this.arriving = new PieceSet(task.pieceCount);
   }
 
   get isSeed(): boolean {
@@ -68,12 +71,31 @@ export class Peer {
     return this.state === 'finished' || this.pieces.size >= this.task.pieceCount;
   }
 
-  /** Whether the peer has a piece that `other` lacks arriving now. */
-  relaysPieceMissingFrom(other: Peer, now: number): boolean {
+  /** A piece began arriving at this peer (PieceStarted). */
+  pieceArriving(index: number, now: number): void {
+    this.growing.set(index, now);
+    this.arriving.add(index);
+  }
+
+  /** A piece is stored here: it is no longer on its way. */
+  pieceStored(index: number): void {
+    this.pieces.add(index);
+    this.growing.delete(index);
+    this.arriving.delete(index);
+  }
+
+  /** Forgets piece starts that were never followed by the piece (GROWING_TTL_MS). */
+  forgetStaleStarts(now: number): void {
     for (const [index, since] of this.growing) {
-      if (now - since > GROWING_TTL_MS) this.growing.delete(index);
-      else if (!other.pieces.has(index)) return true;
+      if (now - since <= GROWING_TTL_MS) continue;
+      this.growing.delete(index);
+      this.arriving.delete(index);
     }
+  }
+
+  /** Whether a piece arriving at this peer now is one that `other` neither holds nor is receiving. */
+  relaysPieceMissingFrom(other: Peer): boolean {
+    for (const index of this.growing.keys()) if (!other.pieces.has(index) && !other.arriving.has(index)) return true;
     return false;
   }
 

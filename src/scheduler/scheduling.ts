@@ -134,7 +134,7 @@ export class Scheduling {
     const task = peer.task;
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
-    peer.growing.set(index, this.hooks.now());
+    peer.pieceArriving(index, this.hooks.now());
     if (wasHolder) return;
     // A new holder: peers waiting for a parent may take it. Only as many as it has room for are
     // scheduled now (the periodic pass sees to the rest), so that with a thousand peers waiting
@@ -152,8 +152,7 @@ export class Scheduling {
     const task = peer.task;
     if (report.index < 0 || report.index >= task.pieceCount) return;
     const isNew = !peer.pieces.has(report.index);
-    peer.pieces.add(report.index);
-    peer.growing.delete(report.index);
+    peer.pieceStored(report.index);
     task.lastActive = this.hooks.now();
     const length = report.length > 0 ? report.length : task.pieceSize;
     if (report.fromOrigin) {
@@ -198,7 +197,7 @@ export class Scheduling {
   }
 
   finished(peer: Peer): void {
-    for (let index = 0; index < peer.task.pieceCount; index++) peer.pieces.add(index);
+    for (let index = 0; index < peer.task.pieceCount; index++) peer.pieceStored(index);
     peer.state = 'finished';
     this.setParents(peer, []);
     for (const other of peer.task.peers.values()) if (other.state === 'waiting') this.schedule(other);

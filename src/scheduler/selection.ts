@@ -33,14 +33,23 @@ export function filterCandidates(
   return applyStrictTopology(child, fast, config, exclude);
 }
 
-/** The parent holds, or is receiving and relaying, a piece the child lacks. */
+/**
+ * The parent holds, or is receiving and relaying, a piece the child neither holds nor is
+ * receiving already. A piece on its way to the child does not count: the child needs nothing
+ * more for it, and an edge kept for such a piece forbids the trade the other way (the parent
+ * graph must stay a DAG). With 4 MiB pieces on slow links a piece is on its way for many
+ * seconds, so counting it kept most edges of a 32-node swarm alive for nothing (simulated
+ * last node 1.74-1.83 × T* with it, 1.63-1.70 without).
+ */
 function offersSomething(parent: Peer, child: Peer, now: number): boolean {
   if (parent.isFinished) return !child.isFinished;
-  if (parent.relaysPieceMissingFrom(child, now)) return true;
+  parent.forgetStaleStarts(now);
+  child.forgetStaleStarts(now);
+  if (parent.relaysPieceMissingFrom(child)) return true;
   if (parent.pieces.size === 0) return false;
-  // More pieces than the child: at least one of them is one the child lacks.
-  if (parent.pieces.size > child.pieces.size) return true;
-  return parent.pieces.hasAnyMissingFrom(child.pieces);
+  // More pieces than the child holds and receives: at least one of them is in neither.
+  if (parent.pieces.size > child.pieces.size + child.arriving.size) return true;
+  return parent.pieces.hasAnyMissingFrom(child.pieces, child.arriving);
 }
 
 function withoutSlowOutliers(candidates: Peer[], factor: number, exclude: (p: Peer, why: Exclusion) => void): Peer[] {

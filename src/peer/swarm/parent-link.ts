@@ -73,9 +73,25 @@ export class ParentLink {
     void this.follow();
   }
 
+  /** Stops at once: the bitmap poll and every piece on its way (a failed parent). */
   close(): void {
     this.stop.abort();
     this.fetcher.close();
+  }
+
+  /**
+   * Stops following the parent (the scheduler chose others) but lets the pieces on their way
+   * finish: cutting them would throw away bytes already received. The caller takes no new
+   * pieces from a retired link and calls `pieceSettled` as each attempt ends.
+   */
+  retire(): void {
+    this.stop.abort();
+    if (this.inflight === 0) this.fetcher.close();
+  }
+
+  /** An attempt on this link ended (after `inflight` was lowered): a retired link closes with its last one. */
+  pieceSettled(): void {
+    if (this.closed && this.inflight === 0) this.fetcher.close();
   }
 
   private async follow(): Promise<void> {

@@ -265,7 +265,7 @@ export class SwarmDownload {
     const keep = new Set(parents.map((p) => p.peerId));
     for (const [id, link] of this.links) {
       if (!keep.has(id)) {
-        link.close();
+        link.retire();
         this.links.delete(id);
       }
     }
@@ -451,6 +451,7 @@ export class SwarmDownload {
         clearInterval(timer);
         attempt.growing?.end();
         link.inflight--;
+        link.pieceSettled();
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
         if (remaining.length) this.attempts.set(index, remaining);
         else this.attempts.delete(index);
