@@ -186,6 +186,26 @@ describe('scheduling: parent selection', () => {
     assert.equal(relay.growing.size, 0, 'a stored piece is no longer arriving');
   });
 
+  it('does not count a piece the child is already receiving as something a parent offers', () => {
+    const e = engine();
+    e.vouch();
+    const holder = e.join('holder', {}, [0, 1]);
+    const relay = e.join('relay', {}, []);
+    const child = e.join('child', {}, [0]);
+    const excluded = new Map<string, Exclusion>();
+    const candidates = () => filterCandidates(child, defaultScheduling(), e.now(), excluded).map((p) => p.id);
+    e.scheduling.pieceStarted(relay, 1);
+    assert.deepEqual(candidates().sort(), [holder.id, relay.id].sort(), 'both have piece 1, which the child lacks');
+    e.scheduling.pieceStarted(child, 1);
+    assert.deepEqual(candidates(), [], 'piece 1 is on its way to the child: neither offers anything more');
+    assert.equal(excluded.get(holder.id), 'nothing-to-offer');
+    assert.equal(excluded.get(relay.id), 'nothing-to-offer');
+    e.advance(GROWING_TTL_MS + 1);
+    assert.deepEqual(candidates(), [holder.id], 'a start never followed by the piece goes stale (the relay\'s too)');
+    e.scheduling.pieceFinished(child, { index: 1, digest: '', parentId: holder.id, costMs: 1, fromOrigin: false, length: PIECE });
+    assert.deepEqual(candidates(), [], 'the child holds what the holder has');
+  });
+
   it('schedules no more waiting peers at a first piece start than the new holder has room for', () => {
     const e = engine();
     e.vouch();
@@ -301,5 +321,16 @@ describe('PieceSet', () => {
     child.add(64).add(99);
     assert.ok(!parent.hasAnyMissingFrom(child));
     assert.ok(child.hasAnyMissingFrom(parent));
+  });
+
+  it('deletes pieces, and checks against two sets at once (held and arriving)', () => {
+    const parent = new PieceSet(100).add(5).add(64);
+    const held = new PieceSet(100).add(5);
+    const arriving = new PieceSet(100).add(64);
+    assert.ok(parent.hasAnyMissingFrom(held));
+    assert.ok(!parent.hasAnyMissingFrom(held, arriving));
+    arriving.delete(64).delete(64).delete(3);
+    assert.equal(arriving.size, 0);
+    assert.ok(parent.hasAnyMissingFrom(held, arriving));
   });
 });
