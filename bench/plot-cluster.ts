@@ -3,6 +3,8 @@
 // bench/direct-pull.ts, bench/swarm-cluster.ts and bench/bittorrent-baseline.ts write with --json-out.
 //
 //   npx tsx bench/plot-cluster.ts --out docs/img/emulated-32-nodes --title "32 nodes × 10 Mbit/s, 64 MiB" A.json B.json …
+//
+// A file may be given as FILE=LABEL to name its curve (two runs of one benchmark side by side).
 
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -24,16 +26,17 @@ const LABELS: Record<string, string> = {
 
 const { values, positionals } = parseArgs({ options: { out: { type: 'string' }, title: { type: 'string', default: '' } }, allowPositionals: true });
 if (!values.out || positionals.length === 0) {
-  console.error('usage: npx tsx bench/plot-cluster.ts --out PREFIX [--title TEXT] RESULT.json...');
+  console.error('usage: npx tsx bench/plot-cluster.ts --out PREFIX [--title TEXT] RESULT.json[=LABEL]...');
   process.exit(2);
 }
-const results = positionals.map((file) => {
-  const result = JSON.parse(fs.readFileSync(file, 'utf8')) as ClusterResult;
+const results = positionals.map((arg) => {
+  const [file, name] = arg.split(/=(.*)/s) as [string, string | undefined];
+  const result = JSON.parse(fs.readFileSync(file, 'utf8')) as ClusterResult & { label?: string };
   if (!Array.isArray(result.perNode) || !result.lowerBound) throw new Error(`${file}: not the JSON of a cluster benchmark (no perNode or lowerBound)`);
   if (!result.egress?.samples) throw new Error(`${file}: has no egress samples (written before --json-out recorded them?)`);
-  return result;
+  return { ...result, label: name || undefined };
 });
-const label = (r: ClusterResult) => LABELS[r.kind] ?? r.kind;
+const label = (r: ClusterResult & { label?: string }) => r.label ?? LABELS[r.kind] ?? r.kind;
 writeClusterPlots(
   values.out,
   `${values.title ? `${values.title}: ` : ''}share of nodes done (emulated cluster)`,
