@@ -12,8 +12,9 @@
 //    streams the blob, then pieces some node holds before pieces only seeds hold, then rarest
 //    first, ties broken by a random rank fixed per download; the parent for a piece is a node
 //    before a seed, then the least busy, then the fastest; only pieces whose digest the
-//    scheduler vouched for are fetched; an endgame asks a second parent for pieces that have
-//    been on their way for 0.5 s once nothing else is left to ask for;
+//    scheduler vouched for are fetched; at the tail (every wanted piece stored or on its way)
+//    an endgame asks a second parent for a piece arriving 4 times slower than that parent's
+//    measured rate (`wantsSecondParent`, imported from the peer);
 //  - a parent's upload server serves at most `uploadSlots` pieces at once and answers 429
 //    beyond that (the child then leaves that parent alone for 250 ms);
 //  - a freed fetch slot is refilled 20 ms after the attempt ends (or at the next event that

@@ -35,7 +35,7 @@ interface Attempt {
   link: ParentLink;
   controller: AbortController;
   started: number;
-  /** The piece's bytes as they arrive, once the parent has begun to send them. */
+  /** The piece's bytes as they arrive, once the parent has begun to send them (relayed to this peer's children as they come). */
   growing?: GrowingPiece;
 }
 
@@ -400,8 +400,6 @@ export class SwarmDownload {
     this.attempts.set(index, list);
     link.inflight++;
     let timedOut = false;
-    // Once the parent sends it, its bytes (attempt.growing) may be relayed to this peer's own
-    // children as they arrive.
     // A stall, not a slow piece, is given up: on a link shared by many transfers a piece may take
     // longer than any fixed bound, and restarting it from scratch only wastes what came so far.
     let seen = -1;
