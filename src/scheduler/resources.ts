@@ -93,9 +93,17 @@ export class Peer {
     }
   }
 
-  /** Whether a piece arriving at this peer now is one that `other` neither holds nor is receiving. */
-  relaysPieceMissingFrom(other: Peer): boolean {
-    for (const index of this.growing.keys()) if (!other.pieces.has(index) && !other.arriving.has(index)) return true;
+  /**
+   * Whether a piece arriving at this peer now is one that `other` neither holds nor is receiving
+   * (forgetting, on the way, starts that went stale here).
+   */
+  relaysPieceMissingFrom(other: Peer, now: number): boolean {
+    for (const [index, since] of this.growing) {
+      if (now - since > GROWING_TTL_MS) {
+        this.growing.delete(index);
+        this.arriving.delete(index);
+      } else if (!other.pieces.has(index) && !other.arriving.has(index)) return true;
+    }
     return false;
   }
 

@@ -19,6 +19,8 @@ export function filterCandidates(
   const exclude = (peer: Peer, why: Exclusion) => excluded?.set(peer.id, why);
   // One walk down from the child, not one walk up from each candidate: O(N) per child, not O(N²).
   const below = descendantsOf(child);
+  // Once per child, not once per candidate: what it is receiving decides what candidates offer.
+  child.forgetStaleStarts(now);
   for (const peer of child.task.peers.values()) {
     if (peer === child) continue;
     if (peer.state === 'left') exclude(peer, 'left');
@@ -39,13 +41,12 @@ export function filterCandidates(
  * more for it, and an edge kept for such a piece forbids the trade the other way (the parent
  * graph must stay a DAG). With 4 MiB pieces on slow links a piece is on its way for many
  * seconds, so counting it kept most edges of a 32-node swarm alive for nothing (simulated
- * last node 1.74-1.83 × T* with it, 1.63-1.70 without).
+ * last node 1.74-1.83 × T* with it, 1.63-1.70 without). The caller forgets the child's stale
+ * starts first (`forgetStaleStarts`), once for all the candidates it asks about.
  */
 function offersSomething(parent: Peer, child: Peer, now: number): boolean {
   if (parent.isFinished) return !child.isFinished;
-  parent.forgetStaleStarts(now);
-  child.forgetStaleStarts(now);
-  if (parent.relaysPieceMissingFrom(child)) return true;
+  if (parent.relaysPieceMissingFrom(child, now)) return true;
   if (parent.pieces.size === 0) return false;
   // More pieces than the child holds and receives: at least one of them is in neither.
   if (parent.pieces.size > child.pieces.size + child.arriving.size) return true;
@@ -111,7 +112,10 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
   const idle = child.parents.filter((parent) => {
     if (candidates.includes(parent)) return false;
     const why = excluded.get(parent.id);
-    if (why === 'nothing-to-offer' && !parent.isSeed && offersSomething(child, parent, now)) return false;
+    if (why === 'nothing-to-offer' && !parent.isSeed) {
+      parent.forgetStaleStarts(now); // it is the receiving side here
+      if (offersSomething(child, parent, now)) return false;
+    }
     return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, parent, candidates, config);
   });
   const ranked = candidates
