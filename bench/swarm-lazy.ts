@@ -18,18 +18,17 @@
 
 import fsp from 'node:fs/promises';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import {
-  clusterLowerBound, createCluster, formatRate, nowSeconds, parseRate, startCpuSampler, tcpPayloadBytes,
+  clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes,
   type Cluster, type CpuReport, type LowerBound,
 } from './lib/cluster.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
 import { debianImages, layoutLayers, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 import { MIRROR, startSwarm } from './lib/swarm.js';
 
@@ -39,46 +38,23 @@ const READER = path.resolve(import.meta.dirname, 'lib/lazy-reader.ts');
 const REPO = 'debian/python';
 const TOC_DIGEST = 'containerd.io/snapshot/stargz/toc.digest';
 
-const usage = [
-  'usage: npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy] [--plots DIR] [--json-out FILE] [--keep-logs DIR]',
-  '  --nodes N          receiving nodes (each in its own network namespace)',
-  '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
-  '  --origin-rate R    the registry\'s and the seed peer\'s NIC cap; default 4 × node rate',
-  '  --scenarios LIST   full (scenario b) and/or lazy (scenario c), in this order',
-  '  --plots DIR        write a completion-time CDF and a registry-egress plot (SVG) there',
-  '  --json-out FILE    write the results as JSON',
-  '  --keep-logs DIR    copy every process log there',
-].join('\n');
-let flags;
-try {
-  flags = parseArgs({
-    options: {
-      nodes: { type: 'string', default: '8' },
-      'node-rate': { type: 'string', default: '100mbit' },
-      'origin-rate': { type: 'string' },
-      scenarios: { type: 'string', default: 'full,lazy' },
-      plots: { type: 'string' },
-      'json-out': { type: 'string' },
-      'keep-logs': { type: 'string' },
-      'peer-args': { type: 'string', default: '' },
-      help: { type: 'boolean', default: false },
-    },
-  }).values;
-} catch (error) {
-  console.error(`${(error as Error).message}\n${usage}`);
-  process.exit(2);
-}
-if (flags.help) {
-  console.log(usage);
-  process.exit(0);
-}
-const N = Number(flags.nodes);
-if (!Number.isInteger(N) || N < 1 || N > 64) throw new Error(`--nodes must be 1…64, got ${flags.nodes}`);
-const nodeRate = formatRate(parseRate(flags['node-rate']!));
-const originRate = formatRate(flags['origin-rate'] ? parseRate(flags['origin-rate']) : 4 * parseRate(flags['node-rate']!));
+const args = scenarioArgs(
+  'swarm-lazy',
+  {
+    scenarios: { type: 'string', default: 'full,lazy', help: 'full (scenario b) and/or lazy (scenario c), in this order' },
+    plots: { type: 'string', help: 'write a completion-time CDF and a registry-egress plot (SVG) there' },
+    'keep-logs': { type: 'string', help: 'copy every process log there' },
+    'peer-args': { type: 'string', default: '', help: 'extra flags for every peer, the seed\'s included' },
+  },
+  { nodeRate: '100mbit', size: null },
+);
+const N = args.nodes;
+if (N > 64) throw new Error(`--nodes must be 1…64, got ${N}`);
+const { nodeRate, originRate } = args;
+const flags = { ...args.extra, 'json-out': args.jsonOut } as Record<string, string | undefined>;
 const SCENARIOS = flags.scenarios!.split(',').map((s) => s.trim()) as Scenario[];
 for (const s of SCENARIOS) if (!(s in LABELS)) throw new Error(`--scenarios: unknown scenario "${s}" (full, lazy)`);
-warnIfOverBudget({ nodes: N, nodeRate, originRate, sizeBytes: 0, sizeText: '', extra: {} });
+warnIfOverBudget(args);
 
 interface ScenarioResult {
   scenario: Scenario;

@@ -23,16 +23,20 @@ export const BUDGET_MBIT = 800;
 
 /**
  * --nodes 8 --size 16MiB --node-rate 20mbit --origin-rate <4 × node rate>, plus the
- * script's own options. Exits with a usage message on --help or bad input.
+ * script's own options. Exits with a usage message on --help or bad input. `defaults` changes
+ * the node rate's default, or (size: null) drops --size for a script whose blob is given.
  */
 export function scenarioArgs(
   script: string,
   extraOptions: Record<string, { type: 'string' | 'boolean'; default?: string | boolean; help: string }> = {},
+  defaults: { nodeRate?: string; size?: string | null } = {},
 ): ScenarioArgs {
+  const nodeRate = defaults.nodeRate ?? '20mbit';
+  const size = defaults.size === undefined ? '16MiB' : defaults.size;
   const options = {
     nodes: { type: 'string' as const, default: '8' },
-    size: { type: 'string' as const, default: '16MiB' },
-    'node-rate': { type: 'string' as const, default: '20mbit' },
+    ...(size === null ? {} : { size: { type: 'string' as const, default: size } }),
+    'node-rate': { type: 'string' as const, default: nodeRate },
     'origin-rate': { type: 'string' as const },
     'json-out': { type: 'string' as const },
     help: { type: 'boolean' as const, default: false },
@@ -40,9 +44,9 @@ export function scenarioArgs(
   };
   const usage = () =>
     [
-      `usage: npx tsx bench/${script}.ts [--nodes 8] [--size 16MiB] [--node-rate 20mbit] [--origin-rate 80mbit]`,
+      `usage: npx tsx bench/${script}.ts [--nodes 8]${size === null ? '' : ` [--size ${size}]`} [--node-rate ${nodeRate}] [--origin-rate ${formatRate(4 * parseRate(nodeRate))}]`,
       '  --nodes N          receiving nodes (each in its own network namespace)',
-      '  --size S           blob size (16MiB, 64MiB, 50MB…)',
+      ...(size === null ? [] : ['  --size S           blob size (16MiB, 64MiB, 50MB…)']),
       '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
       '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × node rate',
       '  --json-out FILE    write the result there as JSON, with the origin\'s egress samples (for bench/plot-cluster.ts)',
@@ -62,8 +66,8 @@ export function scenarioArgs(
   try {
     const nodes = Number(values.nodes);
     if (!Number.isInteger(nodes) || nodes < 1 || nodes > 1000) throw new Error(`--nodes must be 1…1000, got ${values.nodes}`);
-    const sizeText = String(values.size);
-    const sizeBytes = parseSize(sizeText);
+    const sizeText = size === null ? '' : String(values.size);
+    const sizeBytes = size === null ? 0 : parseSize(sizeText);
     const nodeBits = parseRate(String(values['node-rate']));
     const originBits = values['origin-rate'] ? parseRate(String(values['origin-rate'])) : 4 * nodeBits;
     const extra: Record<string, string | boolean | undefined> = {};
