@@ -1,4 +1,4 @@
-import { createHash, type Hash } from 'node:crypto';
+import { createStreamingHash, type StreamingHash } from '../common/hashing.js';
 import type { Logger } from '../common/log.js';
 import { parseDigest } from '../oci/digest.js';
 import { checkSha256, pieceCheck, type PieceCheckKind } from '../storage/piece-check.js';
@@ -54,7 +54,8 @@ export class BlobTask {
   private readonly verification = deferred();
   private readonly persisted = deferred();
   private hashedPieces = 0;
-  private readonly hasher: Hash;
+  /** The whole-blob digest, computed off the JavaScript thread where it can be. */
+  private readonly hasher: StreamingHash;
   private hashing: Promise<void> = Promise.resolve();
   private failure?: Error;
   /** Pieces being written right now, so two sources delivering one piece write it once. */
@@ -79,11 +80,11 @@ export class BlobTask {
     readonly blob: StoredBlob,
     private readonly log: Logger,
     private readonly events: TaskEvents,
-    /** 'sha256' when piece digests are needed (a swarm peer reports them), else 'crc32'. */
+    /** 'sha256' when piece digests are needed (a swarm peer reports them), else 'crc'. */
     private readonly pieceCheckKind: PieceCheckKind = 'sha256',
   ) {
     this.layout = blob.layout;
-    this.hasher = createHash(parseDigest(blob.digest).algorithm);
+    this.hasher = createStreamingHash(parseDigest(blob.digest).algorithm);
     if (blob.complete) {
       this.hashedPieces = this.layout.pieceCount;
       this.verification.resolve();
@@ -268,7 +269,7 @@ export class BlobTask {
     this.writing.add(index);
     try {
       // A digest vouched for by the scheduler is the check; else the cheapest this peer may keep.
-      const check = provenance.sha256 ?? pieceCheck(this.pieceCheckKind, bytes);
+      const check = provenance.sha256 ?? (await pieceCheck(this.pieceCheckKind, bytes));
       await this.store.writePiece(this.blob, index, bytes, check);
       this.bytesBySource[provenance.from] += bytes.length;
       this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: checkSha256(check) });
@@ -329,12 +330,12 @@ export class BlobTask {
         const index = this.hashedPieces;
         const inMemory = this.recent.get(index);
         if (inMemory) {
-          this.hasher.update(inMemory);
+          await this.hasher.update(inMemory);
         } else {
           const { offset, length } = pieceBounds(this.layout, index);
           const buffer = Buffer.allocUnsafe(length);
           await this.blob.read(buffer, offset, length);
-          this.hasher.update(buffer);
+          await this.hasher.update(buffer);
         }
         this.hashedPieces++;
       }
@@ -343,7 +344,7 @@ export class BlobTask {
   }
 
   private async finishVerification(): Promise<void> {
-    const actual = `${parseDigest(this.blob.digest).algorithm}:${this.hasher.digest('hex')}`;
+    const actual = `${parseDigest(this.blob.digest).algorithm}:${this.hasher.hex()}`;
     if (actual !== this.blob.digest) {
       const error = new BlobDigestMismatchError(`blob content does not match its digest ${this.blob.digest} (got ${actual})`);
       await this.fail(error);

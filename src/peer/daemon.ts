@@ -74,7 +74,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       metrics.verificationFailures.inc();
       swarm?.forget(task.digest, 'verification failed');
     },
-  }, inSwarm ? 'sha256' : 'crc32');
+  }, inSwarm ? 'sha256' : 'crc');
 
   const transport = new RegistryTransport();
   const downloadLimiter = new RateLimiter(config.download.rateLimit);

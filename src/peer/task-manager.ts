@@ -30,7 +30,7 @@ export class TaskManager {
     private readonly store: BlobStore,
     private readonly log: Logger,
     private readonly events: TaskEvents,
-    /** How stored pieces are checked: 'sha256' in a swarm (its digests are reported), 'crc32' otherwise. */
+    /** How stored pieces are checked: 'sha256' in a swarm (its digests are reported), 'crc' otherwise. */
     private readonly pieceCheck: PieceCheckKind = 'sha256',
   ) {}
 

@@ -185,7 +185,7 @@ export class StoredBlob {
     const { offset, length } = pieceBounds(this.layout, index);
     const buffer = Buffer.allocUnsafe(length);
     const read = await this.read(buffer, offset, length);
-    return read === length && checkMatches(check, buffer);
+    return read === length && (await checkMatches(check, buffer));
   }
 
   private async rewriteJournal(): Promise<void> {

@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { appendFile, mkdtemp, open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import { digestOf } from '../../src/oci/digest.js';
@@ -38,7 +39,7 @@ describe('BlobStore', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  for (const kind of ['sha256', 'crc32'] as const) it(`keeps verified pieces across a restart and drops torn ones (${kind} piece checks)`, async () => {
+  for (const kind of ['sha256', 'crc'] as const) it(`keeps verified pieces across a restart and drops torn ones (${kind} piece checks)`, async () => {
     const size = 2 * MIN_PIECE_SIZE + 100;
     const data = randomBytes(size);
     const digest = digestOf(data);
@@ -48,13 +49,13 @@ describe('BlobStore', () => {
     for (const index of [0, 2]) {
       const { offset, length } = pieceBounds(layout, index);
       const piece = data.subarray(offset, offset + length);
-      await store.writePiece(blob, index, Buffer.from(piece), pieceCheck(kind, piece));
-      if (kind === 'crc32') assert.equal(blob.pieceDigest(index), undefined, 'a CRC is not a digest to hand out');
+      await store.writePiece(blob, index, Buffer.from(piece), await pieceCheck(kind, piece));
+      if (kind === 'crc') assert.equal(blob.pieceDigest(index), undefined, 'a CRC is not a digest to hand out');
     }
     await store.close();
 
     // Simulate a crash that journaled piece 1 but never wrote its bytes, and tore piece 2's bytes.
-    await appendFile(join(blob.dir, 'pieces'), `1 ${pieceCheck(kind, data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
+    await appendFile(join(blob.dir, 'pieces'), `1 ${await pieceCheck(kind, data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
     const handle = await open(join(blob.dir, 'data'), 'r+');
     await handle.write(Buffer.from('torn'), 0, 4, 2 * MIN_PIECE_SIZE);
     await handle.close();
@@ -66,6 +67,25 @@ describe('BlobStore', () => {
     assert.ok(!reloaded.hasPiece(2), 'torn piece is dropped');
     assert.equal(store.usedBytes, MIN_PIECE_SIZE);
     assert.ok(!reloaded.complete);
+    await store.close();
+  });
+
+  it('still recognizes pieces journaled with an earlier build\'s CRC-32, and drops a CRC that does not match', async () => {
+    const size = 2 * MIN_PIECE_SIZE;
+    const data = randomBytes(size);
+    const digest = digestOf(data);
+    let store = await BlobStore.open(dir, noQuota, silentLogger);
+    const blob = await store.create(digest, size, true);
+    const [first, second] = [0, 1].map((index) => data.subarray(index * MIN_PIECE_SIZE, (index + 1) * MIN_PIECE_SIZE));
+    const crc = (bytes: Uint8Array) => `crc32:${(crc32(bytes) >>> 0).toString(16).padStart(8, '0')}`;
+    await store.writePiece(blob, 0, Buffer.from(first!), crc(first!));
+    await store.writePiece(blob, 1, Buffer.from(second!), crc(first!)); // a check of other bytes
+    await store.close();
+
+    store = await BlobStore.open(dir, noQuota, silentLogger);
+    const reloaded = store.get(digest)!;
+    assert.ok(reloaded.hasPiece(0), 'a CRC-32 piece from an earlier build is kept');
+    assert.ok(!reloaded.hasPiece(1), 'a piece whose CRC does not match is dropped');
     await store.close();
   });
 

@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
+import { sha256Hex } from '../../common/hashing.js';
 import type { Logger } from '../../common/log.js';
 import type { FailureReason, ParentInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
@@ -417,7 +417,7 @@ export class SwarmDownload {
     void link
       .fetchPiece(index, () => (attempt.growing = this.beginPiece(index)), attempt.controller.signal)
       .then(async (bytes) => {
-        const sha256 = createHash('sha256').update(bytes).digest('hex');
+        const sha256 = await sha256Hex(bytes);
         if (`sha256:${sha256}` !== this.digests.get(index)) {
           this.dropParent(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
           return;
