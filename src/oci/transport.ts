@@ -1,5 +1,7 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
+import { chunkedBufferBody, type BufferBody } from './buffer-body.js';
+import { directGet } from './direct-get.js';
 
 export interface TransportRequest {
   method?: 'GET' | 'HEAD';
@@ -15,6 +17,24 @@ export interface TransportResponse {
   body: Dispatcher.ResponseData['body'];
   /** The URL that finally answered, after redirects. */
   url: URL;
+}
+
+/** A response whose body is read into the caller's buffers (buffer-body.ts). */
+export interface BufferResponse {
+  statusCode: number;
+  headers: IncomingHttpHeaders;
+  body: BufferBody;
+  url: URL;
+}
+
+/** Bodies at least this big, from plain-HTTP hops, skip undici's streams (see direct-get.ts). */
+export const DIRECT_BODY_MIN_BYTES = 16 * 1024 * 1024;
+
+interface Hop {
+  statusCode: number;
+  headers: IncomingHttpHeaders;
+  /** Drops the body of a hop that is only a redirect. */
+  discard(): Promise<void>;
 }
 
 /**
@@ -36,20 +56,44 @@ export class RegistryTransport {
   }
 
   async send(url: URL, options: TransportRequest = {}): Promise<TransportResponse> {
+    return this.follow(url, options, async (current, headers) => {
+      const response = await this.undiciHop(current, headers, options);
+      return { ...response, discard: () => response.body.dump(), value: response.body };
+    });
+  }
+
+  /**
+   * A GET whose body the caller reads into its own buffers. When the body is expected to be big
+   * (`expectedBytes`) and a hop is plain HTTP, that hop is read by direct-get.ts, without undici's
+   * per-read buffers; otherwise undici's chunks are copied into the caller's buffers.
+   */
+  async sendForBuffers(url: URL, options: TransportRequest & { expectedBytes: number }): Promise<BufferResponse> {
+    return this.follow(url, options, async (current, headers) => {
+      if (current.protocol === 'http:' && options.expectedBytes >= DIRECT_BODY_MIN_BYTES) {
+        const direct = await directGet(current, headers, options.signal);
+        // undefined: an answer without a Content-Length, asked again below.
+        if (direct) return { ...direct, discard: async () => direct.body.destroy(), value: direct.body };
+      }
+      const response = await this.undiciHop(current, headers, options);
+      return { ...response, discard: () => response.body.dump(), value: chunkedBufferBody(response.body) };
+    });
+  }
+
+  private undiciHop(url: URL, headers: Record<string, string>, options: TransportRequest): Promise<Dispatcher.ResponseData> {
+    return request(url, { method: options.method ?? 'GET', headers, signal: options.signal, dispatcher: this.dispatcher });
+  }
+
+  /** Sends `hop` requests until one is not a redirect, keeping credentials to their origin. */
+  private async follow<B>(url: URL, options: TransportRequest, hop: (url: URL, headers: Record<string, string>) => Promise<Hop & { value: B }>) {
     let current = url;
     let headers = { ...(options.headers ?? {}) };
     const maxRedirects = options.maxRedirects ?? 5;
-    for (let hop = 0; ; hop++) {
-      const response = await request(current, {
-        method: options.method ?? 'GET',
-        headers,
-        signal: options.signal,
-        dispatcher: this.dispatcher,
-      });
+    for (let count = 0; ; count++) {
+      const response = await hop(current, headers);
       const location = response.headers.location;
       if ([301, 302, 303, 307, 308].includes(response.statusCode) && typeof location === 'string') {
-        await response.body.dump();
-        if (hop >= maxRedirects) throw new Error(`too many redirects from ${url.origin}`);
+        await response.discard();
+        if (count >= maxRedirects) throw new Error(`too many redirects from ${url.origin}`);
         const next = new URL(location, current);
         if (next.origin !== current.origin) {
           // Object storage behind a redirect authenticates by the signed URL, not by our token.
@@ -58,7 +102,7 @@ export class RegistryTransport {
         current = next;
         continue;
       }
-      return { statusCode: response.statusCode, headers: response.headers, body: response.body, url: current };
+      return { statusCode: response.statusCode, headers: response.headers, body: response.value, url: current };
     }
   }
 

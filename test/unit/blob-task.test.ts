@@ -33,8 +33,9 @@ async function startOrigin(data: Buffer, behaviour: Behaviour): Promise<FakeOrig
     if (behaviour === 'drop-once' && !dropped) {
       dropped = true;
       res.writeHead(200, { 'content-length': data.length });
-      res.write(data.subarray(0, MIN_PIECE_SIZE + 10));
-      setTimeout(() => res.destroy(), 20);
+      // Ends the connection once the bytes are out (FIN, not RST: a reset could drop bytes still
+      // in flight, and the test would then depend on how fast this machine is).
+      res.write(data.subarray(0, MIN_PIECE_SIZE + 10), () => res.socket?.end());
       return;
     }
     if (!match || behaviour === 'ignore-range') {

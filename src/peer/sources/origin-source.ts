@@ -1,5 +1,6 @@
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
+import type { BufferBody } from '../../oci/buffer-body.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
 import type { GrowingPiece } from '../growing-piece.js';
@@ -52,7 +53,7 @@ export class OriginSource implements PieceSource {
     const headers = { ...this.headers };
     if (!wholeBlob) headers.range = `bytes=${start}-${end}`;
 
-    const response = await this.transport.send(this.url, { headers, signal });
+    const response = await this.transport.sendForBuffers(this.url, { headers, signal, expectedBytes: end + 1 - start });
     const { statusCode } = response;
     let bodyStart: number;
     if (statusCode === 200) {
@@ -86,65 +87,36 @@ export class OriginSource implements PieceSource {
     await this.cutIntoPieces(layout, response.body, bodyStart, wholeBlob || statusCode === 200 ? layout.size - 1 : end, sink, buffers);
   }
 
-  /** Reassembles the byte stream into whole pieces and hands each to the sink as it completes. */
-  private async cutIntoPieces(
-    layout: PieceLayout,
-    body: AsyncIterable<Buffer> & { destroy(error?: Error): void },
-    bodyStart: number,
-    bodyEnd: number,
-    sink: PieceSink,
-    buffers?: PieceBuffers,
-  ): Promise<void> {
-    let index = Math.floor(bodyStart / layout.pieceSize);
-    let bounds = pieceBounds(layout, index);
+  /** Reads the body into whole pieces and hands each to the sink as it completes. */
+  private async cutIntoPieces(layout: PieceLayout, body: BufferBody, bodyStart: number, bodyEnd: number, sink: PieceSink, buffers?: PieceBuffers): Promise<void> {
     // With `buffers`, each piece is read into a buffer that others may relay from as it fills.
     let growing: GrowingPiece | undefined;
-    const bufferFor = (at: number, length: number): Buffer => {
-      growing = buffers?.(at);
-      return growing?.buffer ?? Buffer.allocUnsafe(length);
-    };
-    let piece = bufferFor(index, bounds.length);
-    let filled = 0;
-    let position = bodyStart;
     // Pieces being hashed and written while the next ones are read from the network.
     const pending: Promise<void>[] = [];
-    const deliver = async (at: number, bytes: Buffer) => {
-      const delivered = growing;
-      growing = undefined;
-      const stored = sink(at, bytes).finally(() => delivered?.end());
-      stored.catch(() => undefined); // awaited below, in order
-      pending.push(stored);
-      if (pending.length > PIPELINE_DEPTH) await pending.shift();
+    const onFill = (filled: number) => {
+      growing?.advance(filled);
+      return this.limiter.unlimited ? undefined : this.limiter.take(filled - taken).then(() => void (taken = filled));
     };
+    let taken = 0;
     try {
       // A zero-length blob still has one (empty) piece to deliver.
-      if (bounds.length === 0) {
-        await sink(index, piece);
-        return;
+      const first = Math.floor(bodyStart / layout.pieceSize);
+      const last = Math.max(first, Math.floor(bodyEnd / layout.pieceSize));
+      for (let index = first; index <= last; index++) {
+        const bounds = pieceBounds(layout, index);
+        growing = buffers?.(index);
+        const piece = growing?.buffer ?? Buffer.allocUnsafe(bounds.length);
+        taken = 0;
+        const filled = await body.fill(piece, 0, bounds.length, onFill);
+        if (filled < bounds.length) throw new Error(`origin closed the connection after ${bounds.offset + filled - bodyStart} of ${bodyEnd + 1 - bodyStart} bytes`);
+        const delivered = growing;
+        growing = undefined;
+        const stored = sink(index, piece).finally(() => delivered?.end());
+        stored.catch(() => undefined); // awaited below, in order
+        pending.push(stored);
+        if (pending.length > PIPELINE_DEPTH) await pending.shift();
       }
-      for await (const chunk of body) {
-        await this.limiter.take(chunk.length);
-        if (position + chunk.length > bodyEnd + 1) throw new Error('origin sent more bytes than it announced');
-        let consumed = 0;
-        while (consumed < chunk.length) {
-          const take = Math.min(chunk.length - consumed, bounds.length - filled);
-          chunk.copy(piece, filled, consumed, consumed + take);
-          filled += take;
-          consumed += take;
-          growing?.advance(filled);
-          if (filled === bounds.length) {
-            await deliver(index, piece);
-            index++;
-            if (index >= layout.pieceCount) break;
-            bounds = pieceBounds(layout, index);
-            if (bounds.offset > bodyEnd) break;
-            piece = bufferFor(index, bounds.length);
-            filled = 0;
-          }
-        }
-        position += chunk.length;
-      }
-      if (position !== bodyEnd + 1) throw new Error(`origin closed the connection after ${position - bodyStart} of ${bodyEnd + 1 - bodyStart} bytes`);
+      if ((await body.fill(Buffer.allocUnsafe(1), 0, 1)) !== 0) throw new Error('origin sent more bytes than it announced');
       await Promise.all(pending);
     } catch (error) {
       body.destroy();
