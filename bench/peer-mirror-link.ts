@@ -5,6 +5,10 @@
 // and a network.
 //
 //   npx tsc -p . && npx tsx bench/peer-mirror-link.ts [--size 1GB] [--rates 1gbit,2500mbit] [--rounds 3]
+//        [--cpu-prof DIR]
+//
+// --cpu-prof DIR makes every peer write a V8 .cpuprofile into DIR when it stops (summarize one with
+// `npx tsx bench/lib/cpuprofile.ts FILE`).
 //
 // For each rate: an emulated cluster (bench/lib/cluster.ts) of the registry's host, whose NIC is
 // capped at the rate, and one node (uncapped: 40 Gbit/s) running `starling peer` and curl. Each
@@ -28,11 +32,13 @@ const { values: args } = parseArgs({
     size: { type: 'string', default: '1GB' },
     rates: { type: 'string', default: '1gbit,2500mbit' },
     rounds: { type: 'string', default: '3' },
+    'cpu-prof': { type: 'string' },
   },
 });
 const F = parseSize(args.size!);
 const RATES = args.rates!.split(',').map((r) => r.trim());
 const ROUNDS = Math.max(1, Number(args.rounds));
+const CPU_PROF = args['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(args['cpu-prof'])] : [];
 const log = (message: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`);
 
 interface Get {
@@ -69,7 +75,7 @@ try {
         const peer = await cluster.spawn(
           cluster.nodes[0]!,
           process.execPath,
-          [STARLING_CLI, 'peer', '--data-dir', dataDir, '--mirror-listen', `127.0.0.1:${port}`, '--insecure-registry', registryHost, '--log-level', 'warn'],
+          [...CPU_PROF, STARLING_CLI, 'peer', '--data-dir', dataDir, '--mirror-listen', `127.0.0.1:${port}`, '--insecure-registry', registryHost, '--log-level', 'warn'],
           { name: 'starling-peer', logFile: path.join(work.path, `peer-${round}.log`) },
         );
         try {
