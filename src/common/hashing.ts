@@ -3,8 +3,7 @@
 // piece; on the JavaScript thread that cost ~1.6 s per GB, time it could not spend moving bytes.
 // Without the addon everything falls back to node:crypto and node:zlib on this thread.
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { optionalAddon } from './native-addon.js';
 
 interface NativeHasher {
   update(bytes: Uint8Array): Promise<void>;
@@ -17,20 +16,8 @@ interface DigestAddon {
   crc32c(bytes: Uint8Array): Promise<number>;
 }
 
-const ADDON_PATH = fileURLToPath(new URL('../../native/digest/build/Release/starling_digest.node', import.meta.url));
-
-let addon: DigestAddon | null | undefined;
-
-function loadAddon(): DigestAddon | null {
-  if (addon === undefined) {
-    try {
-      addon = createRequire(import.meta.url)(ADDON_PATH) as DigestAddon;
-    } catch {
-      addon = null; // not built: hash on this thread
-    }
-  }
-  return addon;
-}
+/** Without the addon, everything hashes on this thread. */
+const loadAddon = () => optionalAddon<DigestAddon>('digest', 'starling_digest');
 
 /** Whether digests run off the JavaScript thread (and CRC-32C is available). */
 export function offThreadHashing(): boolean {

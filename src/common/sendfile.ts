@@ -2,34 +2,22 @@
 // go from the page cache to the socket without being copied through JavaScript, which is what
 // lets a cache hit keep up with a static file server. Anything unusual (TLS, no addon, no file
 // descriptor on the socket) makes it decline, and the caller copies the bytes as before.
-import { createRequire } from 'node:module';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
+import { optionalAddon } from './native-addon.js';
 
 interface SendfileAddon {
   sendFile(socketFd: number, fileFd: number, offset: number, count: number, timeoutMs: number): Promise<number>;
 }
 
-const ADDON_PATH = fileURLToPath(new URL('../../native/sendfile/build/Release/starling_sendfile.node', import.meta.url));
 /** A client that takes nothing for this long is given up on (as a stalled write would be). */
 const STALL_TIMEOUT_MS = 120_000;
 /** Below this, a copy costs less than waking a thread. */
 const MIN_SENDFILE_BYTES = 256 * 1024;
 
-let addon: SendfileAddon | null | undefined;
-
-function loadAddon(): SendfileAddon | null {
-  if (addon === undefined) {
-    try {
-      addon = createRequire(import.meta.url)(ADDON_PATH) as SendfileAddon;
-    } catch {
-      addon = null; // not built: every caller copies
-    }
-  }
-  return addon;
-}
+/** Without the addon, every caller copies. */
+const loadAddon = () => optionalAddon<SendfileAddon>('sendfile', 'starling_sendfile');
 
 export function sendfileAvailable(): boolean {
   return loadAddon() !== null;

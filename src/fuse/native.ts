@@ -1,8 +1,6 @@
-// The compiled addon (native/fuse), loaded from the package root so it works from src/ (tsx)
-// and from dist/ alike: both sit two levels below it.
-import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
-import path from 'node:path';
+// The compiled addon (native/fuse), loaded through common/native-addon.ts (from src/ under tsx
+// and from dist/ alike).
+import { requiredAddon } from '../common/native-addon.js';
 import type { Attr, DirEntry, Statfs } from './types.js';
 
 /** Operation codes; the same numbers as `enum class Op` in native/fuse/src/session.h. */
@@ -51,17 +49,6 @@ export interface NativeAddon {
   fuseVersion: number;
 }
 
-const ADDON_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../native/fuse/build/Release/starling_fuse.node');
-
-let addon: NativeAddon | undefined;
-
 export function loadAddon(): NativeAddon {
-  if (!addon) {
-    try {
-      addon = createRequire(import.meta.url)(ADDON_PATH) as NativeAddon;
-    } catch (error) {
-      throw new Error(`the FUSE addon is not built (${ADDON_PATH}): run \`npm run build:fuse\` (needs libfuse3-dev)`, { cause: error });
-    }
-  }
-  return addon;
+  return requiredAddon<NativeAddon>('fuse', 'starling_fuse', 'run `npm run build:fuse` (needs libfuse3-dev)');
 }
