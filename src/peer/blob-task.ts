@@ -6,6 +6,7 @@ import type { BlobStore } from '../storage/blob-store.js';
 import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
 import { GrowingPiece } from './growing-piece.js';
+import { pieceBuffers } from './piece-buffers.js';
 import { UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
 
 export class BlobDigestMismatchError extends Error {
@@ -153,17 +154,19 @@ export class BlobTask {
 
   /**
    * Registers a fetch of piece `index` whose bytes may be relayed while they arrive. The
-   * caller fills the returned piece's buffer, calls `advance` as it goes and `end` when done.
+   * caller fills the returned piece's buffer, calls `advance` as it goes and `end` when done
+   * (after storing the piece: `end` lets go of the fetch's hold on the pooled buffer).
    */
   beginPiece(index: number, fromOrigin = false): GrowingPiece {
     const { length } = pieceBounds(this.layout, index);
     const piece = new GrowingPiece(
       index,
-      Buffer.allocUnsafe(length),
+      pieceBuffers.take(length),
       (ended) => {
         const set = this.growing.get(index);
         set?.delete(ended);
         if (set?.size === 0) this.growing.delete(index);
+        pieceBuffers.release(ended.buffer);
       },
       fromOrigin,
     );
@@ -190,13 +193,17 @@ export class BlobTask {
 
   /**
    * Waits until a fetch of piece `index` from the origin holds more than `seen` bytes, and
-   * returns it; returns undefined once the piece is stored instead. Rejects as waitForPiece does.
+   * returns it with its buffer held for the caller (see piece-buffers.ts: the caller releases
+   * it); returns undefined once the piece is stored instead. Rejects as waitForPiece does.
    */
   async waitForOriginBytes(index: number, seen: number): Promise<GrowingPiece | undefined> {
     const stored = this.waitForPiece(index);
     while (!this.blob.hasPiece(index)) {
       const growing = this.growingPiece(index, true);
-      if (growing && growing.filled > seen) return growing;
+      if (growing && growing.filled > seen) {
+        pieceBuffers.hold(growing.buffer);
+        return growing;
+      }
       await Promise.race([stored, growing ? growing.next(seen) : this.growthSignal.promise]);
     }
     return undefined;
@@ -281,12 +288,14 @@ export class BlobTask {
     this.foldIntoBlobHash();
   }
 
-  /** A stored piece's bytes if they are still in memory. */
+  /** A stored piece's bytes if they are still in memory (hold them before any await: piece-buffers.ts). */
   recentPiece(index: number): Buffer | undefined {
     return this.recent.get(index);
   }
 
   private remember(index: number, bytes: Buffer): void {
+    if (this.recent.has(index)) return;
+    pieceBuffers.hold(bytes);
     this.recent.set(index, bytes);
     let held = 0;
     for (const buffer of this.recent.values()) held += buffer.length;
@@ -296,13 +305,19 @@ export class BlobTask {
       if (held <= RECENT_BYTES) break;
       if (oldest >= this.hashedPieces && this.recent.size <= RECENT_PIECES_MAX) continue;
       this.recent.delete(oldest);
+      pieceBuffers.release(buffer);
       held -= buffer.length;
     }
   }
 
   /** Lets go of in-memory pieces once nobody streams the blob as it arrives. */
   releaseMemory(): void {
-    if (this.streamingReaders === 0 && this.blob.complete) this.recent.clear();
+    if (this.streamingReaders === 0 && this.blob.complete) this.forgetRecent();
+  }
+
+  private forgetRecent(): void {
+    for (const buffer of this.recent.values()) pieceBuffers.release(buffer);
+    this.recent.clear();
   }
 
   /** Marks pieces as expected from a fetch the caller runs itself (the swarm), so waiters can wait. */
@@ -330,7 +345,8 @@ export class BlobTask {
         const index = this.hashedPieces;
         const inMemory = this.recent.get(index);
         if (inMemory) {
-          await this.hasher.update(inMemory);
+          pieceBuffers.hold(inMemory);
+          await this.hasher.update(inMemory).finally(() => pieceBuffers.release(inMemory));
         } else {
           const { offset, length } = pieceBounds(this.layout, index);
           const buffer = Buffer.allocUnsafe(length);
@@ -373,6 +389,7 @@ export class BlobTask {
     this.verification.reject(error);
     this.persisted.reject(error);
     for (const index of [...this.inflight.keys()]) this.settle(index, error);
+    this.forgetRecent();
     await this.store.remove(this.digest);
     this.events.failed(this, error);
   }

@@ -11,6 +11,7 @@ import { RateLimiter } from '../../src/common/rate-limiter.js';
 import { digestOf } from '../../src/oci/digest.js';
 import { RegistryTransport } from '../../src/oci/transport.js';
 import { BlobTask, BlobDigestMismatchError } from '../../src/peer/blob-task.js';
+import { pieceBuffers } from '../../src/peer/piece-buffers.js';
 import { OriginSource } from '../../src/peer/sources/origin-source.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
@@ -157,6 +158,21 @@ describe('BlobTask with an origin source', () => {
     await task.whenPersisted(); // no piece will arrive: the task must verify on its own
     assert.ok(task.complete);
     assert.ok((await readAll(task)).equals(data));
+  });
+
+  it('reuses piece buffers once every holder let go, and the blob still verifies byte-exact', async () => {
+    const big = randomBytes(12 * MIN_PIECE_SIZE + 77);
+    const origin = await startOrigin(big, 'honest');
+    const blob = await store.create(digestOf(big), big.length, true);
+    const task = new BlobTask(store, blob, silentLogger, events);
+    const reusedBefore = pieceBuffers.reused;
+    task.request(0, task.layout.pieceCount - 1, source(origin));
+    await task.whenPersisted();
+    const out = Buffer.alloc(big.length);
+    await task.blob.read(out, 0);
+    assert.ok(out.equals(big));
+    assert.ok(pieceBuffers.reused - reusedBefore >= 4, `buffers reused: ${pieceBuffers.reused - reusedBefore}`);
+    await origin.close();
   });
 
   it('discards a blob whose bytes do not match its digest', async () => {

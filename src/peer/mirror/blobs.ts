@@ -7,6 +7,7 @@ import { OciError } from '../../oci/errors.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, piecesCovering } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
+import { pieceBuffers } from '../piece-buffers.js';
 import type { PeerMetrics } from '../metrics.js';
 import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
 import { UpstreamStatusError, type PieceSource } from '../sources/piece-source.js';
@@ -196,7 +197,8 @@ export class BlobService {
       if (!inMemory && task.complete && (await this.sendFromDisk(res, task, position, range.end))) return;
       if (inMemory) {
         // Just arrived: send it from memory rather than reading it back from disk.
-        await writeChunk(res, inMemory.subarray(position - bounds.offset, stop - bounds.offset + 1));
+        pieceBuffers.hold(inMemory);
+        await writeChunk(res, inMemory.subarray(position - bounds.offset, stop - bounds.offset + 1), () => pieceBuffers.release(inMemory));
         this.deps.metrics.servedBytes.inc(stop - position + 1);
         continue;
       }
@@ -236,7 +238,8 @@ export class BlobService {
       const growing = await task.waitForOriginBytes(index, want - 1);
       if (!growing) break; // stored: the rest goes from the store
       const end = Math.min(growing.filled + offset, stop + 1);
-      await writeChunk(res, growing.buffer.subarray(position - offset, end - offset));
+      // The buffer came held for us; the write lets go of it.
+      await writeChunk(res, growing.buffer.subarray(position - offset, end - offset), () => pieceBuffers.release(growing.buffer));
       this.deps.metrics.servedBytes.inc(end - position);
       position = end;
     }

@@ -18,10 +18,17 @@ export function sendOciError(res: ServerResponse, error: OciError, method = 'GET
   res.end(method === 'HEAD' ? undefined : body);
 }
 
-/** Writes a chunk and waits for the socket to drain; rejects if the client went away. */
-export function writeChunk(res: ServerResponse, chunk: Buffer | string): Promise<void> {
-  if (res.destroyed || res.writableEnded) return Promise.reject(new ClientGoneError());
-  if (res.write(chunk)) return Promise.resolve();
+/**
+ * Writes a chunk and waits for the socket to drain; rejects if the client went away.
+ * `onWritten` runs once the chunk's bytes are no longer needed (handed to the kernel, or dropped
+ * with the connection): where a pooled piece buffer's hold is let go.
+ */
+export function writeChunk(res: ServerResponse, chunk: Buffer | string, onWritten?: () => void): Promise<void> {
+  if (res.destroyed || res.writableEnded) {
+    onWritten?.(); // nothing was queued
+    return Promise.reject(new ClientGoneError());
+  }
+  if (res.write(chunk, onWritten && (() => onWritten()))) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const done = (error?: Error) => {
       res.off('drain', onDrain);

@@ -7,6 +7,7 @@ import { parseDigest } from '../../oci/digest.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import { writeChunk, ClientGoneError } from '../mirror/respond.js';
 import type { BlobTask } from '../blob-task.js';
+import { pieceBuffers } from '../piece-buffers.js';
 import type { TaskManager } from '../task-manager.js';
 import { encodeBitmap, type PieceBoard } from './piece-board.js';
 
@@ -128,8 +129,14 @@ export class UploadService {
       // system call and a small segment apiece, here and at every peer downstream.
       if (available - sent >= RELAY_CHUNK || (available > sent && piece.filled >= length)) {
         const end = Math.min(available, sent + WRITE_CHUNK);
-        await this.deps.limiter.take(end - sent);
-        await writeChunk(res, piece.buffer.subarray(sent, end));
+        // Held across the wait and the write: the piece may end meanwhile (see piece-buffers.ts).
+        pieceBuffers.hold(piece.buffer);
+        const release = () => pieceBuffers.release(piece.buffer);
+        await this.deps.limiter.take(end - sent).catch((error: Error) => {
+          release();
+          throw error;
+        });
+        await writeChunk(res, piece.buffer.subarray(sent, end), release);
         this.deps.onUploaded(end - sent);
         sent = end;
         continue;
