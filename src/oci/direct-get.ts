@@ -92,12 +92,12 @@ class DirectExchange implements BufferBody {
       fill.reject = reject;
     });
     this.current = fill;
+    // Bytes read ahead go first; they may end the fill on their own (progress settles it then).
     if (this.leftover.length) this.fromLeftover(fill);
-    if (this.current === fill) {
-      if (this.failure) this.settle(this.failure);
-      else if (fill.filled === fill.target.length) this.settle();
-      else if (!this.held) this.socket.resume();
-    }
+    if (this.current !== fill || fill.ending) return settled;
+    if (this.failure) this.settle(this.failure);
+    else if (fill.filled === fill.target.length) this.settle(); // nothing was left to read
+    else if (!this.held) this.socket.resume();
     return settled;
   }
 

@@ -94,6 +94,22 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
     });
     assert.ok(body.equals(data));
     assert.ok(waits >= 3);
+
+    // Small fills, served from bytes read ahead as well as from the socket: none may end
+    // before the wait its last onFill asked for.
+    const again = await directGet(new URL(`${base}/blob`), {});
+    let waiting = false;
+    const out = Buffer.alloc(data.length);
+    for (let at = 0; at < data.length; ) {
+      const n = await again!.body.fill(out, at, 1000, async () => {
+        waiting = true;
+        await sleep(0);
+        waiting = false;
+      });
+      assert.ok(!waiting, 'a fill ended while its onFill was still waiting');
+      at += n;
+    }
+    assert.ok(out.equals(data));
   });
 
   it('answers without a Content-Length resolve undefined, and the transport asks again through undici', async () => {
