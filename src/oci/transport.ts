@@ -38,8 +38,9 @@ interface Hop {
 }
 
 /**
- * HTTP transport towards registries: keep-alive connections through one undici Agent, and
- * redirects followed by hand so that credentials never travel to another origin.
+ * HTTP transport towards registries: keep-alive connections through one undici Agent (big
+ * plain-HTTP bodies read into buffers go through direct-get.ts instead), and redirects followed
+ * by hand so that credentials never travel to another origin.
  */
 export class RegistryTransport {
   readonly dispatcher: Dispatcher;
