@@ -68,7 +68,7 @@ export class RegistryTransport {
    * (`expectedBytes`) and a hop is plain HTTP, that hop is read by direct-get.ts, without undici's
    * per-read buffers; otherwise undici's chunks are copied into the caller's buffers.
    */
-  async sendForBuffers(url: URL, options: TransportRequest & { expectedBytes: number }): Promise<BufferResponse> {
+  async sendForBuffers(url: URL, options: Omit<TransportRequest, 'method'> & { expectedBytes: number }): Promise<BufferResponse> {
     return this.follow(url, options, async (current, headers) => {
       if (current.protocol === 'http:' && options.expectedBytes >= DIRECT_BODY_MIN_BYTES) {
         const direct = await directGet(current, headers, options.signal);

@@ -349,9 +349,13 @@ export class BlobTask {
           await this.hasher.update(inMemory).finally(() => pieceBuffers.release(inMemory));
         } else {
           const { offset, length } = pieceBounds(this.layout, index);
-          const buffer = Buffer.allocUnsafe(length);
-          await this.blob.read(buffer, offset, length);
-          await this.hasher.update(buffer);
+          const buffer = pieceBuffers.take(length);
+          try {
+            await this.blob.read(buffer, offset, length);
+            await this.hasher.update(buffer);
+          } finally {
+            pieceBuffers.release(buffer);
+          }
         }
         this.hashedPieces++;
       }

@@ -28,7 +28,7 @@ export function writeChunk(res: ServerResponse, chunk: Buffer | string, onWritte
     onWritten?.(); // nothing was queued
     return Promise.reject(new ClientGoneError());
   }
-  if (res.write(chunk, onWritten && (() => onWritten()))) return Promise.resolve();
+  if (res.write(chunk, onWritten)) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const done = (error?: Error) => {
       res.off('drain', onDrain);
