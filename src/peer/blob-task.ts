@@ -13,6 +13,11 @@ export class BlobDigestMismatchError extends Error {
   override name = 'BlobDigestMismatchError';
 }
 
+/** The whole-blob hash could not go on: a stored piece could not be read back or hashed. */
+export class BlobHashError extends Error {
+  override name = 'BlobHashError';
+}
+
 export interface TaskEvents {
   pieceStored(task: BlobTask, index: number, bytes: number, provenance: PieceProvenance): void;
   /** A piece started arriving: its bytes may be relayed before it is stored. */
@@ -338,29 +343,42 @@ export class BlobTask {
     else pending.resolve();
   }
 
-  /** Advances the whole-blob hash over the stored prefix, in order, one pass at a time. */
+  /**
+   * Advances the whole-blob hash over the stored prefix, in order, one pass at a time. A pass
+   * that throws fails the blob: left rejected, the chain would skip every later pass, and the
+   * blob would neither complete nor fail while its readers wait.
+   */
   private foldIntoBlobHash(): void {
-    this.hashing = this.hashing.then(async () => {
-      while (!this.failure && this.hashedPieces < this.layout.pieceCount && this.blob.hasPiece(this.hashedPieces)) {
-        const index = this.hashedPieces;
-        const inMemory = this.recent.get(index);
-        if (inMemory) {
-          pieceBuffers.hold(inMemory);
-          await this.hasher.update(inMemory).finally(() => pieceBuffers.release(inMemory));
-        } else {
-          const { offset, length } = pieceBounds(this.layout, index);
-          const buffer = pieceBuffers.take(length);
-          try {
-            await this.blob.read(buffer, offset, length);
-            await this.hasher.update(buffer);
-          } finally {
-            pieceBuffers.release(buffer);
-          }
+    this.hashing = this.hashing
+      .then(() => this.advanceBlobHash())
+      .catch((error: Error) =>
+        this.fail(error instanceof BlobHashError ? error : new BlobHashError(`could not hash blob ${this.digest} at piece ${this.hashedPieces}: ${error.message}`)),
+      )
+      .catch((error: Error) => this.log.error({ digest: this.digest, err: error.message }, 'could not discard a blob whose hash failed'));
+  }
+
+  private async advanceBlobHash(): Promise<void> {
+    while (!this.failure && this.hashedPieces < this.layout.pieceCount && this.blob.hasPiece(this.hashedPieces)) {
+      const index = this.hashedPieces;
+      const inMemory = this.recent.get(index);
+      if (inMemory) {
+        pieceBuffers.hold(inMemory);
+        await this.hasher.update(inMemory).finally(() => pieceBuffers.release(inMemory));
+      } else {
+        const { offset, length } = pieceBounds(this.layout, index);
+        const buffer = pieceBuffers.take(length);
+        try {
+          // A pooled buffer holds an earlier piece's bytes: a short read must not hash them.
+          const read = await this.blob.read(buffer, offset, length);
+          if (read !== length) throw new BlobHashError(`piece ${index} of ${this.digest} reads back ${read} of its ${length} bytes`);
+          await this.hasher.update(buffer);
+        } finally {
+          pieceBuffers.release(buffer);
         }
-        this.hashedPieces++;
       }
-      if (this.hashedPieces === this.layout.pieceCount && !this.blob.complete && !this.failure) await this.finishVerification();
-    });
+      this.hashedPieces++;
+    }
+    if (this.hashedPieces === this.layout.pieceCount && !this.blob.complete && !this.failure) await this.finishVerification();
   }
 
   private async finishVerification(): Promise<void> {

@@ -143,7 +143,8 @@ describe('BlobTask with an origin source', () => {
     await origin.close();
   });
 
-  it('verifies a blob whose pieces were all stored before a restart cut its verification short', async () => {
+  /** Every piece on disk, then a fresh store: the task hashes them by reading them back. */
+  async function storedBeforeRestart() {
     const blob = await store.create(digest, data.length, true);
     const layout = blob.layout;
     for (let index = 0; index < layout.pieceCount; index++) {
@@ -152,12 +153,48 @@ describe('BlobTask with an origin source', () => {
     }
     await store.close();
     store = await BlobStore.open(dir, { quota: 0, highWatermark: 0.9, lowWatermark: 0.7 }, silentLogger);
-    const loaded = store.get(digest)!;
-    assert.ok(loaded && !loaded.complete && loaded.storedPieceCount === layout.pieceCount);
+    return store.get(digest)!;
+  }
+
+  it('verifies a blob whose pieces were all stored before a restart cut its verification short', async () => {
+    const loaded = await storedBeforeRestart();
+    assert.ok(loaded && !loaded.complete && loaded.storedPieceCount === loaded.layout.pieceCount);
     const task = new BlobTask(store, loaded, silentLogger, events);
     await task.whenPersisted(); // no piece will arrive: the task must verify on its own
     assert.ok(task.complete);
     assert.ok((await readAll(task)).equals(data));
+  });
+
+  /** Settles within `ms`, or fails the test instead of hanging it. */
+  function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+    });
+    return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+  }
+
+  it('fails, rather than hangs, a blob whose stored piece cannot be read back for its hash', async () => {
+    const loaded = await storedBeforeRestart();
+    loaded.read = async () => {
+      throw new Error('EIO: i/o error, read');
+    };
+    const task = new BlobTask(store, loaded, silentLogger, events);
+    await assert.rejects(within(task.whenVerified(), 5000, 'verification'), (error: Error) => {
+      assert.equal(error.name, 'BlobHashError');
+      assert.match(error.message, /at piece 0: EIO/);
+      return true;
+    });
+    await assert.rejects(within(task.whenPersisted(), 5000, 'persistence'), /EIO/);
+    assert.equal(store.get(digest), undefined, 'the blob is discarded, to be fetched again');
+  });
+
+  it('names a stored piece that reads back short instead of hashing stale buffer bytes', async () => {
+    const loaded = await storedBeforeRestart();
+    const read = loaded.read.bind(loaded);
+    loaded.read = async (target, position, length) => Math.min(await read(target, position, length), 1000);
+    const task = new BlobTask(store, loaded, silentLogger, events);
+    await assert.rejects(within(task.whenVerified(), 5000, 'verification'), /piece 0 of sha256:[0-9a-f]{64} reads back 1000 of its 4194304 bytes/);
   });
 
   it('reuses piece buffers once every holder let go, and the blob still verifies byte-exact', async () => {
