@@ -19,9 +19,9 @@ import { bodyText, type BufferBody, type OnFill } from './buffer-body.js';
 const HEAD_LIMIT = 32 * 1024;
 /** Where body bytes land when no read is waiting for them (they are copied out later). */
 const SCRATCH_BYTES = 64 * 1024;
-/** As the transport's undici agent: time allowed for the head, and between body bytes. */
-const HEAD_TIMEOUT_MS = 60_000;
-const BODY_IDLE_TIMEOUT_MS = 120_000;
+/** Time allowed for a response's head, and between its body bytes (the transport's undici agent uses them too). */
+export const HEAD_TIMEOUT_MS = 60_000;
+export const BODY_IDLE_TIMEOUT_MS = 120_000;
 
 export interface DirectResponse {
   statusCode: number;

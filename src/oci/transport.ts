@@ -1,7 +1,7 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import type { IncomingHttpHeaders } from 'node:http';
 import { chunkedBufferBody, type BufferBody } from './buffer-body.js';
-import { directGet } from './direct-get.js';
+import { BODY_IDLE_TIMEOUT_MS, directGet, HEAD_TIMEOUT_MS } from './direct-get.js';
 
 export interface TransportRequest {
   method?: 'GET' | 'HEAD';
@@ -51,8 +51,8 @@ export class RegistryTransport {
       new Agent({
         connections: options.connections ?? 64,
         keepAliveTimeout: 30_000,
-        headersTimeout: 60_000,
-        bodyTimeout: 120_000,
+        headersTimeout: HEAD_TIMEOUT_MS,
+        bodyTimeout: BODY_IDLE_TIMEOUT_MS,
       });
   }
 

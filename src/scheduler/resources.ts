@@ -86,11 +86,15 @@ export class Peer {
 
   /** Forgets piece starts that were never followed by the piece (GROWING_TTL_MS). */
   forgetStaleStarts(now: number): void {
-    for (const [index, since] of this.growing) {
-      if (now - since <= GROWING_TTL_MS) continue;
-      this.growing.delete(index);
-      this.arriving.delete(index);
-    }
+    for (const [index, since] of this.growing) this.forgetIfStale(index, since, now);
+  }
+
+  /** Forgets one start if it went stale; whether it did. */
+  private forgetIfStale(index: number, since: number, now: number): boolean {
+    if (now - since <= GROWING_TTL_MS) return false;
+    this.growing.delete(index);
+    this.arriving.delete(index);
+    return true;
   }
 
   /**
@@ -99,10 +103,7 @@ export class Peer {
    */
   relaysPieceMissingFrom(other: Peer, now: number): boolean {
     for (const [index, since] of this.growing) {
-      if (now - since > GROWING_TTL_MS) {
-        this.growing.delete(index);
-        this.arriving.delete(index);
-      } else if (!other.pieces.has(index) && !other.arriving.has(index)) return true;
+      if (!this.forgetIfStale(index, since, now) && !other.pieces.has(index) && !other.arriving.has(index)) return true;
     }
     return false;
   }
