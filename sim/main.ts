@@ -58,6 +58,7 @@ const options = {
   'old-endgame': { type: 'boolean', default: false },
   'eager-endgame': { type: 'boolean', default: false },
   'store-and-forward': { type: 'boolean', default: false },
+  'origin-in-order': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
   'seed-setups': { type: 'string' },
   validate: { type: 'boolean', default: false },
@@ -96,6 +97,7 @@ model
   --old-endgame    the peer's endgame before its first fix (re-asked for pieces just stored)
   --eager-endgame  the peer's endgame before it waited for the tail (doubled pieces whenever idle)
   --store-and-forward  peers offer a piece only once stored (no cut-through relay, no PieceStarted)
+  --origin-in-order    an origin read is one request from the first piece (not the last piece first)
   --runs N --rng-seed S   repeat with seeds S, S+1, …
 output
   --plots DIR      SVG plots (CDF of ready times, registry egress over time)
@@ -170,6 +172,7 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
       endgameRefetchesStored: Boolean(args['old-endgame']),
       eagerEndgame: Boolean(args['eager-endgame']),
       storeAndForward: Boolean(args['store-and-forward']),
+      originInOrder: Boolean(args['origin-in-order']),
     },
     uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
     rngSeed: integer('rng-seed', 0),
@@ -467,9 +470,9 @@ function validate(): void {
       quantum: 0,
       noise,
       rngSeed,
-      // The measurements were taken with the endgame that re-fetched stored pieces, and before
-      // the cut-through relay.
-      peer: { ...defaultPeerSettings(), endgameRefetchesStored: true, storeAndForward: true },
+      // The measurements were taken with the endgame that re-fetched stored pieces, before the
+      // cut-through relay, and before origin reads took the last piece first.
+      peer: { ...defaultPeerSettings(), endgameRefetchesStored: true, storeAndForward: true, originInOrder: true },
     });
   const rows: string[][] = [];
   const json: Record<string, unknown>[] = [];

@@ -23,7 +23,8 @@
 //    goes to the origin after 6 × `stallMs`; the real peer gives up a piece only when no byte of
 //    it arrives for `pieceTimeoutMs`, which a max-min fair flow never does, so no piece times out;
 //  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
-//    piece by piece as the stream crosses piece boundaries.
+//    piece by piece as the stream crosses piece boundaries; the blob's last piece has a request
+//    of its own, made first.
 //
 // Cut-through relay: a peer offers a piece to children (and reports PieceStarted) as soon as its
 // bytes start to arrive; a relayed flow goes no faster than the flow feeding it, and its last
@@ -76,6 +77,11 @@ export interface PeerSettings {
    * measurements of that peer).
    */
   storeAndForward?: boolean;
+  /**
+   * The peer before 7bbf30d: a blob read from the origin was one request from its first piece
+   * to its last (`--validate` replays measurements of that peer).
+   */
+  originInOrder?: boolean;
 }
 
 /** The peer daemon defaults of src/peer/config.ts and src/peer/daemon.ts. */
@@ -870,6 +876,14 @@ export class SimDownload {
       const last = runs[runs.length - 1];
       if (last && last.last === i - 1) last.last = i;
       else runs.push({ first: i, last: i });
+    }
+    // swarm-download.ts fetchFromOrigin(): the blob's last piece first, on a connection of its own
+    // (a lazy puller reads the footer and TOC there before anything else).
+    const tail = runs[runs.length - 1];
+    const lastPiece = this.task.pieceCount - 1;
+    if (!this.world.settings.originInOrder && tail && tail.last === lastPiece && tail.first < lastPiece) {
+      tail.last = lastPiece - 1;
+      runs.unshift({ first: lastPiece, last: lastPiece });
     }
     for (const run of runs) {
       for (let i = run.first; i <= run.last; i++) this.originBusy[i] = 1;

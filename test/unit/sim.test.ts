@@ -165,6 +165,18 @@ describe('sim: a tiny swarm through the real scheduler', () => {
     assert.ok(tail.last < eager.last, `tail ${tail.last} s against eager ${eager.last} s`);
   });
 
+  it('a lazy start takes the footer and TOC from the last piece, which the seed reads first', () => {
+    // 256 MiB at 80 Mbit/s: the seed's whole read takes ~28 s. A node needs the TOC's piece and a
+    // 6.2% prefix, 20 MiB, which its 20 Mbit/s link brings in ~9 s once the seed has them.
+    const setup = (originInOrder: boolean) =>
+      defaultSetup({ nodes: 4, size: 256 * 2 ** 20, noise: 0.2, rngSeed: 1, peer: { ...defaultPeerSettings(), originInOrder } });
+    const wholeRead = (256 * 2 ** 20 * 8) / 80e6;
+    const tailFirst = run('lazy', setup(false));
+    const inOrder = run('lazy', setup(true));
+    assert.ok(inOrder.first >= wholeRead, `in order, the first node waits for the whole read: ${inOrder.first} s`);
+    assert.ok(tailFirst.last < wholeRead / 2, `last piece first: every node ready after ${tailFirst.last} s`);
+  });
+
   it('direct pulls: the registry sends N copies and the last node ends at N·F/u', () => {
     const size = 16 * 2 ** 20;
     const r = run('direct', defaultSetup({ nodes: 4, size, efficiency: 1, latency: { sameRack: 0, crossRack: 0, crossZone: 0 } }));
