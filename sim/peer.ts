@@ -16,7 +16,8 @@
 //    an endgame asks a second parent for a piece arriving 4 times slower than that parent's
 //    measured rate (`wantsSecondParent`, imported from the peer);
 //  - a parent's upload server serves at most `uploadSlots` pieces at once and answers 429
-//    beyond that (the child then leaves that parent alone for 250 ms);
+//    beyond that (the child then leaves that parent alone for `busyBackoffMs`, imported from
+//    the peer: about one of that parent's piece times, at most 250 ms);
 //  - a freed fetch slot is refilled 20 ms after the attempt ends (or at the next event that
 //    pumps: a new piece at a parent, a packet), as the real peer's setTimeout(pump, 20) does;
 //  - a watchdog every second pumps, asks for a reschedule after `stallMs` without progress and
@@ -37,6 +38,7 @@
 
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
+import { busyBackoffMs } from '../src/peer/swarm/busy-backoff.js';
 import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/endgame.js';
 import type { Scheduling } from '../src/scheduler/scheduling.js';
 import type { EventQueue } from './event-queue.js';
@@ -49,8 +51,6 @@ const HEAD_WINDOW = 2;
 const PUMP_DELAY = 0.02;
 /** swarm-download.ts connect(): the progress watchdog interval. */
 const WATCHDOG = 1;
-/** parent-link.ts fetchPiece(): after a 429 the parent is left alone this long. */
-const BUSY_BACKOFF = 0.25;
 /** Most links a child can have (the scheduler's candidateParentLimit is at most 50). */
 const MAX_HOLDERS = 63;
 
@@ -678,7 +678,8 @@ export class SimDownload {
         world.busyAnswers++;
         world.queue.after(latency, () => {
           if (attempt.done) return;
-          link.busyUntil = this.now + BUSY_BACKOFF;
+          // parent-link.ts fetchPiece(): the parent is left alone for about one of its piece times.
+          link.busyUntil = this.now + busyBackoffMs(length, link.rate) / 1000;
           this.finishAttempt(attempt);
         });
         return;

@@ -4,6 +4,7 @@ import type { Logger } from '../../common/log.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
+import { busyBackoffMs } from './busy-backoff.js';
 import { PieceFetcher, PieceTransferError, type PieceHead } from './piece-fetcher.js';
 
 /** How long a bitmap request may wait at the parent for news. */
@@ -33,6 +34,8 @@ export class ParentLink {
   consecutiveFailures = 0;
   /** Bytes per millisecond, moving average of finished pieces. */
   rate = 0;
+  /** The length of the last piece this parent sent (what a 429's wait is measured against). */
+  private pieceBytes = 0;
   /** The parent said all its upload slots were busy: leave it alone until then. */
   busyUntil = 0;
   private known = -1;
@@ -177,7 +180,7 @@ export class ParentLink {
       throw error;
     }
     if (head.status === 429) {
-      this.busyUntil = Date.now() + 250;
+      this.busyUntil = Date.now() + busyBackoffMs(this.pieceBytes, this.rate);
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
     if (head.status === 404) {
@@ -191,6 +194,7 @@ export class ParentLink {
     const elapsed = Math.max(1, performance.now() - started);
     const rate = expectedLength / elapsed;
     this.rate = this.rate === 0 ? rate : 0.7 * this.rate + 0.3 * rate;
+    this.pieceBytes = expectedLength;
     this.consecutiveFailures = 0;
     this.log.trace({ parent: this.id, index, ms: elapsed }, 'piece from parent');
     return piece;
