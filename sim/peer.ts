@@ -38,6 +38,7 @@
 
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
+import { lastPieceFirst } from '../src/peer/sources/piece-source.js';
 import { busyBackoffMs } from '../src/peer/swarm/busy-backoff.js';
 import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/endgame.js';
 import type { Scheduling } from '../src/scheduler/scheduling.js';
@@ -878,15 +879,8 @@ export class SimDownload {
       if (last && last.last === i - 1) last.last = i;
       else runs.push({ first: i, last: i });
     }
-    // swarm-download.ts fetchFromOrigin(): the blob's last piece first, on a connection of its own
-    // (a lazy puller reads the footer and TOC there before anything else).
-    const tail = runs[runs.length - 1];
-    const lastPiece = this.task.pieceCount - 1;
-    if (!this.world.settings.originInOrder && tail && tail.last === lastPiece && tail.first < lastPiece) {
-      tail.last = lastPiece - 1;
-      runs.unshift({ first: lastPiece, last: lastPiece });
-    }
-    for (const run of runs) {
+    // swarm-download.ts fetchFromOrigin(): the blob's last piece (a lazy puller's TOC) first.
+    for (const run of this.world.settings.originInOrder ? runs : lastPieceFirst(runs, this.task.pieceCount)) {
       for (let i = run.first; i <= run.last; i++) this.originBusy[i] = 1;
       this.readOriginRun(run.first, run.last);
     }

@@ -6,7 +6,7 @@ import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
-import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
+import { lastPieceFirst, type PieceProvenance, type PieceRun } from '../sources/piece-source.js';
 import { wantsSecondParent } from './endgame.js';
 import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
@@ -505,16 +505,8 @@ export class SwarmDownload {
       if (last && last.last === index - 1) last.last = index;
       else runs.push({ first: index, last: index });
     }
-    // The blob's last piece first, on a connection of its own: a lazy puller reads an eStargz or
-    // zstd:chunked layer's footer and TOC, at its end, before any other byte, and a seed fetching
-    // the whole blob would otherwise bring it last. For a whole download the order costs nothing.
-    const tail = runs[runs.length - 1];
-    const lastPiece = this.task.layout.pieceCount - 1;
-    if (tail && tail.last === lastPiece && tail.first < lastPiece) {
-      tail.last = lastPiece - 1;
-      runs.unshift({ first: lastPiece, last: lastPiece });
-    }
-    for (const run of runs) {
+    // Each run on a connection of its own, the blob's last piece (a lazy puller's TOC) first.
+    for (const run of lastPieceFirst(runs, this.task.layout.pieceCount)) {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
         .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) =>
