@@ -78,6 +78,8 @@ export interface ParentInfo {
   ip: string;
   uploadPort: number;
   seed: boolean;
+  /** Most pieces to fetch from this parent at once; 0 (or absent, from an older scheduler): the child's own limit. */
+  piecesAtOnce?: number;
 }
 
 export type SchedulerPacket =

@@ -9,9 +9,35 @@ export const topologyRuleSchema = z
   })
   .strict();
 
+/**
+ * The shape of the parent graph.
+ *
+ * - `mesh`: each child gets up to `candidateParentLimit` parents and fetches pieces from several
+ *   at once. It copes with children that want different pieces (lazy pulls reading files at
+ *   random) and with uneven hosts, but max-min sharing of many thin transfers leaves uploads idle:
+ *   on equal NICs the last node lands at 1.4-1.8 x T*.
+ * - `pipeline`: each child gets one parent and fetches one piece at a time from it, and each
+ *   host feeds at most `fanout` children (`seedFanout` for seeds). With cut-through relays the
+ *   graph becomes chains that forward every byte as it arrives, the pipelined broadcast that
+ *   collective libraries use for large messages: on equal NICs every link runs at full rate and
+ *   the last node lands near T*. A fan-out above what a host's upload can feed at the children's
+ *   rate splits its upload and slows every chain below it, so set it to upload / download rate
+ *   (1 on equal NICs; a seed with a 4 x faster NIC may feed 4).
+ */
+export const shapeSchema = z.enum(['mesh', 'pipeline']);
+export type Shape = z.output<typeof shapeSchema>;
+
 /** How parents are chosen; the same shape the manager will push to running schedulers. */
 export const schedulingSchema = z
   .object({
+    shape: shapeSchema.default('mesh'),
+    pipeline: z
+      .object({
+        fanout: z.number().int().min(1).max(64).default(1),
+        seedFanout: z.number().int().min(1).max(64).default(1),
+      })
+      .strict()
+      .default({ fanout: 1, seedFanout: 1 }),
     candidateParentLimit: z.number().int().min(1).max(50).default(5),
     backToSourceLimit: z.number().int().min(0).max(1000).default(1),
     /** Rounds without a parent before a peer is sent to the origin whatever the limit. */

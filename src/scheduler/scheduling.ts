@@ -1,11 +1,13 @@
 import type { Logger } from '../common/log.js';
 import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
-import type { SchedulingConfig } from './config.js';
+import type { SchedulingConfig, Shape } from './config.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
-import { selectParents, type Exclusion } from './selection.js';
+import { freeChildSlots, selectParents, type Exclusion } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
 const SEED_SHOW_UP_MS = 15_000;
+/** Waiting peers tried beyond a new holder's free slots, for those that cannot take it. */
+const SPARE_TRIES = 8;
 
 /** What the scheduling engine needs from the outside world; the simulator provides its own. */
 export interface SchedulingHooks {
@@ -136,15 +138,25 @@ export class Scheduling {
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
     peer.pieceArriving(index, this.hooks.now());
     if (wasHolder) return;
-    // A new holder: peers waiting for a parent may take it. Only as many as it has room for are
-    // scheduled now (the periodic pass sees to the rest), so that with a thousand peers waiting
-    // each first piece does not cost a thousand selections.
-    let room = peer.host.uploadSlots - peer.host.childCount;
-    for (const other of task.peers.values()) {
-      if (room <= 0) break;
-      if (other === peer || other.state !== 'waiting') continue;
+    // A new holder: peers waiting for a parent may take it.
+    this.offerNewHolder(peer);
+  }
+
+  /**
+   * Peers waiting for a parent may take a new holder. Waiting peers are scheduled until as many
+   * took it as it has room for, or a few more than that were tried (some cannot take it: it is
+   * below them, or across a strict topology key); the periodic pass sees to the rest. With a
+   * thousand peers waiting, each new holder must not cost a thousand selections.
+   */
+  private offerNewHolder(holder: Peer): void {
+    let room = freeChildSlots(holder, this.config);
+    let tries = room + SPARE_TRIES;
+    for (const other of holder.task.peers.values()) {
+      if (room <= 0 || tries <= 0) break;
+      if (other === holder || other.state !== 'waiting') continue;
       this.schedule(other);
-      room--;
+      tries--;
+      if (other.parents.includes(holder)) room--;
     }
   }
 
@@ -174,10 +186,8 @@ export class Scheduling {
         peer.bytesByParentHost.set(parent.host.id, (peer.bytesByParentHost.get(parent.host.id) ?? 0) + length);
       }
     }
-    if (peer.pieces.size === 1) {
-      // A first holder appeared: peers waiting for one can now be given a parent.
-      for (const other of task.peers.values()) if (other !== peer && other.state === 'waiting') this.schedule(other);
-    }
+    // A first holder appeared: peers waiting for one can now be given a parent.
+    if (peer.pieces.size === 1) this.offerNewHolder(peer);
   }
 
   pieceFailed(peer: Peer, report: PieceFailed): void {
@@ -288,7 +298,7 @@ export class Scheduling {
     }
     if (parents.length > 0) peer.state = 'running';
     if (!same && peer.state !== 'left' && (parents.length > 0 || before.length > 0)) {
-      peer.send({ packet: 'parents', parents: { parents: parents.map(toParentInfo) } });
+      peer.send({ packet: 'parents', parents: { parents: parents.map((parent) => toParentInfo(parent, this.config.shape)) } });
     }
   }
 
@@ -377,7 +387,15 @@ export class Scheduling {
   }
 }
 
-function toParentInfo(peer: Peer): ParentInfo {
-  return { peerId: peer.id, hostId: peer.host.id, ip: peer.host.info.ip, uploadPort: peer.host.info.uploadPort, seed: peer.isSeed };
+/** A pipeline child fetches one piece at a time: a second would split the chain's link in two. */
+function toParentInfo(peer: Peer, shape: Shape): ParentInfo {
+  return {
+    peerId: peer.id,
+    hostId: peer.host.id,
+    ip: peer.host.info.ip,
+    uploadPort: peer.host.info.uploadPort,
+    seed: peer.isSeed,
+    piecesAtOnce: shape === 'pipeline' ? 1 : 0,
+  };
 }
 

@@ -28,11 +28,26 @@ export function filterCandidates(
     else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
     else if (!offersSomething(peer, child, now)) exclude(peer, 'nothing-to-offer');
     else if (below.has(peer)) exclude(peer, 'cycle');
-    else if (!child.parents.includes(peer) && peer.host.childCount >= peer.host.uploadSlots) exclude(peer, 'overloaded');
+    else if (!child.parents.includes(peer) && freeChildSlots(peer, config) <= 0) exclude(peer, 'overloaded');
     else out.push(peer);
   }
   const fast = withoutSlowOutliers(out, config.slowFactor, exclude);
   return applyStrictTopology(child, fast, config, exclude);
+}
+
+/**
+ * How many more children a peer may take. A mesh counts its host's upload slots across tasks.
+ * A pipeline counts the peer's own children: a chain forwards a task at the rate it arrives, so
+ * a host in the chains of several layers splits its upload the way it splits its download.
+ */
+export function freeChildSlots(peer: Peer, config: SchedulingConfig): number {
+  if (config.shape === 'pipeline') return (peer.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout) - peer.children.size;
+  return peer.host.uploadSlots - peer.host.childCount;
+}
+
+/** Parents handed to one child. */
+export function parentLimit(config: SchedulingConfig): number {
+  return config.shape === 'pipeline' ? 1 : config.candidateParentLimit;
 }
 
 /**
@@ -122,9 +137,10 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
     .filter((peer) => !useful.includes(peer))
     .map((peer) => ({ peer, score: scoreCandidate(child, peer, config, now) }))
     .sort((a, b) => b.score - a.score || a.peer.id.localeCompare(b.peer.id));
-  const chosen = useful.slice(0, config.candidateParentLimit);
+  const limit = parentLimit(config);
+  const chosen = useful.slice(0, limit);
   for (const peer of [...ranked.map((r) => r.peer), ...idle]) {
-    if (chosen.length >= config.candidateParentLimit) break;
+    if (chosen.length >= limit) break;
     chosen.push(peer);
   }
   return chosen;

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
-import { defaultScheduling, type SchedulingConfig } from '../../src/scheduler/config.js';
+import { formatIssues } from '../../src/common/config.js';
+import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
 import { PieceSet } from '../../src/scheduler/piece-set.js';
 import { graphHasCycle, GROWING_TTL_MS, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
@@ -302,6 +303,76 @@ describe('scheduling: parent selection', () => {
       () => e.scheduling.register({ peerId: 'x', hostId: 'ghost', taskId: TASK, contentLength: 1, pieceSize: PIECE, heldPieces: [] }, () => undefined),
       /has not announced itself/,
     );
+  });
+});
+
+describe('scheduling: pipeline shape', () => {
+  const pipeline = (fanout = 1, seedFanout = 1): Partial<SchedulingConfig> => ({ shape: 'pipeline', pipeline: { fanout, seedFanout } });
+  const parentsOf = (e: ReturnType<typeof engine>, peer: Peer) => {
+    const packet = e.last(peer);
+    assert.equal(packet?.packet, 'parents', `${peer.id} was given parents`);
+    return packet.packet === 'parents' ? packet.parents.parents : [];
+  };
+
+  it('chains the peers: one parent each, one piece at a time, at most `fanout` children per peer', () => {
+    const e = engine(pipeline());
+    e.vouch();
+    const seed = e.join('seed', { seed: true }, all(10));
+    const chain = [seed];
+    for (const name of ['n1', 'n2', 'n3', 'n4']) {
+      const peer = e.join(name, {}, []);
+      const given = parentsOf(e, peer);
+      assert.deepEqual(given.map((p) => p.peerId), [chain.at(-1)!.id], `${name} hangs below the end of the chain`);
+      assert.equal(given[0]!.piecesAtOnce, 1);
+      // Its first piece starts arriving: it can relay, so the next peer may hang below it.
+      e.scheduling.pieceStarted(peer, 0);
+      chain.push(peer);
+    }
+    for (const peer of chain) assert.ok(peer.children.size <= 1, `${peer.id} feeds ${peer.children.size} children`);
+  });
+
+  it('lets a seed feed `seedFanout` children and makes the rest wait for a free slot', () => {
+    const e = engine(pipeline(1, 2));
+    e.vouch();
+    const seed = e.join('seed', { seed: true }, all(10));
+    const a = e.join('a', {}, []);
+    const b = e.join('b', {}, []);
+    const c = e.join('c', {}, []);
+    assert.deepEqual([a, b].map((p) => p.parents.map((q) => q.id)), [[seed.id], [seed.id]]);
+    assert.equal(e.last(c)?.packet, 'wait', 'the seed is full and nobody else holds anything');
+    e.scheduling.pieceStarted(a, 0);
+    assert.deepEqual(c.parents.map((q) => q.id), [a.id], 'a new holder takes the waiting peer at once');
+  });
+
+  it('hangs an orphan below its lost parent\'s parent when a peer in the middle of a chain leaves', () => {
+    const e = engine(pipeline());
+    e.vouch();
+    const seed = e.join('seed', { seed: true }, all(10));
+    const a = e.join('a', {}, [0, 1]);
+    const b = e.join('b', {}, [0]);
+    assert.deepEqual(b.parents.map((p) => p.id), [a.id]);
+    e.scheduling.leave(a);
+    assert.deepEqual(b.parents.map((p) => p.id), [seed.id]);
+  });
+
+  it('says nothing about pieces at once in a mesh, and hands out several parents', () => {
+    const e = engine();
+    e.vouch();
+    e.join('h1', {}, all(10));
+    e.join('h2', {}, all(10));
+    const child = e.join('child', {}, []);
+    const given = parentsOf(e, child);
+    assert.equal(given.length, 2);
+    assert.ok(given.every((p) => p.piecesAtOnce === 0));
+  });
+
+  it('rejects an unknown shape or a zero fan-out, naming the key', () => {
+    const shape = schedulingSchema.safeParse({ shape: 'ring' });
+    assert.equal(shape.success, false);
+    assert.match(formatIssues(shape.error!), /shape/);
+    const fanout = schedulingSchema.safeParse({ shape: 'pipeline', pipeline: { fanout: 0 } });
+    assert.equal(fanout.success, false);
+    assert.match(formatIssues(fanout.error!), /pipeline\.fanout/);
   });
 });
 

@@ -13,7 +13,10 @@ export function registerSchedulerCommand(program: Command): void {
     .option('--manager <url>', 'the manager: register there and take the scheduler cluster\'s settings from it')
     .option('--cluster-name <name>', 'the scheduler cluster to join in the manager')
     .option('--cluster-token-file <file>', 'token peers must present; also sent to seeds when triggering them')
-    .option('--candidate-parent-limit <n>', 'parents handed to each peer', (v) => Number(v))
+    .option('--shape <shape>', 'parent graph: mesh (several parents per peer) or pipeline (chains; see the README)')
+    .option('--fanout <n>', 'pipeline: children each node feeds (its upload / the children\'s download rate)', (v) => Number(v))
+    .option('--seed-fanout <n>', 'pipeline: children each seed feeds', (v) => Number(v))
+    .option('--candidate-parent-limit <n>', 'mesh: parents handed to each peer', (v) => Number(v))
     .option('--back-to-source-limit <n>', 'peers per task that may read the origin at once', (v) => Number(v))
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
@@ -26,10 +29,12 @@ export function registerSchedulerCommand(program: Command): void {
           clusterTokenFile: options.clusterTokenFile,
           manager: options.manager,
           clusterName: options.clusterName,
-          scheduling:
-            options.candidateParentLimit !== undefined || options.backToSourceLimit !== undefined
-              ? { candidateParentLimit: options.candidateParentLimit, backToSourceLimit: options.backToSourceLimit }
-              : undefined,
+          scheduling: {
+            shape: options.shape,
+            pipeline: { fanout: options.fanout, seedFanout: options.seedFanout },
+            candidateParentLimit: options.candidateParentLimit,
+            backToSourceLimit: options.backToSourceLimit,
+          },
           log: { level: options.logLevel },
         },
       });
