@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseRate } from '../bench/lib/cluster.js';
 import { parseSize } from '../bench/lib/stats.js';
-import { defaultScheduling } from '../src/scheduler/config.js';
+import { defaultScheduling, shapeSchema } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, MEASURED_SEED_UPLOAD_SLOTS } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
@@ -41,6 +41,9 @@ const options = {
   'latency-cross-rack': { type: 'string', default: '150us' },
   'latency-cross-zone': { type: 'string', default: '1ms' },
   framing: { type: 'string', default: 'ethernet' },
+  shape: { type: 'string', default: 'mesh' },
+  fanout: { type: 'string', default: '1' },
+  'seed-fanout': { type: 'string', default: '1' },
   'parent-limit': { type: 'string', default: '5' },
   'back-to-source-limit': { type: 'string', default: '1' },
   'piece-parallelism': { type: 'string', default: '8' },
@@ -86,6 +89,7 @@ setup
   --latency-rack T --latency-cross-rack T --latency-cross-zone T   one-way (50us, 150us, 1ms)
   --framing ethernet|tc  payload share of a link: 1448/1538 (Ethernet wire) or 1448/1514 (tc's count)
 scheduler and peer (defaults are the real ones)
+  --shape mesh|pipeline (mesh)  --fanout (1)  --seed-fanout (1)   pipeline: children per node / per seed
   --parent-limit K (5)  --back-to-source-limit M (1)  --piece-parallelism (8)  --per-parent (3)
   --upload-slots (8)    --seed-upload-slots (8)
 lazy start (scenario lazy)
@@ -142,6 +146,8 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
   const down = args['nic-down'] ? parseRate(str('nic-down')) : nic;
   const seedNic = args['seed-nic'] ? parseRate(str('seed-nic')) : undefined;
   const scheduling = defaultScheduling();
+  scheduling.shape = shapeSchema.parse(str('shape'));
+  scheduling.pipeline = { fanout: integer('fanout'), seedFanout: integer('seed-fanout') };
   scheduling.candidateParentLimit = integer('parent-limit');
   scheduling.backToSourceLimit = integer('back-to-source-limit', 0);
   const setup = defaultSetup({

@@ -8,7 +8,8 @@
 //  - it follows each parent's piece bitmap (the long poll: a parent's new piece is known to the
 //    child one latency after it is stored);
 //  - it fetches up to `parallelism` pieces at once, at most `perParent` from one parent (one from
-//    a seed while node parents exist), in the real order: the head window first while a client
+//    a seed while node parents exist; the scheduler's `piecesAtOnce` when it sets one, as a
+//    pipeline does), in the real order: the head window first while a client
 //    streams the blob, then pieces some node holds before pieces only seeds hold, then rarest
 //    first, ties broken by a random rank fixed per download; the parent for a piece is a node
 //    before a seed, then the least busy, then the fastest; only pieces whose digest the
@@ -18,8 +19,9 @@
 //  - a parent's upload server serves at most `uploadSlots` pieces at once and answers 429
 //    beyond that (the child then leaves that parent alone for `busyBackoffMs`, imported from
 //    the peer: about one of that parent's piece times, at most 250 ms);
-//  - a freed fetch slot is refilled 20 ms after the attempt ends (or at the next event that
-//    pumps: a new piece at a parent, a packet), as the real peer's setTimeout(pump, 20) does;
+//  - a fetch slot freed by a stored piece is refilled at once; one freed by a failed attempt (a
+//    429, a missing piece) 20 ms later (or at the next event that pumps: a new piece at a
+//    parent, a packet), as the real peer's setTimeout(pump, 20) does;
 //  - a watchdog every second pumps, asks for a reschedule after `stallMs` without progress and
 //    goes to the origin after 6 × `stallMs`; the real peer gives up a piece only when no byte of
 //    it arrives for `pieceTimeoutMs`, which a max-min fair flow never does, so no piece times out;
@@ -48,7 +50,7 @@ import type { Flow, Network, NetHost } from './network.js';
 // Constants of the real peer (module-private there, so repeated here with their source).
 /** swarm-download.ts HEAD_WINDOW */
 const HEAD_WINDOW = 2;
-/** swarm-download.ts startAttempt(): `setTimeout(() => this.pump(), 20)` after every attempt. */
+/** swarm-download.ts startAttempt(): `setTimeout(() => this.pump(), 20)` after a failed attempt. */
 const PUMP_DELAY = 0.02;
 /** swarm-download.ts connect(): the progress watchdog interval. */
 const WATCHDOG = 1;
@@ -529,7 +531,9 @@ export class SimDownload {
     this.bucketOf[index] = after;
   }
 
+  /** swarm-download.ts bestLinkFor: the scheduler's cap for the parent, else the peer's own. */
   private linkLimit(link: SimLink): number {
+    if (link.info.piecesAtOnce) return link.info.piecesAtOnce;
     return link.seed && this.nodeLinks > 0 ? 1 : this.world.settings.perParent;
   }
 
@@ -749,7 +753,7 @@ export class SimDownload {
     for (const other of [...(this.attempts.get(index) ?? [])]) if (other !== attempt) this.abort(other);
     if (this.stored[index]) this.world.duplicateBytes += length;
     this.storePiece(index, link.seed ? 'seed' : 'peer', link.id, elapsedMs);
-    this.finishAttempt(attempt);
+    this.finishAttempt(attempt, true);
   }
 
   private abort(attempt: Attempt): void {
@@ -766,7 +770,8 @@ export class SimDownload {
     attempt.link.parent.host.inUse--;
   }
 
-  private finishAttempt(attempt: Attempt): void {
+  /** `stored`: the attempt brought its piece, and the peer asks for the next one at once. */
+  private finishAttempt(attempt: Attempt, stored = false): void {
     if (attempt.done) return;
     attempt.done = true;
     this.abandonGrowing(attempt);
@@ -781,7 +786,8 @@ export class SimDownload {
       }
     }
     this.changes++;
-    this.world.queue.after(PUMP_DELAY, () => this.pump());
+    if (stored) this.pump();
+    else this.world.queue.after(PUMP_DELAY, () => this.pump());
   }
 
   // ---- storing

@@ -58,6 +58,12 @@ export class ParentLink {
   get id(): string {
     return this.info.peerId;
   }
+
+  /** The scheduler's cap on pieces fetched from this parent at once, when it set one. */
+  get piecesAtOnce(): number | undefined {
+    const cap = this.info.piecesAtOnce;
+    return cap !== undefined && cap > 0 ? cap : undefined;
+  }
   get closed(): boolean {
     return this.stop.signal.aborted;
   }

@@ -358,7 +358,7 @@ export class SwarmDownload {
     // distinct pieces to many children instead of the same pieces to each.
     const hasNodeParents = [...this.links.values()].some((link) => !link.info.seed);
     for (const link of this.links.values()) {
-      const limit = link.info.seed && hasNodeParents ? 1 : this.settings.perParent;
+      const limit = link.piecesAtOnce ?? (link.info.seed && hasNodeParents ? 1 : this.settings.perParent);
       if (link === except || !link.offers(index) || link.inflight >= limit || link.busyUntil > now) continue;
       if (!best) {
         best = link;
@@ -400,6 +400,7 @@ export class SwarmDownload {
     this.attempts.set(index, list);
     link.inflight++;
     let timedOut = false;
+    let stored = false;
     // A stall, not a slow piece, is given up: on a link shared by many transfers a piece may take
     // longer than any fixed bound, and restarting it from scratch only wastes what came so far.
     let seen = -1;
@@ -429,6 +430,7 @@ export class SwarmDownload {
           sha256,
           costMs: Date.now() - attempt.started,
         });
+        stored = true;
       })
       .catch((error: Error) => {
         if (timedOut) {
@@ -456,8 +458,11 @@ export class SwarmDownload {
         if (this.closed) return;
         // Sent to the origin meanwhile: the origin reads skipped this piece while it was on its way.
         if (this.mode === 'origin') return this.fetchFromOrigin();
-        // A busy parent is asked again a little later rather than at once.
-        setTimeout(() => this.pump(), 20).unref();
+        // The next piece at once after a good one: in a pipeline the child's only parent is free
+        // again only now, and every millisecond idle here is lost by every peer down the chain.
+        // A busy or failing parent is asked again a little later rather than at once.
+        if (stored) this.pump();
+        else setTimeout(() => this.pump(), 20).unref();
       });
   }
 
