@@ -51,8 +51,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     await registry?.stop();
   });
 
-  async function cluster(count: number, options: { seedArgs?: string[]; peerArgs?: string[]; labels?: (i: number) => Record<string, string>; seeds?: Array<Record<string, string>> } = {}) {
-    const scheduler = await startScheduler({ ip: ip() });
+  async function cluster(
+    count: number,
+    options: { seedArgs?: string[]; peerArgs?: string[]; schedulerArgs?: string[]; labels?: (i: number) => Record<string, string>; seeds?: Array<Record<string, string>> } = {},
+  ) {
+    const scheduler = await startScheduler({ ip: ip(), extraArgs: options.schedulerArgs });
     running.push(scheduler);
     const seeds: RunningPeerProcess[] = [];
     for (const labels of options.seeds ?? [{}]) {
@@ -113,37 +116,79 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     }
   });
 
-  it('survives 2 of 8 peers killed mid-transfer', async () => {
+  const shapes = [
+    { shape: 'mesh', schedulerArgs: [] },
+    { shape: 'pipeline', schedulerArgs: ['--shape', 'pipeline'] },
+  ];
+
+  it('in a pipeline, chains the peers (one parent, at most one child each) and still takes one copy from the registry', async () => {
     const limit = ['--upload-rate-limit', '40MB'];
-    const { peers } = await cluster(8, { seedArgs: limit, peerArgs: limit });
-    const blob = await pushRandomBlob(registry, 'swarm/chaos', 96 * MB);
-    const pulls = peers.map((peer) => pullThrough(peer, registry, 'swarm/chaos', blob.digest).catch((error: Error) => ({ error })));
-    const victims = peers.slice(0, 2);
-    await waitFor(async () => (await victims[0]!.metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
-    await Promise.all(victims.map((victim) => victim.service.kill9()));
-    const results = await Promise.all(pulls);
-    for (const result of results.slice(2)) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+    const { scheduler, peers } = await cluster(8, { seedArgs: limit, peerArgs: limit, schedulerArgs: ['--shape', 'pipeline'] });
+    const blob = await pushRandomBlob(registry, 'swarm/pipeline', 96 * MB);
+    let done = false;
+    const shapes: TaskStat[] = [];
+    const watch = (async () => {
+      while (!done) {
+        const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${blob.digest}`));
+        if (response.statusCode === 200) shapes.push((await response.body.json()) as TaskStat);
+        else await response.body.dump();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    })();
+    const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, 'swarm/pipeline', blob.digest)));
+    done = true;
+    await watch;
+    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+    assert.ok(shapes.length >= 5, `only ${shapes.length} looks at the parent graph during the pull`);
+    for (const stat of shapes) {
+      const children = new Map<string, number>();
+      for (const peer of stat.peers) {
+        assert.ok(peer.parents.length <= 1, `${peer.peerId} had ${peer.parents.length} parents`);
+        for (const parent of peer.parents) children.set(parent, (children.get(parent) ?? 0) + 1);
+      }
+      for (const [parent, count] of children) assert.equal(count, 1, `${parent} fed ${count} children at once`);
+    }
+    const copies = await registryCopies(registry, blob);
+    assert.ok(copies <= 1.05, `registry sent ${copies.toFixed(3)} copies`);
+    const stat = await taskStat(scheduler, blob.digest);
+    assert.equal(stat.cyclesDetected, 0);
+    assert.ok(stat.bytesFromPeers >= 6 * blob.size, 'most bytes went from node to node, along the chains');
   });
 
-  it('blocklists a peer that flips bits, and every downloader still ends with correct data', async () => {
-    const { scheduler, peers } = await cluster(4, { seedArgs: ['--upload-rate-limit', '30MB'] });
-    const blob = await pushRandomBlob(registry, 'swarm/evil', 40 * MB);
-    const bad = await startBitFlippingPeer({
-      scheduler: scheduler.address,
-      ip: ip(),
-      blobUrl: `${registry.url}/v2/swarm/evil/blobs/${blob.digest}`,
-      digest: blob.digest,
-      size: blob.size,
+  for (const { shape, schedulerArgs } of shapes) {
+    it(`survives 2 of 8 peers killed mid-transfer (${shape})`, async () => {
+      const limit = ['--upload-rate-limit', '40MB'];
+      const { peers } = await cluster(8, { seedArgs: limit, peerArgs: limit, schedulerArgs });
+      const blob = await pushRandomBlob(registry, `swarm/chaos-${shape}`, 96 * MB);
+      const pulls = peers.map((peer) => pullThrough(peer, registry, `swarm/chaos-${shape}`, blob.digest).catch((error: Error) => ({ error })));
+      const victims = peers.slice(0, 2);
+      await waitFor(async () => (await victims[0]!.metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
+      await Promise.all(victims.map((victim) => victim.service.kill9()));
+      const results = await Promise.all(pulls);
+      for (const result of results.slice(2)) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
     });
-    running.push(bad);
-    const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, 'swarm/evil', blob.digest)));
-    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
-    assert.ok(bad.served() > 0, 'the bad peer was asked for pieces');
-    const dropped = await Promise.all(peers.map((peer) => peer.metric('starling_peer_parents_dropped_total', { reason: 'bad_piece' })));
-    assert.ok(dropped.reduce((a, b) => a + b, 0) >= 1, 'the bad peer was dropped as a parent');
-    const stat = await taskStat(scheduler, blob.digest);
-    for (const peer of stat.peers) assert.ok(!(bad.hostId in peer.bytesByParentHost), 'no byte from the bad peer was stored');
-  });
+
+    it(`blocklists a peer that flips bits, and every downloader still ends with correct data (${shape})`, async () => {
+      const { scheduler, peers } = await cluster(4, { seedArgs: ['--upload-rate-limit', '30MB'], schedulerArgs });
+      const repo = `swarm/evil-${shape}`;
+      const blob = await pushRandomBlob(registry, repo, 40 * MB);
+      const bad = await startBitFlippingPeer({
+        scheduler: scheduler.address,
+        ip: ip(),
+        blobUrl: `${registry.url}/v2/${repo}/blobs/${blob.digest}`,
+        digest: blob.digest,
+        size: blob.size,
+      });
+      running.push(bad);
+      const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, repo, blob.digest)));
+      for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+      assert.ok(bad.served() > 0, 'the bad peer was asked for pieces');
+      const dropped = await Promise.all(peers.map((peer) => peer.metric('starling_peer_parents_dropped_total', { reason: 'bad_piece' })));
+      assert.ok(dropped.reduce((a, b) => a + b, 0) >= 1, 'the bad peer was dropped as a parent');
+      const stat = await taskStat(scheduler, blob.digest);
+      for (const peer of stat.peers) assert.ok(!(bad.hostId in peer.bytesByParentHost), 'no byte from the bad peer was stored');
+    });
+  }
 
   it('a restarted peer offers the blobs it kept, so the next pull needs no origin', async () => {
     const { peers } = await cluster(2, { seeds: [] });
