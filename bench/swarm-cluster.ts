@@ -1,6 +1,6 @@
 // Scenario (b): the Starling swarm, full download, on an emulated cluster.
 //
-//   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit]
+//   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit] [--shape pipeline]
 //
 // The same emulated cluster as bench/direct-pull.ts and bench/bittorrent-baseline.ts: a real
 // docker-registry behind the origin's capped NIC, a Starling seed peer with the origin's rate
@@ -24,6 +24,8 @@ import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
+  shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
+  'scheduler-args': { type: 'string', default: '', help: 'extra flags for the scheduler, e.g. "--seed-fanout 4"' },
   'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
   'seed-args': { type: 'string', default: '', help: 'extra flags for the seed peer' },
   'keep-logs': { type: 'string', default: '', help: 'copy every process log into this folder before cleaning up' },
@@ -57,6 +59,7 @@ try {
     registryHost,
     workDir: work.path,
     parentLimit: String(a.extra['parent-limit']),
+    schedulerArgs: ['--shape', String(a.extra.shape), ...String(a.extra['scheduler-args'] ?? '').split(' ').filter(Boolean)],
     peerArgs: String(a.extra['peer-args'] ?? '').split(' ').filter(Boolean),
     seedArgs: String(a.extra['seed-args'] ?? '').split(' ').filter(Boolean),
   });
@@ -102,6 +105,10 @@ try {
   const s = summarize(timings);
   const result = {
     kind: 'starling-swarm',
+    shape: String(a.extra.shape),
+    schedulerArgs: String(a.extra['scheduler-args'] ?? ''),
+    peerArgs: String(a.extra['peer-args'] ?? ''),
+    seedArgs: String(a.extra['seed-args'] ?? ''),
     nodes: N,
     sizeBytes: F,
     nodeRate: a.nodeRate,
@@ -120,7 +127,7 @@ try {
     egress: egressRecord,
     perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
   };
-  console.log(`starling swarm: ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
+  console.log(`starling swarm (${result.shape}): ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
   console.log(boundLine(lb));
   console.log(
     table(

@@ -17,6 +17,8 @@ export interface SwarmOptions {
   workDir: string;
   /** Candidate parents per peer (the scheduler's --candidate-parent-limit). */
   parentLimit?: string;
+  /** Extra scheduler flags, e.g. ['--shape', 'pipeline']. */
+  schedulerArgs?: string[];
   peerArgs?: string[];
   seedArgs?: string[];
   /** A tag for this swarm's data dirs and logs, so several swarms can share a work folder. */
@@ -68,7 +70,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
   };
   try {
     services.push(
-      await c.spawn(sched, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', schedulerApi, '--candidate-parent-limit', options.parentLimit ?? '5'], {
+      await c.spawn(sched, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', schedulerApi, '--candidate-parent-limit', options.parentLimit ?? '5', ...(options.schedulerArgs ?? [])], {
         name: 'scheduler',
         logFile: log('scheduler'),
       }),
