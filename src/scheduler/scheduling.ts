@@ -2,7 +2,7 @@ import type { Logger } from '../common/log.js';
 import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
 import type { SchedulingConfig, Shape } from './config.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
-import { freeChildSlots, selectParents, type Exclusion } from './selection.js';
+import { freeChildSlots, keepsItsParents, selectParents, type Exclusion } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
 const SEED_SHOW_UP_MS = 15_000;
@@ -250,9 +250,12 @@ export class Scheduling {
    * parents gets more; a strict topology rule may now keep a child on its own side).
    */
   tick(): void {
+    const now = this.hooks.now();
     for (const task of this.resources.tasks.values()) {
       for (const peer of [...task.peers.values()]) {
-        if (peer.state === 'running' || peer.state === 'waiting') this.schedule(peer, peer.parents.length === 0);
+        if (peer.state !== 'running' && peer.state !== 'waiting') continue;
+        if (keepsItsParents(peer, this.config, now)) continue;
+        this.schedule(peer, peer.parents.length === 0);
       }
     }
   }

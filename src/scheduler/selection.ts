@@ -146,6 +146,27 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
   return chosen;
 }
 
+/**
+ * The child has its full count of parents and each still offers it something from its own side
+ * of every strict topology rule: a selection would hand out the same parents, so the periodic
+ * pass can skip it. Without this the pass re-selects every running peer against every other,
+ * O(N²): 0.6 s every 2 s at 1000 peers. (It skips the slow-outlier check too; a child reports a
+ * parent that stalls it, and that reschedules it.)
+ */
+export function keepsItsParents(child: Peer, config: SchedulingConfig, now: number): boolean {
+  if (child.parents.length < parentLimit(config)) return false;
+  child.forgetStaleStarts(now);
+  for (const parent of child.parents) {
+    if (parent.state === 'left' || child.blocklist.has(parent.id) || !offersSomething(parent, child, now)) return false;
+    for (const rule of config.topology) {
+      if (!rule.strict) continue;
+      const side = child.host.info.labels[rule.key];
+      if (side !== undefined && parent.host.info.labels[rule.key] !== side) return false;
+    }
+  }
+  return true;
+}
+
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */
 function onAllowedSide(child: Peer, parent: Peer, candidates: Peer[], config: SchedulingConfig): boolean {
   for (const rule of config.topology) {

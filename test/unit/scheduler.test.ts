@@ -7,7 +7,7 @@ import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../.
 import { PieceSet } from '../../src/scheduler/piece-set.js';
 import { graphHasCycle, GROWING_TTL_MS, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
-import { filterCandidates, type Exclusion } from '../../src/scheduler/selection.js';
+import { filterCandidates, keepsItsParents, type Exclusion } from '../../src/scheduler/selection.js';
 
 const TASK = `sha256:${'a'.repeat(64)}`;
 const PIECE = 4 * 1024 * 1024;
@@ -293,6 +293,26 @@ describe('scheduling: parent selection', () => {
     e.advance(60_000);
     assert.equal(e.scheduling.expireTasks(30_000), 1);
     assert.equal(e.scheduling.resources.tasks.get(TASK), undefined);
+  });
+
+  it('lets the periodic pass skip a child whose full set of parents still serves it, and only that child', () => {
+    const e = engine({ candidateParentLimit: 2 });
+    e.vouch();
+    const zoned = (zone: string) => ({ labels: { zone } });
+    const a = e.join('a', zoned('z1'), all(10));
+    const b = e.join('b', zoned('z1'), all(10));
+    const child = e.join('child', zoned('z1'), []);
+    const config = e.scheduling.config;
+    assert.deepEqual(child.parents.map((p) => p.id).sort(), [a.id, b.id].sort());
+    assert.equal(keepsItsParents(child, config, e.now()), true);
+    const short = e.join('short', zoned('z1'), []);
+    short.parents = [a];
+    assert.equal(keepsItsParents(short, config, e.now()), false, 'fewer parents than the limit');
+    for (let i = 0; i < 10; i++) e.scheduling.pieceFinished(child, { index: i, digest: '', parentId: a.id, costMs: 1, fromOrigin: false, length: PIECE });
+    assert.equal(keepsItsParents(child, config, e.now()), false, 'its parents have nothing more for it');
+    const across = e.join('across', zoned('z2'), [0]);
+    across.parents = [a, b];
+    assert.equal(keepsItsParents(across, config, e.now()), false, 'parents across a strict key get another look');
   });
 
   it('refuses a register that contradicts the task or names an unknown host', () => {
