@@ -35,6 +35,8 @@ interface Attempt {
   link: ParentLink;
   controller: AbortController;
   started: number;
+  /** The piece's length in bytes. */
+  length: number;
   /** The piece's bytes as they arrive, once the parent has begun to send them (relayed to this peer's children as they come). */
   growing?: GrowingPiece;
 }
@@ -359,7 +361,7 @@ export class SwarmDownload {
     const hasNodeParents = [...this.links.values()].some((link) => !link.info.seed);
     for (const link of this.links.values()) {
       const limit = link.piecesAtOnce ?? (link.info.seed && hasNodeParents ? 1 : this.settings.perParent);
-      if (link === except || !link.offers(index) || link.inflight >= limit || link.busyUntil > now) continue;
+      if (link === except || !link.offers(index) || link.busyUntil > now || this.uploadsFrom(link) >= limit) continue;
       if (!best) {
         best = link;
         continue;
@@ -373,6 +375,22 @@ export class SwarmDownload {
       if (better) best = link;
     }
     return best;
+  }
+
+  /**
+   * Pieces `link` is still sending to this peer. A piece whose bytes are all in but the last one,
+   * which a relaying parent holds back until it has checked and stored its own copy, does not
+   * count: in a chain, waiting for that check and then this peer's own before asking for the
+   * next piece would idle the link at every piece and every hop.
+   */
+  private uploadsFrom(link: ParentLink): number {
+    let count = 0;
+    for (const attempts of this.attempts.values()) {
+      for (const attempt of attempts) {
+        if (attempt.link === link && !(attempt.growing && attempt.growing.filled >= attempt.length - 1)) count++;
+      }
+    }
+    return count;
   }
 
   /**
@@ -394,7 +412,8 @@ export class SwarmDownload {
   }
 
   private startAttempt(index: number, link: ParentLink): void {
-    const attempt: Attempt = { link, controller: new AbortController(), started: Date.now() };
+    const { length } = pieceBounds(this.task.layout, index);
+    const attempt: Attempt = { link, controller: new AbortController(), started: Date.now(), length };
     const list = this.attempts.get(index) ?? [];
     list.push(attempt);
     this.attempts.set(index, list);
@@ -416,7 +435,19 @@ export class SwarmDownload {
       }
     }, Math.min(1_000, this.settings.pieceTimeoutMs / 4));
     void link
-      .fetchPiece(index, () => (attempt.growing = this.beginPiece(index)), attempt.controller.signal)
+      .fetchPiece(
+        index,
+        () => {
+          const growing = (attempt.growing = this.beginPiece(index));
+          // All but the byte a relaying parent holds back until its own check: its upload to us is
+          // over, and the next piece may be asked of it while this one is checked and stored.
+          void growing.next(length - 2).then(() => {
+            if (!this.closed && !attempt.controller.signal.aborted) this.pump();
+          });
+          return growing;
+        },
+        attempt.controller.signal,
+      )
       .then(async (bytes) => {
         const sha256 = await sha256Hex(bytes);
         if (`sha256:${sha256}` !== this.digests.get(index)) {
