@@ -5,7 +5,7 @@
 //          order (bench/lib/lazy-reader.ts: the FUSE mount of the snapshotter, without containerd);
 //   full — each node downloads the whole layer blob through its peer (scenario b).
 //
-//   npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy]
+//   npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy] [--shape pipeline]
 //                               [--plots DIR] [--json-out FILE] [--keep-logs DIR]
 //
 // The image is the Debian + python3 one of bench/lazy-start.ts (workload `python3 -c 'import json,
@@ -45,6 +45,7 @@ const args = scenarioArgs(
     plots: { type: 'string', help: 'write a completion-time CDF and a registry-egress plot (SVG) there' },
     'keep-logs': { type: 'string', help: 'copy every process log there' },
     'peer-args': { type: 'string', default: '', help: 'extra flags for every peer, the seed\'s included' },
+    shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
   },
   { nodeRate: '100mbit', size: null },
 );
@@ -103,7 +104,7 @@ try {
   const results: ScenarioResult[] = [];
   for (const scenario of SCENARIOS) {
     const peerArgs = flags['peer-args']!.split(' ').filter(Boolean);
-    const swarm = await startSwarm(c, { registryHost, workDir: work.path, tag: scenario, peerArgs, seedArgs: peerArgs });
+    const swarm = await startSwarm(c, { registryHost, workDir: work.path, tag: scenario, peerArgs, seedArgs: peerArgs, schedulerArgs: ['--shape', flags.shape!] });
     services.push(...swarm.services);
     logFiles.push(...swarm.logFiles());
     const readers: Service[] = [];
@@ -207,7 +208,7 @@ try {
     ),
   );
   for (const r of results) console.log(`${LABELS[r.scenario]}: ${cpuLine(r.cpu)}`);
-  const json = { kind: 'swarm-lazy', nodes: N, nodeRate, originRate, layerBytes: F, workload: WORKLOAD, recordedFiles: files.length, results };
+  const json = { kind: 'swarm-lazy', shape: flags.shape, nodes: N, nodeRate, originRate, layerBytes: F, workload: WORKLOAD, recordedFiles: files.length, results };
   console.log(JSON.stringify({ ...json, results: results.map(({ egressSamples: _, ...r }) => r) }));
   if (flags['json-out']) await fsp.writeFile(flags['json-out'], `${JSON.stringify(json, null, 1)}\n`);
   if (flags.plots) writePlots(flags.plots, results, `${N} nodes × ${nodeRate}, registry ${originRate}`);
