@@ -25,6 +25,9 @@ export interface TopologyRule {
 }
 
 export interface ClusterConfig {
+  /** mesh: several parents per peer; pipeline: one parent each, chains (see the README). */
+  shape: 'mesh' | 'pipeline';
+  pipeline: { fanout: number; seedFanout: number };
   candidateParentLimit: number;
   backToSourceLimit: number;
   retryLimit: number;

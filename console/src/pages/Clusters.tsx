@@ -43,6 +43,12 @@ function ClusterPanel({ cluster }: { cluster: Cluster }) {
         <div>
           <h3>Scheduling</h3>
           <dl className="pairs">
+            <dt>shape</dt>
+            <dd>
+              {config.shape === 'pipeline'
+                ? `pipeline: ${config.pipeline.fanout} ${config.pipeline.fanout === 1 ? 'child' : 'children'} per node, ${config.pipeline.seedFanout} per seed`
+                : 'mesh'}
+            </dd>
             <dt>candidate parents</dt>
             <dd>{config.candidateParentLimit}</dd>
             <dt>back-to-source limit</dt>
@@ -96,7 +102,7 @@ const LIMITS: Array<{ key: keyof Limits; label: string }> = [
   { key: 'retryLimit', label: 'Retry limit' },
 ];
 
-/** Changes the limits; running schedulers take them at their next keep-alive. */
+/** Changes the shape and the limits; running schedulers take them at their next keep-alive. */
 function LimitsForm({ cluster }: { cluster: Cluster }) {
   const client = useQueryClient();
   const [values, setValues] = useState<Record<keyof Limits, string>>({
@@ -104,16 +110,24 @@ function LimitsForm({ cluster }: { cluster: Cluster }) {
     backToSourceLimit: String(cluster.config.backToSourceLimit),
     retryLimit: String(cluster.config.retryLimit),
   });
+  const [shape, setShape] = useState<ClusterConfig['shape']>(cluster.config.shape);
   const save = useMutation({
     mutationFn: (patch: Partial<ClusterConfig>) => api.updateClusterConfig(cluster.id, patch),
     onSuccess: () => client.invalidateQueries({ queryKey: ['clusters'] }),
   });
   const submit = (event: FormEvent) => {
     event.preventDefault();
-    save.mutate(Object.fromEntries(LIMITS.map(({ key }) => [key, Number(values[key])])));
+    save.mutate({ shape, ...Object.fromEntries(LIMITS.map(({ key }) => [key, Number(values[key])])) });
   };
   return (
     <form className="inline-form" onSubmit={submit} aria-label={`change limits of ${cluster.name}`}>
+      <label>
+        Shape
+        <select value={shape} onChange={(event) => setShape(event.target.value as ClusterConfig['shape'])}>
+          <option value="mesh">mesh</option>
+          <option value="pipeline">pipeline</option>
+        </select>
+      </label>
       {LIMITS.map(({ key, label }) => (
         <label key={key}>
           {label}
