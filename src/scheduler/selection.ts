@@ -147,9 +147,9 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
 }
 
 /**
- * The child has its full count of parents and each still offers it something from its own side
- * of every strict topology rule: a selection would hand out the same parents, so the periodic
- * pass can skip it. Without this the pass re-selects every running peer against every other,
+ * The child has its full count of parents and each still offers it something (or, in a pipeline,
+ * is still downloading) from its own side of every strict topology rule: a selection
+ * would hand out the same parents, so the periodic pass can skip it. Without this the pass re-selects every running peer against every other,
  * O(N²): 0.6 s every 2 s at 1000 peers. (It skips the slow-outlier check too; a child reports a
  * parent that stalls it, and that reschedules it.)
  */
@@ -157,7 +157,8 @@ export function keepsItsParents(child: Peer, config: SchedulingConfig, now: numb
   if (child.parents.length < parentLimit(config)) return false;
   child.forgetStaleStarts(now);
   for (const parent of child.parents) {
-    if (parent.state === 'left' || child.blocklist.has(parent.id) || !offersSomething(parent, child, now)) return false;
+    if (parent.state === 'left' || child.blocklist.has(parent.id)) return false;
+    if (!offersSomething(parent, child, now) && !feedsAChain(parent, config)) return false;
     for (const rule of config.topology) {
       if (!rule.strict) continue;
       const side = child.host.info.labels[rule.key];
@@ -165,6 +166,15 @@ export function keepsItsParents(child: Peer, config: SchedulingConfig, now: numb
     }
   }
   return true;
+}
+
+/**
+ * A pipeline parent still downloading: a child that has caught up with it (it holds what the
+ * parent holds and receives what the parent relays) is a chain's steady state, not a reason to
+ * look for another parent. A parent that stalls is reported by its child, which reschedules it.
+ */
+function feedsAChain(parent: Peer, config: SchedulingConfig): boolean {
+  return config.shape === 'pipeline' && !parent.isFinished;
 }
 
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */

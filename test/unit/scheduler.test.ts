@@ -386,6 +386,25 @@ describe('scheduling: pipeline shape', () => {
     assert.ok(given.every((p) => p.piecesAtOnce === 0));
   });
 
+  it('lets the periodic pass skip a child caught up with a parent that is still downloading, but not in a mesh or once the parent left', () => {
+    const e = engine(pipeline());
+    e.vouch();
+    e.join('seed', { seed: true }, all(10));
+    const parent = e.join('parent', {}, [0, 1]);
+    const child = e.join('child', {}, [0, 1]);
+    child.parents = [parent];
+    parent.children.add(child);
+    const config = e.scheduling.config;
+    e.scheduling.pieceStarted(parent, 2);
+    e.scheduling.pieceStarted(child, 2);
+    assert.equal(keepsItsParents(child, config, e.now()), true, 'the parent relays piece 2 as it comes and will have more');
+    assert.equal(filterCandidates(child, config, e.now()).includes(parent), false, 'though a selection would find it has nothing new right now');
+    assert.equal(keepsItsParents(child, { ...config, shape: 'mesh', candidateParentLimit: 1 }, e.now()), false, 'a mesh looks again');
+    e.scheduling.leave(parent);
+    child.parents = [parent];
+    assert.equal(keepsItsParents(child, config, e.now()), false, 'a parent that left is replaced');
+  });
+
   it('rejects an unknown shape or a zero fan-out, naming the key', () => {
     const shape = schedulingSchema.safeParse({ shape: 'ring' });
     assert.equal(shape.success, false);
