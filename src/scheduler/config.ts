@@ -17,7 +17,7 @@ export const topologyRuleSchema = z
  *   random) and with uneven hosts, but max-min sharing of many thin transfers leaves uploads idle:
  *   on equal NICs the last node lands at 1.4-1.8 x T*.
  * - `pipeline`: each child gets one parent and fetches one piece at a time from it, and each
- *   host feeds at most `fanout` children (`seedFanout` for seeds). With cut-through relays the
+ *   peer feeds at most `fanout` children per task (`seedFanout` for seeds). With cut-through relays the
  *   graph becomes chains that forward every byte as it arrives, the pipelined broadcast that
  *   collective libraries use for large messages: on equal NICs every link runs at full rate and
  *   the last node lands near T*. A fan-out above what a host's upload can feed at the children's

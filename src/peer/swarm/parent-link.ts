@@ -64,6 +64,7 @@ export class ParentLink {
     const cap = this.info.piecesAtOnce;
     return cap !== undefined && cap > 0 ? cap : undefined;
   }
+
   get closed(): boolean {
     return this.stop.signal.aborted;
   }
