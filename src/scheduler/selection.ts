@@ -16,6 +16,8 @@ export function filterCandidates(
   excluded?: Map<string, Exclusion>,
 ): Peer[] {
   const out: Peer[] = [];
+  /** Peers that could serve the child but have no room for another child now. */
+  const full: Peer[] = [];
   const exclude = (peer: Peer, why: Exclusion) => excluded?.set(peer.id, why);
   // One walk down from the child, not one walk up from each candidate: O(N) per child, not O(N²).
   const below = descendantsOf(child);
@@ -28,11 +30,13 @@ export function filterCandidates(
     else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
     else if (!offersSomething(peer, child, now)) exclude(peer, 'nothing-to-offer');
     else if (below.has(peer)) exclude(peer, 'cycle');
-    else if (!child.parents.includes(peer) && freeChildSlots(peer, config) <= 0) exclude(peer, 'overloaded');
-    else out.push(peer);
+    else if (!child.parents.includes(peer) && freeChildSlots(peer, config) <= 0) {
+      exclude(peer, 'overloaded');
+      full.push(peer);
+    } else out.push(peer);
   }
   const fast = withoutSlowOutliers(out, config.slowFactor, exclude);
-  return applyStrictTopology(child, fast, config, exclude);
+  return applyStrictTopology(child, fast, full, config, exclude);
 }
 
 /**
@@ -79,17 +83,30 @@ function withoutSlowOutliers(candidates: Peer[], factor: number, exclude: (p: Pe
   });
 }
 
-/** A strict rule keeps the child on its own side of the key whenever its side has a candidate. */
-function applyStrictTopology(child: Peer, candidates: Peer[], config: SchedulingConfig, exclude: (p: Peer, why: Exclusion) => void): Peer[] {
+/** A strict rule keeps the child on its own side of the key whenever its side has a candidate, free or full. */
+function applyStrictTopology(
+  child: Peer,
+  candidates: Peer[],
+  full: Peer[],
+  config: SchedulingConfig,
+  exclude: (p: Peer, why: Exclusion) => void,
+): Peer[] {
   let kept = candidates;
+  // A parent on the child's side with no room right now still exists: the child waits for its
+  // room rather than cross. In a pipeline every peer but a chain's last is full, so without this
+  // a child would cross whenever its side's chain had no free end.
+  let keptFull = full;
   for (const rule of config.topology) {
     if (!rule.strict) continue;
     const side = child.host.info.labels[rule.key];
     if (side === undefined) continue;
-    const same = kept.filter((peer) => peer.host.info.labels[rule.key] === side);
-    if (same.length === 0) continue;
-    for (const peer of kept) if (peer.host.info.labels[rule.key] !== side) exclude(peer, 'topology');
+    const onSide = (peer: Peer) => peer.host.info.labels[rule.key] === side;
+    const same = kept.filter(onSide);
+    const sameFull = keptFull.filter(onSide);
+    if (same.length === 0 && sameFull.length === 0) continue;
+    for (const peer of kept) if (!onSide(peer)) exclude(peer, 'topology');
     kept = same;
+    keptFull = sameFull;
   }
   return kept;
 }

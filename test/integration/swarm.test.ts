@@ -92,45 +92,48 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.deepEqual(fromOrigin, Array(8).fill(0), 'no ordinary peer touched the registry');
   });
 
-  it('a strict zone rule keeps pieces in the zone once a same-zone parent holds them', async () => {
-    const zones = (i: number) => ({ zone: i < 3 ? 'a' : 'b', rack: `r${i % 2}` });
-    const { scheduler, peers } = await cluster(6, { labels: zones, seeds: [{ zone: 'a' }] });
-    const blob = await pushRandomBlob(registry, 'swarm/zones', 48 * MB);
-    // Zone a pulls, then one peer of zone b (it may cross: zone b has nobody yet).
-    await Promise.all(peers.slice(0, 4).map((peer) => pullThrough(peer, registry, 'swarm/zones', blob.digest)));
-    // Now zone b holds the blob: the rest of zone b must not take a byte from zone a.
-    const late = await Promise.all(peers.slice(4).map((peer) => pullThrough(peer, registry, 'swarm/zones', blob.digest)));
-    for (const result of late) assert.equal(result.digest, blob.digest);
-    const stat = await taskStat(scheduler, blob.digest);
-    const zoneOf = new Map(stat.peers.map((p) => [p.hostId, p.labels.zone]));
-    for (const peer of stat.peers.filter((p) => p.labels.zone === 'a' && !p.seed)) {
-      for (const parentHost of Object.keys(peer.bytesByParentHost)) assert.equal(zoneOf.get(parentHost), 'a', `${peer.peerId} took bytes from zone b`);
-    }
-    const lateHosts = peers.slice(4).map((late) => `-${late.host.split(':')[0]}-`);
-    const latePeers = stat.peers.filter((p) => lateHosts.some((marker) => p.hostId.includes(marker)));
-    assert.equal(latePeers.length, 2);
-    for (const peer of latePeers) {
-      for (const parentHost of Object.keys(peer.bytesByParentHost)) {
-        assert.equal(zoneOf.get(parentHost), 'b', `${peer.peerId} crossed zones although zone b held the blob`);
-      }
-    }
-  });
-
   const shapes = [
     { shape: 'mesh', schedulerArgs: [] },
     { shape: 'pipeline', schedulerArgs: ['--shape', 'pipeline'] },
   ];
+
+  for (const { shape, schedulerArgs } of shapes) {
+    it(`a strict zone rule keeps pieces in the zone once a same-zone parent holds them (${shape})`, async () => {
+      const zones = (i: number) => ({ zone: i < 3 ? 'a' : 'b', rack: `r${i % 2}` });
+      const { scheduler, peers } = await cluster(6, { labels: zones, seeds: [{ zone: 'a' }], schedulerArgs });
+      const repo = `swarm/zones-${shape}`;
+      const blob = await pushRandomBlob(registry, repo, 48 * MB);
+      // Zone a pulls, then one peer of zone b (it may cross: zone b has nobody yet).
+      await Promise.all(peers.slice(0, 4).map((peer) => pullThrough(peer, registry, repo, blob.digest)));
+      // Now zone b holds the blob: the rest of zone b must not take a byte from zone a.
+      const late = await Promise.all(peers.slice(4).map((peer) => pullThrough(peer, registry, repo, blob.digest)));
+      for (const result of late) assert.equal(result.digest, blob.digest);
+      const stat = await taskStat(scheduler, blob.digest);
+      const zoneOf = new Map(stat.peers.map((p) => [p.hostId, p.labels.zone]));
+      for (const peer of stat.peers.filter((p) => p.labels.zone === 'a' && !p.seed)) {
+        for (const parentHost of Object.keys(peer.bytesByParentHost)) assert.equal(zoneOf.get(parentHost), 'a', `${peer.peerId} took bytes from zone b`);
+      }
+      const lateHosts = peers.slice(4).map((late) => `-${late.host.split(':')[0]}-`);
+      const latePeers = stat.peers.filter((p) => lateHosts.some((marker) => p.hostId.includes(marker)));
+      assert.equal(latePeers.length, 2);
+      for (const peer of latePeers) {
+        for (const parentHost of Object.keys(peer.bytesByParentHost)) {
+          assert.equal(zoneOf.get(parentHost), 'b', `${peer.peerId} crossed zones although zone b held the blob`);
+        }
+      }
+    });
+  }
 
   it('in a pipeline, chains the peers (one parent, at most one child each) and still takes one copy from the registry', async () => {
     const limit = ['--upload-rate-limit', '40MB'];
     const { scheduler, peers } = await cluster(8, { seedArgs: limit, peerArgs: limit, schedulerArgs: ['--shape', 'pipeline'] });
     const blob = await pushRandomBlob(registry, 'swarm/pipeline', 96 * MB);
     let done = false;
-    const shapes: TaskStat[] = [];
+    const looks: TaskStat[] = [];
     const watch = (async () => {
       while (!done) {
         const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${blob.digest}`));
-        if (response.statusCode === 200) shapes.push((await response.body.json()) as TaskStat);
+        if (response.statusCode === 200) looks.push((await response.body.json()) as TaskStat);
         else await response.body.dump();
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
@@ -139,8 +142,8 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     done = true;
     await watch;
     for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
-    assert.ok(shapes.length >= 5, `only ${shapes.length} looks at the parent graph during the pull`);
-    for (const stat of shapes) {
+    assert.ok(looks.length >= 5, `only ${looks.length} looks at the parent graph during the pull`);
+    for (const stat of looks) {
       const children = new Map<string, number>();
       for (const peer of stat.peers) {
         assert.ok(peer.parents.length <= 1, `${peer.peerId} had ${peer.parents.length} parents`);
@@ -223,17 +226,20 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.equal(sizes.reduce((a, b) => a + b, 0), blob.size, 'the registry still sent one copy');
   });
 
-  it('completes every pull when the scheduler dies mid-run', async () => {
-    const limit = ['--upload-rate-limit', '30MB'];
-    const { scheduler, peers } = await cluster(4, { seedArgs: limit, peerArgs: limit });
-    const blob = await pushRandomBlob(registry, 'swarm/no-scheduler', 64 * MB);
-    const pulls = peers.map((peer) => pullThrough(peer, registry, 'swarm/no-scheduler', blob.digest));
-    await waitFor(async () => (await peers[0]!.metric('starling_peer_storage_bytes')) > 8 * MB, 60_000, 'transfer under way');
-    await scheduler.service.kill9();
-    const results = await Promise.all(pulls);
-    for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
-    // And a pull that starts with no scheduler at all still works, from the origin.
-    const other = await pushRandomBlob(registry, 'swarm/no-scheduler', 5 * MB);
-    assert.equal((await pullThrough(peers[0]!, registry, 'swarm/no-scheduler', other.digest)).digest, other.digest);
-  });
+  for (const { shape, schedulerArgs } of shapes) {
+    it(`completes every pull when the scheduler dies mid-run (${shape})`, async () => {
+      const limit = ['--upload-rate-limit', '30MB'];
+      const { scheduler, peers } = await cluster(4, { seedArgs: limit, peerArgs: limit, schedulerArgs });
+      const repo = `swarm/no-scheduler-${shape}`;
+      const blob = await pushRandomBlob(registry, repo, 64 * MB);
+      const pulls = peers.map((peer) => pullThrough(peer, registry, repo, blob.digest));
+      await waitFor(async () => (await peers[0]!.metric('starling_peer_storage_bytes')) > 8 * MB, 60_000, 'transfer under way');
+      await scheduler.service.kill9();
+      const results = await Promise.all(pulls);
+      for (const result of results) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+      // And a pull that starts with no scheduler at all still works, from the origin.
+      const other = await pushRandomBlob(registry, repo, 5 * MB);
+      assert.equal((await pullThrough(peers[0]!, registry, repo, other.digest)).digest, other.digest);
+    });
+  }
 });

@@ -405,6 +405,28 @@ describe('scheduling: pipeline shape', () => {
     assert.equal(keepsItsParents(child, config, e.now()), false, 'a parent that left is replaced');
   });
 
+  it('keeps a child in its zone when its zone\'s only holder is full: it waits rather than crossing', () => {
+    const e = engine(pipeline());
+    e.vouch();
+    const zone = (name: string) => ({ labels: { zone: name } });
+    const holderA = e.join('holder-a', zone('a'), all(10));
+    const first = e.join('first-a', zone('a'), []);
+    assert.deepEqual(first.parents.map((p) => p.id), [holderA.id]);
+    const holderB = e.join('holder-b', zone('b'), all(10));
+    const second = e.join('second-a', zone('a'), []);
+    const excluded = new Map<string, Exclusion>();
+    assert.deepEqual(filterCandidates(second, e.scheduling.config, e.now(), excluded), []);
+    assert.equal(excluded.get(holderB.id), 'topology', 'zone b has room, but zone a has a holder');
+    assert.equal(excluded.get(holderA.id), 'overloaded');
+    assert.equal(e.last(second)?.packet, 'wait');
+    // The first child finishes: it and zone a's holder have room again, and the waiting child
+    // takes one of them.
+    e.scheduling.finished(first);
+    e.scheduling.tick();
+    assert.equal(second.parents.length, 1);
+    assert.equal(second.parents[0]!.host.info.labels.zone, 'a');
+  });
+
   it('rejects an unknown shape or a zero fan-out, naming the key', () => {
     const shape = schedulingSchema.safeParse({ shape: 'ring' });
     assert.equal(shape.success, false);
