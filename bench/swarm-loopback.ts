@@ -8,12 +8,10 @@
 // pipeline is faster). Every process runs on this machine's two cores, so this measures CPU cost,
 // not the network; bench/swarm-cluster.ts measures shapes against link caps.
 
-import { createHash } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { request } from 'undici';
 import { pushRandomBlob } from '../test/fixtures/images.js';
-import { startPeer, startScheduler } from '../test/fixtures/peer.js';
+import { pullThrough, startPeer, startScheduler } from '../test/fixtures/peer.js';
 import { startRegistry, type Registry } from '../test/fixtures/registry.js';
 import { fixed, median, parseSize, table } from './lib/stats.js';
 
@@ -52,10 +50,8 @@ async function pull(registry: Registry, shape: Shape, round: number): Promise<nu
     const start = performance.now();
     return await Promise.all(
       peers.map(async (peer) => {
-        const response = await request(`${peer.url}/v2/${repo}/blobs/${blob.digest}?ns=${registry.host}`);
-        const hash = createHash('sha256');
-        for await (const chunk of response.body) hash.update(chunk);
-        if (`sha256:${hash.digest('hex')}` !== blob.digest) throw new Error(`${shape}: a peer served the wrong bytes`);
+        const pulled = await pullThrough(peer, registry, repo, blob.digest);
+        if (pulled.digest !== blob.digest) throw new Error(`${shape}: a peer served the wrong bytes (HTTP ${pulled.status})`);
         return (performance.now() - start) / 1000;
       }),
     );

@@ -146,7 +146,9 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
   const down = args['nic-down'] ? parseRate(str('nic-down')) : nic;
   const seedNic = args['seed-nic'] ? parseRate(str('seed-nic')) : undefined;
   const scheduling = defaultScheduling();
-  scheduling.shape = shapeSchema.parse(str('shape'));
+  const shape = shapeSchema.safeParse(str('shape'));
+  if (!shape.success) throw new Error(`--shape must be ${shapeSchema.options.join(' or ')}, got ${args.shape}`);
+  scheduling.shape = shape.data;
   scheduling.pipeline = { fanout: integer('fanout'), seedFanout: integer('seed-fanout') };
   scheduling.candidateParentLimit = integer('parent-limit');
   scheduling.backToSourceLimit = integer('back-to-source-limit', 0);

@@ -33,7 +33,8 @@
 // bytes start to arrive; a relayed flow goes no faster than the flow feeding it, and its last
 // byte waits until the parent has stored the piece; a piece given up cuts its relays short.
 // What is left out: hashing, disk writes and every other CPU cost (a stored piece is usable at
-// once), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
+// once; so the real peer's asking for the next piece while its last one is checked has no
+// window to act in here), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
 // per message, failures (no parent dies or sends bad data, the scheduler never goes away),
 // host keep-alives. The data structures differ (bitsets and rarity buckets instead of sorting
 // every wanted piece on every pump) but give the same order.

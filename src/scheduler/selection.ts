@@ -1,4 +1,4 @@
-import type { SchedulingConfig } from './config.js';
+import type { SchedulingConfig, TopologyRule } from './config.js';
 import { descendantsOf, type Peer } from './resources.js';
 
 /**
@@ -165,10 +165,10 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
 
 /**
  * The child has its full count of parents and each still offers it something (or, in a pipeline,
- * is still downloading) from its own side of every strict topology rule: a selection
- * would hand out the same parents, so the periodic pass can skip it. Without this the pass re-selects every running peer against every other,
- * O(N²): 0.6 s every 2 s at 1000 peers. (It skips the slow-outlier check too; a child reports a
- * parent that stalls it, and that reschedules it.)
+ * is still downloading) from its own side of every strict topology rule: a selection would hand
+ * out the same parents, so the periodic pass can skip it. Without this the pass re-selects every
+ * running peer against every other, O(N²): 0.6 s every 2 s at 1000 peers. (It skips the
+ * slow-outlier check too; a child reports a parent that stalls it, and that reschedules it.)
  */
 export function keepsItsParents(child: Peer, config: SchedulingConfig, now: number): boolean {
   if (child.parents.length < parentLimit(config)) return false;
@@ -176,11 +176,7 @@ export function keepsItsParents(child: Peer, config: SchedulingConfig, now: numb
   for (const parent of child.parents) {
     if (parent.state === 'left' || child.blocklist.has(parent.id)) return false;
     if (!offersSomething(parent, child, now) && !feedsAChain(parent, config)) return false;
-    for (const rule of config.topology) {
-      if (!rule.strict) continue;
-      const side = child.host.info.labels[rule.key];
-      if (side !== undefined && parent.host.info.labels[rule.key] !== side) return false;
-    }
+    if (config.topology.some((rule) => crossesStrictKey(child, parent, rule))) return false;
   }
   return true;
 }
@@ -197,10 +193,15 @@ function feedsAChain(parent: Peer, config: SchedulingConfig): boolean {
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */
 function onAllowedSide(child: Peer, parent: Peer, candidates: Peer[], config: SchedulingConfig): boolean {
   for (const rule of config.topology) {
-    if (!rule.strict) continue;
-    const side = child.host.info.labels[rule.key];
-    if (side === undefined || parent.host.info.labels[rule.key] === side) continue;
-    if (candidates.some((peer) => peer.host.info.labels[rule.key] === side)) return false;
+    if (!crossesStrictKey(child, parent, rule)) continue;
+    if (candidates.some((peer) => !crossesStrictKey(child, peer, rule))) return false;
   }
   return true;
+}
+
+/** `rule` is strict, the child has a side of its key, and `peer` is on another. */
+function crossesStrictKey(child: Peer, peer: Peer, rule: TopologyRule): boolean {
+  if (!rule.strict) return false;
+  const side = child.host.info.labels[rule.key];
+  return side !== undefined && peer.host.info.labels[rule.key] !== side;
 }

@@ -1,13 +1,12 @@
 // The swarm with real processes on distinct loopback addresses and a real docker-registry:
 // one copy from the registry, no cycles, no self-downloads, topology, chaos.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { startBitFlippingPeer } from '../fixtures/bad-peer.js';
 import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
-import { startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import { pullThrough, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
 import { waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
@@ -17,17 +16,6 @@ const MB = 1000 * 1000;
 /** A loopback address per test and peer, so every process is its own "host". */
 let nextIp = 20;
 const ip = () => `127.0.0.${nextIp++}`;
-
-async function pullThrough(peer: RunningPeerProcess, registry: Registry, repo: string, digest: string) {
-  const response = await request(`${peer.url}/v2/${repo}/blobs/${digest}?ns=${registry.host}`);
-  const hash = createHash('sha256');
-  let bytes = 0;
-  for await (const chunk of response.body) {
-    hash.update(chunk);
-    bytes += chunk.length;
-  }
-  return { status: response.statusCode, digest: `sha256:${hash.digest('hex')}`, bytes };
-}
 
 async function taskStat(scheduler: RunningSchedulerProcess, digest: string): Promise<TaskStat> {
   const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${digest}`));
