@@ -38,9 +38,14 @@ export const managerConfigSchema = z
         timeoutMs: z.number().int().min(100).default(60 * 60_000),
         /** Peer requests in flight at once per job. */
         concurrency: z.number().int().min(1).max(256).default(16),
+        /**
+         * A job is held by the replica running it for this long without a renewal (renewed every
+         * third of it): a replica that dies has its jobs taken over by another this long after.
+         */
+        leaseMs: z.number().int().min(500).default(15_000),
       })
       .strict()
-      .default({ pollMs: 1_000, timeoutMs: 60 * 60_000, concurrency: 16 }),
+      .default({ pollMs: 1_000, timeoutMs: 60 * 60_000, concurrency: 16, leaseMs: 15_000 }),
     /** The web console's built files; served at / when the folder exists. */
     consoleDir: z.string().optional(),
     log: z

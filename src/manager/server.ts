@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
@@ -14,11 +16,14 @@ import { createManagerMetrics } from './metrics.js';
 import { bootstrapAdmin } from './services/auth.js';
 import { JobEngine } from './services/jobs.js';
 import { markSilentInactive } from './services/members.js';
+import { checkReadiness } from './services/readiness.js';
 
 export interface RunningManager {
   /** host:port it listens on. */
   address: string;
   url: string;
+  /** This replica's name in the jobs it holds. */
+  replica: string;
   /** The admin token generated at the first start (when no --admin-token-file was given); shown once. */
   initialAdminToken?: string;
   store: Store;
@@ -30,17 +35,25 @@ export interface RunningManager {
 /** The console's build output next to the package: console/dist (from src/ or dist/ alike). */
 export const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../../console/dist', import.meta.url));
 
+/**
+ * Starts one manager replica. Any number may share a PostgreSQL database: each migrates (one at a
+ * time) before it listens, every request reads the database, and a preheat job is run by one
+ * replica at a time under a lease (services/job-leases.ts).
+ */
 export async function startManager(config: ManagerConfig, log: Logger): Promise<RunningManager> {
   const { host, port } = parseListenAddress(config.listen, 'manager listen address');
   const clusterToken = readTokenFile(config.clusterTokenFile);
   const adminToken = readAdminToken(config.adminTokenFile);
+  const replica = replicaName();
   const store = await openStore(databaseUrl(config));
+  log.info({ db: store.where, applied: store.migrationsApplied }, store.migrationsApplied.length ? 'database migrated' : 'database schema already current');
   const livenessMs = config.keepalive.intervalMs * config.keepalive.missedLimit;
   let sweeper: NodeJS.Timeout | undefined;
   let jobs: JobEngine | undefined;
   let app: FastifyInstance | undefined;
   try {
-    const admin = await bootstrapAdmin(store.db, adminToken);
+    // One replica at a time: of replicas started together on an empty database, one creates the admin.
+    const admin = await store.exclusive(() => bootstrapAdmin(store.db, adminToken));
     if (!admin.givenTokenKnown) {
       log.warn({ file: config.adminTokenFile }, 'the token in the admin token file is not a valid token here (it is only used at the first start)');
     }
@@ -48,19 +61,28 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     const metrics = createManagerMetrics(registry, store.db);
     jobs = new JobEngine(
       store.db,
+      store.dialect,
       {
         ...config.preheat,
         livenessMs,
         insecureRegistries: config.registries.insecure,
         clusterToken,
+        replica,
         onFinished: (state) => metrics.jobsFinished.inc({ state }),
       },
-      log.child({ component: 'jobs' }),
+      log.child({ component: 'jobs', replica }),
     );
-    const interrupted = await jobs.recoverInterrupted();
-    if (interrupted) log.warn({ jobs: interrupted }, 'jobs left running by the previous process were marked failed');
+    await jobs.start();
     app = buildApi(
-      { db: store.db, jobs, metrics: registry, livenessMs, clusterToken, consoleDir: resolve(config.consoleDir ?? DEFAULT_CONSOLE_DIR) },
+      {
+        db: store.db,
+        jobs,
+        metrics: registry,
+        livenessMs,
+        clusterToken,
+        consoleDir: resolve(config.consoleDir ?? DEFAULT_CONSOLE_DIR),
+        readiness: () => checkReadiness(store.db, store.dialect, replica),
+      },
       metrics,
       log,
     );
@@ -74,10 +96,11 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     }, config.keepalive.intervalMs);
     sweeper.unref();
 
-    log.info({ address, db: store.where, clusterToken: Boolean(clusterToken) }, 'manager listening');
+    log.info({ address, db: store.where, replica, clusterToken: Boolean(clusterToken) }, 'manager listening');
     const running: RunningManager = {
       address,
       url: `http://${address}`,
+      replica,
       initialAdminToken: admin.generated,
       store,
       jobs,
@@ -97,6 +120,11 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     await store.close();
     throw error;
   }
+}
+
+/** Unique per process (a restarted replica holds none of its former self's jobs); the host name says where it ran. */
+function replicaName(): string {
+  return `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
 }
 
 function readAdminToken(path: string | undefined): string | undefined {

@@ -33,7 +33,8 @@ for (const backend of backends()) {
       const store = await openStore(await backend.newDatabase());
       try {
         const applied = await store.db.selectFrom('starling_migrations' as any).select('name' as any).execute();
-        assert.deepEqual(applied.map((r: any) => r.name), ['001-initial']);
+        assert.deepEqual(applied.map((r: any) => r.name), ['001-initial', '002-job-leases']);
+        assert.deepEqual(store.migrationsApplied, ['001-initial', '002-job-leases']);
         const clusters = await store.db.selectFrom('scheduler_clusters').selectAll().execute();
         assert.equal(clusters.length, 1);
         assert.equal(clusters[0]!.name, 'default');
@@ -43,6 +44,22 @@ for (const backend of backends()) {
       } finally {
         await store.close();
       }
+    });
+
+    test('readiness: 200 on a current schema; 503 naming the missing migration when the database is behind; liveness does not ask the database', async () => {
+      assert.deepEqual(await call(m.url, 'GET', '/readyz'), { status: 200, body: { ready: true, replica: m.manager.replica } });
+      // As after restoring a backup taken before the last migration.
+      const db = m.manager.store.db;
+      await db.deleteFrom('starling_migrations' as any).where('name' as any, '=', '002-job-leases').execute();
+      try {
+        const behind = await call(m.url, 'GET', '/readyz');
+        assert.equal(behind.status, 503);
+        assert.deepEqual(behind.body, { ready: false, replica: m.manager.replica, reason: 'the database schema is behind this manager: it lacks 002-job-leases' });
+      } finally {
+        await db.insertInto('starling_migrations' as any).values({ name: '002-job-leases', timestamp: new Date().toISOString() } as any).execute();
+      }
+      assert.equal((await call(m.url, 'GET', '/readyz')).status, 200);
+      assert.deepEqual(await call(m.url, 'GET', '/healthz'), { status: 200, body: { ok: true } });
     });
 
     test('health, metrics, and an OpenAPI document that describes every route served', async () => {
@@ -59,7 +76,7 @@ for (const backend of backends()) {
         'patch /api/v1/clusters/{id}/config', 'delete /api/v1/clusters/{id}', 'get /api/v1/schedulers', 'post /api/v1/schedulers/keepalive',
         'get /api/v1/peers', 'post /api/v1/peers/keepalive', 'get /api/v1/tasks', 'get /api/v1/tokens', 'post /api/v1/tokens',
         'delete /api/v1/tokens/{id}', 'get /api/v1/users', 'post /api/v1/users', 'get /api/v1/me', 'post /api/v1/jobs', 'get /api/v1/jobs',
-        'get /api/v1/jobs/{id}', 'get /api/v1/audit', 'get /api/v1/overview', 'get /metrics', 'get /healthz', 'get /api/v1/openapi.json',
+        'get /api/v1/jobs/{id}', 'get /api/v1/audit', 'get /api/v1/overview', 'get /metrics', 'get /healthz', 'get /readyz', 'get /api/v1/openapi.json',
       ];
       const documented = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, ops]) => Object.keys(ops).map((method) => `${method} ${p}`));
       assert.deepEqual([...documented].sort(), [...required].sort());

@@ -70,7 +70,7 @@ for (const backend of backends()) {
      * Starts stub peers and keeps them registered as real peers do (a keep-alive every 100 ms,
      * a sixth of the liveness window here) until the test ends.
      */
-    async function peers(t: TestContext, specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string }>): Promise<StubPeer[]> {
+    async function peers(t: TestContext, specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string; }>): Promise<StubPeer[]> {
       const started: StubPeer[] = [];
       for (const spec of specs) {
         const stub = await startStubPeer(`${backend.name}-${spec.id}`, spec.behaviour, CLUSTER_TOKEN);
@@ -256,29 +256,80 @@ for (const backend of backends()) {
       assert.ok(!dump.includes(CREDS.password), 'the password is stored nowhere');
     });
 
-    test('a restart keeps jobs, clusters and tokens; a job cut off by the restart fails, saying so', async (t) => {
+    test('a restart keeps jobs, clusters and tokens; the restarted manager takes over the jobs the stop cut off and finishes them', async (t) => {
       const token = (await admin('POST', '/api/v1/tokens', { name: 'keep' })).body.token as string;
       await admin('POST', '/api/v1/clusters', { name: 'kept', scopes: { zones: ['kept'] } });
-      await peers(t, [{ id: 'restart-stall', behaviour: 'stall', zone: 'restart' }]);
+      // Stalled at half until the test lets it go on: the job is still running when the manager stops.
+      const [slow] = await peers(t, [
+        { id: 'restart-slow', behaviour: 'stall', zone: 'restart' },
+        { id: 'restart-quick', behaviour: 'complete', zone: 'restart-quick' },
+      ]);
+      const quick = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:restart-quick' });
+      assert.equal((await finished(quick.body.id)).state, 'succeeded');
+      // A job that a crashed manager without leases (an older version) left "running".
+      await m.manager.store.db.updateTable('jobs').set({ state: 'running', error: null, owner: null, lease_expires_at: 0 }).where('id', '=', quick.body.id).execute();
       const cut = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:restart' });
       assert.equal(cut.status, 201);
-      // A job a crashed process left "running" (no graceful stop marked it).
-      await m.manager.store.db.updateTable('jobs').set({ state: 'running', error: null }).where('id', '=', 1).execute();
-      const jobsBefore = ((await admin('GET', '/api/v1/jobs?limit=1000')).body as Array<{ id: number; state: string }>).filter((j) => j.id !== cut.body.id && j.id !== 1);
+      assert.equal(cut.body.owner, m.manager.replica);
+      await waitFor(async () => (await admin('GET', `/api/v1/jobs/${cut.body.id}`)).body.progress.bytes > 0, 5_000, 'the job under way');
+      const others = (jobs: Array<{ id: number }>) => jobs.filter((j) => j.id !== cut.body.id && j.id !== quick.body.id);
+      const jobsBefore = others((await admin('GET', '/api/v1/jobs?limit=1000')).body);
       const clustersBefore = (await admin('GET', '/api/v1/clusters')).body;
+      const before = m.manager.replica;
 
       m = await m.restart();
-      const cutAfter = jobSchema.parse((await admin('GET', `/api/v1/jobs/${cut.body.id}`)).body);
-      assert.equal(cutAfter.state, 'failed');
-      assert.match(cutAfter.error!, /the manager stopped while the job was running/);
-      const crashed = jobSchema.parse((await admin('GET', '/api/v1/jobs/1')).body);
-      assert.equal(crashed.state, 'failed');
-      assert.equal(crashed.error, 'the manager stopped while the job was running');
-      const jobsAfter = ((await admin('GET', '/api/v1/jobs?limit=1000')).body as Array<{ id: number }>).filter((j) => j.id !== cut.body.id && j.id !== 1);
-      assert.deepEqual(jobsAfter, jobsBefore);
-      assert.ok(jobsAfter.length >= 4);
+      assert.notEqual(m.manager.replica, before, 'a restarted manager is a new replica');
+      await waitFor(() => slow!.requests.some((r) => r.replica === m.manager.replica), 5_000, 'the new owner asking the peer');
+      slow!.unstall();
+      const resumed = await finished(cut.body.id);
+      assert.equal(resumed.state, 'succeeded', resumed.error ?? '');
+      assert.equal(resumed.error, null);
+      assert.equal(resumed.owner, m.manager.replica);
+      assert.equal(resumed.takeovers, 1);
+      assert.equal(resumed.progress.succeeded, blobs.length);
+      assert.equal(slow!.triggers.length, blobs.length, 'the new owner asked the peer how its fetches went instead of asking it to fetch again');
+      const audit = ((await admin('GET', '/api/v1/audit?limit=100')).body as Array<{ action: string; target: string; detail: Record<string, unknown> }>).filter((a) => a.target === `job:${cut.body.id}`);
+      assert.deepEqual(audit.map((a) => a.action).reverse(), ['job.create', 'job.takeover', 'job.succeed']);
+      assert.deepEqual([audit[1]!.detail.from, audit[1]!.detail.to], [before, m.manager.replica]);
+
+      const crashed = await finished(quick.body.id);
+      assert.equal(crashed.state, 'succeeded', 'its fetches had all ended well');
+      assert.equal(crashed.error, null);
+      assert.equal(crashed.owner, m.manager.replica);
+      assert.deepEqual(others((await admin('GET', '/api/v1/jobs?limit=1000')).body), jobsBefore);
       assert.deepEqual((await admin('GET', '/api/v1/clusters')).body, clustersBefore);
       assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 200);
+    });
+
+    test('a job with registry credentials cut off by a restart: fetches under way finish; one the peer lost fails, saying the credentials went with the stopped manager', async (t) => {
+      const [going, losing] = await peers(t, [
+        { id: 'creds-going', behaviour: 'stall', zone: 'creds' },
+        { id: 'creds-losing', behaviour: 'stall', zone: 'creds' },
+      ]);
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${locked.host}/private/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:creds',
+        credentials: { username: CREDS.user, password: CREDS.password },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      await waitFor(async () => (await admin('GET', `/api/v1/jobs/${created.body.id}`)).body.progress.bytes > 0, 5_000, 'the job under way');
+      const before = m.manager.replica;
+      losing!.forget(); // as a restarted peer does: the new owner's first question gets a 404
+      going!.unstall();
+      m = await m.restart();
+      const done = await finished(created.body.id);
+      assert.equal(done.state, 'failed');
+      assert.equal(done.takeovers, 1);
+      const byHost = (stub: StubPeer) => done.tasks!.filter((task) => task.hostId === stub.hostId);
+      assert.ok(byHost(going!).every((task) => task.state === 'succeeded'), JSON.stringify(byHost(going!)));
+      for (const task of byHost(losing!)) {
+        assert.equal(task.state, 'failed');
+        assert.equal(task.error, `the job's registry credentials were only in the memory of replica ${before}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry`);
+      }
+      assert.match(done.error!, new RegExp(`^${blobs.length} of ${2 * blobs.length} blob fetches failed: peer ${losing!.hostId} .*credentials were only in the memory of replica`));
+      assert.equal(losing!.triggers.length, blobs.length, 'the lost fetches were not asked for without credentials');
     });
   });
 }

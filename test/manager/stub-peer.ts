@@ -22,23 +22,67 @@ export interface Trigger {
   body: { taskId: string; contentLength: number; pieceSize: number; origin: { url: string; headers: Record<string, string> } };
 }
 
+/** One request from a manager: which replica sent it (from its User-Agent) and when it began and ended. */
+export interface StubRequest {
+  kind: 'trigger' | 'status';
+  replica: string;
+  startedAt: number;
+  endedAt?: number;
+}
+
 export interface StubPeer {
   port: number;
   hostId: string;
   triggers: Trigger[];
   statusPolls: number;
+  requests: StubRequest[];
+  /** Drops every fetch, as a restarted peer does: the next status request answers 404. */
+  forget(): void;
+  /** A stalled peer's fetches go on from here, and complete. */
+  unstall(): void;
   close(): Promise<void>;
 }
 
-export async function startStubPeer(hostId: string, behaviour: Behaviour, clusterToken: string, steps = 3): Promise<StubPeer> {
+export interface StubOptions {
+  /** Polls a 'complete' fetch takes to finish. */
+  steps?: number;
+  /** Each answer waits this long, so that requests are in flight a good part of the time. */
+  delayMs?: number;
+}
+
+export async function startStubPeer(hostId: string, behaviour: Behaviour, clusterToken: string, options: StubOptions = {}): Promise<StubPeer> {
+  const { steps = 3, delayMs = 0 } = options;
   const tasks = new Map<string, { size: number; stored: number }>();
   let forgotten = false;
-  const stub: StubPeer = { port: 0, hostId, triggers: [], statusPolls: 0, close: async () => {} };
+  let current = behaviour;
+  const stub: StubPeer = {
+    port: 0,
+    hostId,
+    triggers: [],
+    statusPolls: 0,
+    requests: [],
+    forget: () => tasks.clear(),
+    unstall: () => {
+      if (current === 'stall') current = 'complete';
+    },
+    close: async () => {},
+  };
   const reply = (res: http.ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(body));
+    setTimeout(() => {
+      if (res.destroyed) return;
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    }, delayMs);
   };
   const server = http.createServer((req, res) => {
+    const seen: StubRequest = {
+      kind: req.method === 'POST' ? 'trigger' : 'status',
+      replica: /replica ([^)]+)/.exec(req.headers['user-agent'] ?? '')?.[1] ?? 'unknown',
+      startedAt: performance.now(),
+    };
+    stub.requests.push(seen);
+    // Ends when the answer is sent or the manager gives the request up, whichever comes first.
+    res.on('close', () => (seen.endedAt = performance.now()));
     let text = '';
     req.on('data', (chunk: Buffer) => (text += chunk.toString()));
     req.on('end', () => {
@@ -46,7 +90,7 @@ export async function startStubPeer(hostId: string, behaviour: Behaviour, cluste
       if (req.method === 'POST' && req.url === '/_starling/preheat') {
         const body = JSON.parse(text) as Trigger['body'];
         stub.triggers.push({ authorization: req.headers.authorization, body });
-        if (behaviour === 'refuse') return reply(res, 400, { error: 'disk quota would be exceeded' });
+        if (current === 'refuse') return reply(res, 400, { error: 'disk quota would be exceeded' });
         tasks.set(body.taskId, { size: body.contentLength, stored: 0 });
         return reply(res, 202, { accepted: true });
       }
@@ -55,13 +99,16 @@ export async function startStubPeer(hostId: string, behaviour: Behaviour, cluste
         stub.statusPolls++;
         const digest = match[1]!;
         const task = tasks.get(digest);
-        if (behaviour === 'forget-once' && !forgotten && task) {
+        if (current === 'forget-once' && !forgotten && task) {
           forgotten = true;
           tasks.delete(digest);
         }
         if (!task || !tasks.has(digest)) return reply(res, 404, { error: `no preheat of ${digest} here` });
-        if (behaviour === 'fail') return reply(res, 200, { digest, size: task.size, storedBytes: 0, complete: false, error: 'origin answered HTTP 500' });
-        if (behaviour === 'stall') return reply(res, 200, { digest, size: task.size, storedBytes: Math.floor(task.size / 2), complete: false });
+        if (current === 'fail') return reply(res, 200, { digest, size: task.size, storedBytes: 0, complete: false, error: 'origin answered HTTP 500' });
+        if (current === 'stall') {
+          task.stored = Math.floor(task.size / 2);
+          return reply(res, 200, { digest, size: task.size, storedBytes: task.stored, complete: false });
+        }
         task.stored = Math.min(task.size, task.stored + Math.ceil(task.size / steps));
         return reply(res, 200, { digest, size: task.size, storedBytes: task.stored, complete: task.stored === task.size });
       }

@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import type { Registry } from 'prom-client';
 import type { Database } from '../db/schema.js';
 import type { JobEngine } from '../services/jobs.js';
+import type { Readiness } from '../services/readiness.js';
 
 /** What route modules need from the running manager. */
 export interface ApiDeps {
@@ -13,4 +14,6 @@ export interface ApiDeps {
   clusterToken?: string;
   /** Built web console, served at / when present. */
   consoleDir: string;
+  /** Whether this replica can serve (the database answers, its schema is current). */
+  readiness(): Promise<Readiness>;
 }

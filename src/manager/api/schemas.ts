@@ -203,6 +203,8 @@ export const jobSchema = z.object({
   createdBy: z.string(),
   createdAt: time,
   updatedAt: time,
+  owner: z.string().nullable().describe('the manager replica that runs the job, or ran it last'),
+  takeovers: count.describe('how many times a replica took the job over from one that died or stopped'),
   progress: z.object({ tasks: count, pending: count, running: count, succeeded: count, failed: count, bytes: count, totalBytes: count }),
   layers: z.array(z.object({ digest: z.string(), size: count, peers: count, succeeded: count, failed: count, bytes: count })),
   tasks: z

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection, type Driver, type SqliteDialectConfig } from 'kysely';
 import pg from 'pg';
 import { UserError } from '../../common/errors.js';
 import { migrateToLatest } from '../migrations/index.js';
@@ -14,6 +14,13 @@ export interface Store {
   dialect: Dialect;
   /** Where the data is, without a password: for logs. */
   where: string;
+  /** The migrations this opening applied (none when another process, or an earlier start, had). */
+  migrationsApplied: string[];
+  /**
+   * Runs `work` while no other manager process runs its own `exclusive` work on this database:
+   * replicas starting together migrate and create the first admin one after another.
+   */
+  exclusive<T>(work: () => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -29,11 +36,20 @@ const pgTypes = {
   },
 } as pg.CustomTypesConfig;
 
-/** Opens `sqlite:PATH` or `postgres://...` and migrates it to the latest schema. */
+/** A session-level PostgreSQL advisory lock key of the manager's own (Kysely's migrator holds another). */
+const STARTUP_LOCK_KEY = 0x5374_6172; // "Star"
+
+/** A new connection waits this long for the server; past it the call fails (and readiness says so). */
+const CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * Opens `sqlite:PATH` or `postgres://...` and migrates it to the latest schema, one process at a
+ * time: replicas started together apply each migration once, and none serves on an older schema.
+ */
 export async function openStore(url: string): Promise<Store> {
   const store = url.startsWith('sqlite:') ? openSqlite(url.slice('sqlite:'.length)) : openPostgres(url);
   try {
-    await migrateToLatest(store.db, store.dialect);
+    store.migrationsApplied = await store.exclusive(() => migrateToLatest(store.db, store.dialect));
   } catch (error) {
     await store.close();
     throw new UserError(`${store.where}: ${(error as Error).message}`);
@@ -54,16 +70,66 @@ function openSqlite(path: string): Store {
   database.pragma('journal_mode = WAL');
   database.pragma('foreign_keys = ON');
   database.pragma('busy_timeout = 5000');
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database }) });
-  return { db, dialect: 'sqlite', where: `sqlite:${file}`, close: () => db.destroy() };
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database }) });
+  return {
+    db,
+    dialect: 'sqlite',
+    where: `sqlite:${file}`,
+    migrationsApplied: [],
+    // SQLite's own locking is enough: every transaction takes the write lock as it begins.
+    exclusive: (work) => work(),
+    close: () => db.destroy(),
+  };
+}
+
+/**
+ * SQLite with `BEGIN IMMEDIATE` transactions. A plain `BEGIN` reads first and asks for the write
+ * lock only at its first write; a second process that wrote meanwhile makes that upgrade fail at
+ * once with "database is locked" (busy_timeout does not help a stale snapshot). Three managers
+ * started together on one empty file lost one of them to this in their migrations.
+ */
+class ImmediateSqliteDialect extends SqliteDialect {
+  constructor(private readonly settings: SqliteDialectConfig) {
+    super(settings);
+  }
+
+  override createDriver(): Driver {
+    return new ImmediateSqliteDriver(this.settings);
+  }
+}
+
+class ImmediateSqliteDriver extends SqliteDriver {
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+  }
 }
 
 function openPostgres(url: string): Store {
-  const pool = new pg.Pool({ connectionString: url, max: 10, types: pgTypes });
+  const pool = new pg.Pool({ connectionString: url, max: 10, types: pgTypes, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
   // An idle connection dropped by the server must not crash the process; the pool reconnects.
   pool.on('error', () => {});
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const safe = new URL(url);
   if (safe.password) safe.password = '***';
-  return { db, dialect: 'postgres', where: safe.href, close: () => db.destroy() };
+  return {
+    db,
+    dialect: 'postgres',
+    where: safe.href,
+    migrationsApplied: [],
+    async exclusive(work) {
+      // Held by one session (connection) for the whole of `work`, which uses the pool's others.
+      const client = await pool.connect();
+      try {
+        await client.query('SELECT pg_advisory_lock($1)', [STARTUP_LOCK_KEY]);
+        try {
+          return await work();
+        } finally {
+          await client.query('SELECT pg_advisory_unlock($1)', [STARTUP_LOCK_KEY]);
+        }
+      } finally {
+        client.release();
+      }
+    },
+    close: () => db.destroy(),
+  };
 }

@@ -65,11 +65,18 @@ export interface JobTable {
   type: string;
   state: JobState;
   args: string;
+  /** What the job resolved as it started (manifest digest, layers, peers); the bytes are added when it ends. */
   result: string | null;
   error: string | null;
   created_by: string;
   created_at: number;
   updated_at: number;
+  /** The manager replica that holds the job (runs it, or ran it last). */
+  owner: string | null;
+  /** The owner's lease, in the database's clock (epoch ms); 0 for a job nobody holds. */
+  lease_expires_at: Generated<number>;
+  /** How many times another replica (or a restarted one) took the job over. */
+  takeovers: Generated<number>;
 }
 
 export interface JobTaskTable {

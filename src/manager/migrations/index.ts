@@ -2,6 +2,7 @@ import { Migrator, type Kysely, type Migration, type MigrationProvider } from 'k
 import type { Dialect } from '../db/connect.js';
 import type { Database } from '../db/schema.js';
 import { initial } from './001-initial.js';
+import { jobLeases } from './002-job-leases.js';
 
 /**
  * The versioned migrations, in code (nothing to find on disk at run time). Names sort in the
@@ -10,6 +11,7 @@ import { initial } from './001-initial.js';
 function migrations(dialect: Dialect): Record<string, Migration> {
   return {
     '001-initial': initial(dialect),
+    '002-job-leases': jobLeases,
   };
 }
 
@@ -20,13 +22,21 @@ class InCodeProvider implements MigrationProvider {
   }
 }
 
+function migrator(db: Kysely<Database>, dialect: Dialect): Migrator {
+  return new Migrator({ db, provider: new InCodeProvider(dialect), migrationTableName: 'starling_migrations', migrationLockTableName: 'starling_migrations_lock' });
+}
+
 /** Brings the database to the latest schema; returns the names applied now. */
 export async function migrateToLatest(db: Kysely<Database>, dialect: Dialect): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: new InCodeProvider(dialect), migrationTableName: 'starling_migrations', migrationLockTableName: 'starling_migrations_lock' });
-  const { error, results } = await migrator.migrateToLatest();
+  const { error, results } = await migrator(db, dialect).migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error')?.migrationName;
     throw new Error(`database migration ${failed ?? ''} failed: ${(error as Error).message}`);
   }
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}
+
+/** The migrations this build needs that the database has not had (none when its schema is current). Reads only. */
+export async function missingMigrations(db: Kysely<Database>, dialect: Dialect): Promise<string[]> {
+  return (await migrator(db, dialect).getMigrations()).filter((m) => m.executedAt === undefined).map((m) => m.name);
 }

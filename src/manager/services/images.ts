@@ -20,17 +20,21 @@ export interface Layer {
   mediaType: string;
 }
 
-export interface ResolvedImage {
+/** Where a peer reads an image's blobs, and with which headers. */
+export interface BlobOrigin {
+  /** The registry's URL of a blob. */
+  blobUrl(digest: string): string;
+  /** Headers a peer sends with those reads (Basic or a registry Bearer token), possibly none. */
+  originHeaders: Record<string, string>;
+}
+
+export interface ResolvedImage extends BlobOrigin {
   reference: string;
   manifestDigest: string;
   platform: string;
   layers: Layer[];
   /** The image config: a blob every pull reads too, so a preheat fetches it with the layers. */
   config: Layer;
-  /** Where a peer reads a layer: the registry's blob URL. */
-  blobUrl(digest: string): string;
-  /** Headers a peer sends with those reads (Basic or a registry Bearer token), possibly none. */
-  originHeaders: Record<string, string>;
 }
 
 const descriptorSchema = z.object({
@@ -88,16 +92,33 @@ export async function resolveImage(
     // Foreign layers (with `urls`) are not in the registry; peers could not fetch them from it.
     const layers = image.layers.filter((l) => !l.urls?.length).map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType ?? '' }));
     if (layers.length === 0) throw new ManagerError(422, 'image_has_no_layers', `image: ${reference} has no layers to preheat`);
-    const base = client.baseUrl;
-    const blobUrl = (digest: string) => new URL(`/v2/${ref.repository}/blobs/${digest}`, base).href;
-    const originHeaders = await originAuthorization(blobUrl(layers[0]!.digest), ref.repository, options.credentials, reference);
+    const origin = await originAccess(client.baseUrl, ref, layers[0]!.digest, options.credentials);
     const config = { digest: image.config.digest, size: image.config.size, mediaType: image.config.mediaType ?? '' };
-    return { reference, manifestDigest: manifest.digest, platform: formatPlatform(platform), layers, config, blobUrl, originHeaders };
+    return { reference, manifestDigest: manifest.digest, platform: formatPlatform(platform), layers, config, ...origin };
   } catch (error) {
     throw asManagerError(error, reference);
   } finally {
     await client.close();
   }
+}
+
+/**
+ * Where and how peers read an image's blobs, found again without the manifest: what a replica
+ * that takes over a job needs (the job's layers are in its rows). `sampleDigest` is one of them.
+ */
+export async function resolveOrigin(ref: ImageReference, sampleDigest: string, options: { credentials?: Credentials; insecure: boolean }): Promise<BlobOrigin> {
+  const hosts = new RegistryHosts(options.insecure ? [ref.registry] : []);
+  try {
+    return await originAccess(hosts.baseUrl(ref.registry), ref, sampleDigest, options.credentials);
+  } catch (error) {
+    throw asManagerError(error, formatImageReference(ref));
+  }
+}
+
+async function originAccess(base: URL, ref: ImageReference, sampleDigest: string, credentials: Credentials | undefined): Promise<BlobOrigin> {
+  const blobUrl = (digest: string) => new URL(`/v2/${ref.repository}/blobs/${digest}`, base).href;
+  const originHeaders = await originAuthorization(blobUrl(sampleDigest), ref.repository, credentials, formatImageReference(ref));
+  return { blobUrl, originHeaders };
 }
 
 /**

@@ -1,22 +1,21 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Kysely } from 'kysely';
-import { request } from 'undici';
 import { formatHostPort } from '../../common/net.js';
 import type { Logger } from '../../common/log.js';
 import { parsePlatform } from '../../convert/platform.js';
 import { parseImageReference } from '../../oci/reference.js';
-import { pieceSizeFor } from '../../storage/piece-plan.js';
+import type { Dialect } from '../db/connect.js';
 import type { Database, JobRow, JobState, JobTaskRow } from '../db/schema.js';
 import { ManagerError, notFound } from '../errors.js';
 import { recordAudit, type Actor } from './audit.js';
-import { isLoopbackRegistry, resolveImage, type ResolvedImage } from './images.js';
+import { isLoopbackRegistry, resolveImage, resolveOrigin } from './images.js';
+import { HeldLease, JobLeases, type TakenOver } from './job-leases.js';
 import { peersInScope } from './members.js';
+import { PreheatRun, type PreheatPlan } from './preheat-run.js';
 
 /*
- * Preheat jobs: the manager resolves the image, then asks every target peer to fetch every
- * layer (`POST /_starling/preheat` on the peer's upload server) and follows each fetch
- * (`GET /_starling/preheat/<digest>`) until it completes, fails or the job times out. The rows
- * in job_tasks are the progress; the job row holds the outcome and, on failure, why.
+ * Preheat jobs: created through any manager replica, run by one at a time (job-leases.ts). The
+ * replica that creates a job runs it; a job whose replica died is taken over by the first replica
+ * that sees its lease run out, and goes on from its rows (preheat-run.ts).
  */
 
 export interface PreheatRequest {
@@ -36,7 +35,11 @@ export interface JobEngineOptions {
   livenessMs: number;
   insecureRegistries: string[];
   clusterToken?: string;
-  /** Told of every job that ends, for metrics. */
+  /** This replica's name in the jobs it holds: unique per process. */
+  replica: string;
+  /** How long a job stays this replica's without a renewal. */
+  leaseMs: number;
+  /** Told of every job this replica ends, for metrics. */
   onFinished?: (state: JobState) => void;
 }
 
@@ -70,55 +73,131 @@ export interface JobView {
   createdBy: string;
   createdAt: string;
   updatedAt: string;
+  /** The replica that runs the job (or ran it last). */
+  owner: string | null;
+  /** How many times another replica took the job over from one that died or stopped. */
+  takeovers: number;
   progress: { tasks: number; pending: number; running: number; succeeded: number; failed: number; bytes: number; totalBytes: number };
   layers: LayerProgress[];
   /** Each (peer, layer) fetch; only in GET /jobs/:id. */
   tasks?: JobTaskView[];
 }
 
-interface Plan {
-  image: ResolvedImage;
-}
+/**
+ * A lease is renewed this many times in its life, so two renewals in a row can fail (a slow or
+ * briefly unreachable database) before it runs out. Jobs whose lease ran out are looked for as often.
+ */
+const RENEWALS_PER_LEASE = 3;
+/** Jobs one replica takes over in one look; the next look takes more. */
+const TAKEOVERS_PER_LOOK = 16;
 
-/** One (peer, layer) fetch while the job runs. */
-interface Fetch {
-  row: JobTaskRow;
-  done: boolean;
-  retriggers: number;
-  lastProblem?: string;
+interface Run {
+  lease: HeldLease;
+  done: Promise<void>;
 }
-
-const MAX_TRIGGER_ATTEMPTS = 3;
-const PEER_TIMEOUT_MS = 10_000;
 
 export class JobEngine {
-  private readonly running = new Map<number, Promise<void>>();
-  private readonly abort = new AbortController();
+  private readonly runs = new Map<number, Run>();
+  private readonly leases: JobLeases;
+  private timer?: NodeJS.Timeout;
+  private looking?: Promise<void>;
+  private stopping = false;
 
   constructor(
     private readonly db: Kysely<Database>,
+    dialect: Dialect,
     private readonly options: JobEngineOptions,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.leases = new JobLeases(db, dialect, options.replica, options.leaseMs);
+  }
 
-  /** Jobs a previous process left running cannot go on (credentials are never stored): they fail, saying so. */
-  async recoverInterrupted(): Promise<number> {
-    const now = Date.now();
-    const reason = 'the manager stopped while the job was running';
-    const stale = await this.db.selectFrom('jobs').select('id').where('state', 'in', ['pending', 'running']).execute();
-    if (!stale.length) return 0;
-    const ids = stale.map((j) => j.id);
-    await this.db.transaction().execute(async (trx) => {
-      await trx.updateTable('job_tasks').set({ state: 'failed', error: reason, updated_at: now }).where('job_id', 'in', ids).where('state', 'in', ['pending', 'running']).execute();
-      await trx.updateTable('jobs').set({ state: 'failed', error: reason, updated_at: now }).where('id', 'in', ids).execute();
-      for (const id of ids) await recordAudit(trx, 'system', 'job.fail', `job:${id}`, { reason });
-    });
-    return ids.length;
+  /**
+   * Takes over the jobs whose lease has run out (those a crashed or stopped replica left, this
+   * process's former self included), then keeps this replica's leases renewed and looks again,
+   * every leaseMs / 3. Jobs other live replicas hold are left alone.
+   */
+  async start(): Promise<void> {
+    await this.look();
+  }
+
+  private look(): Promise<void> {
+    this.looking = (async () => {
+      await this.renewAll();
+      if (!this.stopping) await this.takeOverExpired();
+    })()
+      .catch((error: Error) => this.log.warn({ err: error.message }, 'job lease round failed; retrying'))
+      .finally(() => {
+        if (this.stopping) return;
+        this.timer = setTimeout(() => void this.look(), this.options.leaseMs / RENEWALS_PER_LEASE);
+        this.timer.unref();
+      });
+    return this.looking;
+  }
+
+  private async renewAll(): Promise<void> {
+    const ids = [...this.runs.keys()];
+    if (!ids.length) return;
+    const sentAt = performance.now();
+    const held = await this.leases.renew(ids);
+    for (const id of ids) {
+      const run = this.runs.get(id);
+      if (held.has(id)) run?.lease.renewed(sentAt);
+      else run?.lease.end(`job ${id} is no longer held by replica ${this.options.replica}`);
+    }
+  }
+
+  private async takeOverExpired(): Promise<void> {
+    const sentAt = performance.now();
+    for (const taken of await this.leases.takeOverExpired(TAKEOVERS_PER_LOOK)) {
+      const lease = new HeldLease(this.options.leaseMs);
+      lease.renewed(sentAt);
+      this.log.warn({ job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() }, 'took over a job whose lease had run out');
+      this.launch(taken.job.id, lease, async () => {
+        const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', taken.job.id).orderBy('id').execute();
+        const run = new PreheatRun(jobStart(taken.job), rows, await this.planAfterTakeover(taken, rows), this.leases, lease, this.options, this.log.child({ job: taken.job.id }));
+        return run.run(false);
+      });
+    }
+  }
+
+  /**
+   * What a replica that did not start the job can know of its origin. Registry credentials are
+   * never stored, so a job that had them cannot send a peer to the registry again: its fetches
+   * already under way go on, and one that must be asked again fails, saying why.
+   */
+  private async planAfterTakeover(taken: TakenOver, rows: JobTaskRow[]): Promise<PreheatPlan> {
+    const args = JSON.parse(taken.job.args) as { image: string; insecure?: boolean; withCredentials?: boolean };
+    const resolved = (taken.job.result ? JSON.parse(taken.job.result) : {}) as PreheatPlan['resolved'];
+    const from = taken.from ? `replica ${taken.from}` : 'the manager that started it';
+    if (args.withCredentials) {
+      return { resolved, originMissing: `the job's registry credentials were only in the memory of ${from}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry` };
+    }
+    try {
+      const origin = await resolveOrigin(parseImageReference(args.image), rows[0]?.digest ?? '', { insecure: args.insecure ?? false });
+      return { resolved, origin };
+    } catch (error) {
+      return { resolved, originMissing: `replica ${this.options.replica} took the job over from ${from} and could not reach the registry: ${(error as Error).message}` };
+    }
+  }
+
+  private launch(jobId: number, lease: HeldLease, work: () => Promise<JobState | 'lost'>): void {
+    const done = work()
+      .then((outcome) => {
+        if (outcome === 'lost') this.log.info({ job: jobId, why: (lease.signal.reason as Error | undefined)?.message }, 'stopped running a job this replica no longer holds');
+        else this.options.onFinished?.(outcome);
+      })
+      .catch((error: Error) => this.log.error({ job: jobId, err: error.message }, 'preheat job crashed; another look will take it over once its lease runs out'))
+      .finally(() => {
+        lease.end('the run ended');
+        this.runs.delete(jobId);
+      });
+    this.runs.set(jobId, { lease, done });
   }
 
   /**
    * Checks a preheat request as far as is cheap (the image, the platform, the credentials, that
-   * some peer is in scope), records the job and starts it. Problems found here are 4xx.
+   * some peer is in scope), records the job, held by this replica, and starts it. Problems found here are 4xx.
    */
   async createPreheat(actor: Actor, input: PreheatRequest): Promise<JobView> {
     let ref;
@@ -137,21 +216,24 @@ export class JobEngine {
     if (targets.length === 0) throw new ManagerError(422, 'no_target_peers', `scope: no active peer is in scope "${input.scope}"`);
     const insecure = input.insecure ?? (this.options.insecureRegistries.includes(ref.registry) || isLoopbackRegistry(ref.registry));
     const image = await resolveImage(ref, platform, { credentials: input.credentials, insecure });
+    if (this.stopping) throw new ManagerError(503, 'stopping', 'this manager replica is stopping; try another');
 
     const now = Date.now();
     // Credentials stay out of the database and the audit log.
     const args = { image: image.reference, platform: image.platform, scope: input.scope, insecure, withCredentials: Boolean(input.credentials) };
-    const jobId = await this.db.transaction().execute(async (trx) => {
-      const job = await trx
+    const resolved = { manifestDigest: image.manifestDigest, layers: image.layers.length };
+    const sentAt = performance.now();
+    const job = await this.db.transaction().execute(async (trx) => {
+      const row = await trx
         .insertInto('jobs')
-        .values({ type: 'preheat', state: 'pending', args: JSON.stringify(args), result: null, error: null, created_by: actor, created_at: now, updated_at: now })
-        .returning('id')
+        .values({ type: 'preheat', state: 'pending', args: JSON.stringify(args), result: JSON.stringify(resolved), error: null, created_by: actor, created_at: now, updated_at: now, ...this.leases.ownedFromNow() })
+        .returningAll()
         .executeTakeFirstOrThrow();
       // The config too: after a preheat, a pull needs nothing from the registry but the manifest.
       const blobs = [...image.layers, image.config];
       const rows = targets.flatMap((peer) =>
         blobs.map((layer) => ({
-          job_id: job.id,
+          job_id: row.id,
           digest: layer.digest,
           size: layer.size,
           host_id: peer.host_id,
@@ -163,13 +245,16 @@ export class JobEngine {
         })),
       );
       for (let i = 0; i < rows.length; i += 500) await trx.insertInto('job_tasks').values(rows.slice(i, i + 500)).execute();
-      await recordAudit(trx, actor, 'job.create', `job:${job.id}`, { ...args, manifestDigest: image.manifestDigest, peers: targets.length, layers: image.layers.length });
-      return job.id;
+      await recordAudit(trx, actor, 'job.create', `job:${row.id}`, { ...args, manifestDigest: image.manifestDigest, peers: targets.length, layers: image.layers.length, owner: this.options.replica });
+      return row;
     });
-    const run = this.run(jobId, { image }).catch((error: Error) => this.log.error({ job: jobId, err: error.message }, 'preheat job crashed'));
-    this.running.set(jobId, run);
-    void run.finally(() => this.running.delete(jobId));
-    return this.get(jobId, false);
+    const lease = new HeldLease(this.options.leaseMs);
+    lease.renewed(sentAt);
+    this.launch(job.id, lease, async () => {
+      const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', job.id).orderBy('id').execute();
+      return new PreheatRun(jobStart(job), rows, { resolved, origin: image }, this.leases, lease, this.options, this.log.child({ job: job.id })).run(true);
+    });
+    return this.get(job.id, false);
   }
 
   async list(filter: { state?: JobState; limit: number }): Promise<JobView[]> {
@@ -188,169 +273,28 @@ export class JobEngine {
     return toJobView(job, tasks, withTasks);
   }
 
-  /** Waits for a running job (tests, shutdown). */
+  /** Waits for a job this replica runs (tests, shutdown). */
   async settled(id: number): Promise<void> {
-    await this.running.get(id);
+    await this.runs.get(id)?.done;
   }
 
-  /** Stops following jobs; those still running are marked failed. */
+  /**
+   * Stops running jobs and gives their leases up, so another replica (or this one, restarted)
+   * takes them over at its next look instead of after the lease time. Nothing is marked failed.
+   */
   async close(): Promise<void> {
-    this.abort.abort();
-    await Promise.allSettled([...this.running.values()]);
-  }
-
-  private async run(jobId: number, plan: Plan): Promise<void> {
-    const started = Date.now();
-    const deadline = started + this.options.timeoutMs;
-    await this.setJob(jobId, { state: 'running' });
-    const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', jobId).orderBy('id').execute();
-    const fetches: Fetch[] = rows.map((row) => ({ row, done: false, retriggers: 0 }));
-
-    await this.eachLimited(fetches, (f) => this.trigger(f, plan));
-    while (fetches.some((f) => !f.done) && Date.now() < deadline && !this.abort.signal.aborted) {
-      await sleep(Math.min(this.options.pollMs, Math.max(0, deadline - Date.now())), undefined, { signal: this.abort.signal }).catch(() => {});
-      if (this.abort.signal.aborted) break;
-      await this.eachLimited(
-        fetches.filter((f) => !f.done),
-        (f) => this.poll(f, plan),
-      );
-    }
-    for (const f of fetches.filter((f) => !f.done)) {
-      const why = this.abort.signal.aborted
-        ? 'the manager stopped while the job was running'
-        : `timed out after ${Math.round((Date.now() - started) / 1000)} s with ${f.row.bytes} of ${f.row.size} bytes${f.lastProblem ? ` (last problem: ${f.lastProblem})` : ''}`;
-      await this.finish(f, 'failed', why);
-    }
-
-    const failed = fetches.filter((f) => f.row.state === 'failed');
-    const bytes = fetches.reduce((sum, f) => sum + f.row.bytes, 0);
-    const result = { manifestDigest: plan.image.manifestDigest, layers: plan.image.layers.length, peers: new Set(fetches.map((f) => f.row.host_id)).size, bytes };
-    if (failed.length === 0) {
-      await this.setJob(jobId, { state: 'succeeded', result: JSON.stringify(result) }, 'job.succeed', result);
-      this.options.onFinished?.('succeeded');
-    } else {
-      // One line per failing peer (the first three), so one broken peer does not hide another.
-      const byPeer = new Map<string, Fetch[]>();
-      for (const f of failed) byPeer.set(f.row.host_id, [...(byPeer.get(f.row.host_id) ?? []), f]);
-      const first = [...byPeer.values()].slice(0, 3).map((fs) => {
-        const f = fs[0]!;
-        return `peer ${f.row.host_id} (${f.row.peer_address}), ${fs.length > 1 ? `${fs.length} blobs, first ` : ''}blob ${f.row.digest}: ${f.row.error}`;
-      });
-      const error = `${failed.length} of ${fetches.length} blob fetches failed: ${first.join('; ')}${byPeer.size > 3 ? '; …' : ''}`;
-      await this.setJob(jobId, { state: 'failed', result: JSON.stringify(result), error }, 'job.fail', { reason: error });
-      this.options.onFinished?.('failed');
-    }
-  }
-
-  /** Asks the peer to fetch the layer; connection problems are retried, a refusal is final. */
-  private async trigger(f: Fetch, plan: Plan): Promise<void> {
-    const body = {
-      taskId: f.row.digest,
-      contentLength: f.row.size,
-      pieceSize: pieceSizeFor(f.row.size),
-      origin: { url: plan.image.blobUrl(f.row.digest), headers: plan.image.originHeaders },
-    };
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const res = await request(`http://${f.row.peer_address}/_starling/preheat`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', ...this.authHeader() },
-          body: JSON.stringify(body),
-          headersTimeout: PEER_TIMEOUT_MS,
-          bodyTimeout: PEER_TIMEOUT_MS,
-        });
-        const text = await res.body.text();
-        if (res.statusCode === 202 || res.statusCode === 200) {
-          await this.update(f, { state: 'running' });
-          return;
-        }
-        return this.finish(f, 'failed', `the peer refused the preheat: HTTP ${res.statusCode}${peerMessage(text)}`);
-      } catch (error) {
-        f.lastProblem = `cannot reach the peer: ${(error as Error).message}`;
-        if (attempt >= MAX_TRIGGER_ATTEMPTS || this.abort.signal.aborted) return this.finish(f, 'failed', f.lastProblem);
-        await sleep(this.options.pollMs, undefined, { signal: this.abort.signal }).catch(() => {});
-      }
-    }
-  }
-
-  private async poll(f: Fetch, plan: Plan): Promise<void> {
-    let res;
-    try {
-      res = await request(`http://${f.row.peer_address}/_starling/preheat/${f.row.digest}`, {
-        headers: this.authHeader(),
-        headersTimeout: PEER_TIMEOUT_MS,
-        bodyTimeout: PEER_TIMEOUT_MS,
-      });
-    } catch (error) {
-      // The peer may be restarting; the job's deadline bounds the wait.
-      f.lastProblem = `cannot reach the peer: ${(error as Error).message}`;
-      return;
-    }
-    const text = await res.body.text();
-    if (res.statusCode === 404) {
-      // The peer has no record of the fetch (it restarted, or evicted the task): ask again.
-      if (f.retriggers++ >= MAX_TRIGGER_ATTEMPTS) return this.finish(f, 'failed', `the peer lost the fetch ${f.retriggers} times${peerMessage(text)}`);
-      f.lastProblem = `the peer has no record of the fetch${peerMessage(text)}`;
-      return this.trigger(f, plan);
-    }
-    if (res.statusCode !== 200) {
-      f.lastProblem = `status answered HTTP ${res.statusCode}${peerMessage(text)}`;
-      return;
-    }
-    let status: { storedBytes?: unknown; complete?: unknown; error?: unknown };
-    try {
-      status = JSON.parse(text) as typeof status;
-    } catch {
-      f.lastProblem = 'status answer is not JSON';
-      return;
-    }
-    const bytes = typeof status.storedBytes === 'number' && status.storedBytes >= 0 ? Math.min(status.storedBytes, f.row.size) : f.row.bytes;
-    if (status.complete === true) return this.finish(f, 'succeeded', null, f.row.size);
-    if (typeof status.error === 'string' && status.error) return this.finish(f, 'failed', `the peer's fetch failed: ${status.error}`, bytes);
-    if (bytes !== f.row.bytes) await this.update(f, { bytes });
-  }
-
-  private async finish(f: Fetch, state: 'succeeded' | 'failed', error: string | null, bytes = f.row.bytes): Promise<void> {
-    f.done = true;
-    await this.update(f, { state, error, bytes });
-  }
-
-  private async update(f: Fetch, change: Partial<Pick<JobTaskRow, 'state' | 'bytes' | 'error'>>): Promise<void> {
-    const updated_at = Date.now();
-    await this.db.updateTable('job_tasks').set({ ...change, updated_at }).where('id', '=', f.row.id).execute();
-    f.row = { ...f.row, ...change, updated_at };
-  }
-
-  private async setJob(id: number, change: Partial<Pick<JobRow, 'state' | 'result' | 'error'>>, action?: string, detail?: Record<string, unknown>): Promise<void> {
-    await this.db.transaction().execute(async (trx) => {
-      await trx.updateTable('jobs').set({ ...change, updated_at: Date.now() }).where('id', '=', id).execute();
-      if (action) await recordAudit(trx, 'system', action, `job:${id}`, detail);
-    });
-  }
-
-  private authHeader(): Record<string, string> {
-    return this.options.clusterToken ? { authorization: `Bearer ${this.options.clusterToken}` } : {};
-  }
-
-  /** Runs `work` over `items` with at most `concurrency` in flight. */
-  private async eachLimited<T>(items: T[], work: (item: T) => Promise<void>): Promise<void> {
-    let next = 0;
-    const lanes = Array.from({ length: Math.min(this.options.concurrency, items.length) }, async () => {
-      while (next < items.length) await work(items[next++]!);
-    });
-    await Promise.all(lanes);
+    this.stopping = true;
+    clearTimeout(this.timer);
+    await this.looking;
+    const runs = [...this.runs.entries()];
+    for (const [, run] of runs) run.lease.end(`replica ${this.options.replica} is stopping`);
+    await Promise.allSettled(runs.map(([, run]) => run.done));
+    await this.leases.release(runs.map(([id]) => id)).catch((error: Error) => this.log.warn({ err: error.message }, 'could not give job leases up; they run out by themselves'));
   }
 }
 
-function peerMessage(text: string): string {
-  try {
-    const parsed = JSON.parse(text) as { error?: unknown };
-    if (typeof parsed.error === 'string') return `: ${parsed.error}`;
-  } catch {
-    // not JSON
-  }
-  const plain = text.trim().slice(0, 200);
-  return plain ? `: ${plain}` : '';
+function jobStart(job: JobRow): { id: number; createdAt: number; state: JobState } {
+  return { id: job.id, createdAt: job.created_at, state: job.state };
 }
 
 function toJobView(job: JobRow, tasks: JobTaskRow[], withTasks: boolean): JobView {
@@ -374,6 +318,8 @@ function toJobView(job: JobRow, tasks: JobTaskRow[], withTasks: boolean): JobVie
     createdBy: job.created_by,
     createdAt: new Date(job.created_at).toISOString(),
     updatedAt: new Date(job.updated_at).toISOString(),
+    owner: job.owner,
+    takeovers: job.takeovers,
     progress: {
       tasks: tasks.length,
       pending: count('pending'),

@@ -28,8 +28,8 @@ export interface UploadServiceDeps {
   clusterToken?: string;
   log: Logger;
   onUploaded(bytes: number): void;
-  /** Counts a piece or bitmap request by how it was answered. */
-  onRequest?(kind: 'piece' | 'bitmap', outcome: 'sent' | 'relayed' | 'busy' | 'missing'): void;
+  /** Counts a request by kind and how it was answered (a seed or preheat trigger: accepted or refused). */
+  onRequest?(kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status', outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused'): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (body: unknown) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
@@ -71,11 +71,12 @@ export class UploadService {
     if (piece && req.method === 'GET') return this.servePiece(res, piece[1]!, Number(piece[2]));
     const bitmap = BITMAP_PATH.exec(path);
     if (bitmap && req.method === 'GET') return this.serveBitmap(req, res, bitmap[1]!, new URLSearchParams(queryText ?? ''));
-    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptTrigger(req, res, this.deps.seedTrigger, 'this peer is not a seed');
-    if (path === '/_starling/preheat' && req.method === 'POST') return this.acceptTrigger(req, res, this.deps.preheat?.start, 'preheat is not enabled');
+    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
+    if (path === '/_starling/preheat' && req.method === 'POST') return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
     const preheat = PREHEAT_STATUS_PATH.exec(path);
     if (preheat && req.method === 'GET' && this.deps.preheat) {
       const status = this.deps.preheat.status(preheat[1]!);
+      this.deps.onRequest?.('preheat-status', status ? 'sent' : 'missing');
       return this.reply(res, status ? 200 : 404, status ?? { error: `no preheat of ${preheat[1]} here` });
     }
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
@@ -214,21 +215,27 @@ export class UploadService {
   private async acceptTrigger(
     req: IncomingMessage,
     res: ServerResponse,
+    kind: 'seed' | 'preheat',
     handler: ((body: unknown) => Promise<void>) | undefined,
     refusal: string,
   ): Promise<void> {
-    if (!handler) return this.reply(res, 403, { error: refusal });
+    const refuse = (status: number, error: string) => {
+      this.deps.onRequest?.(kind, 'refused');
+      this.reply(res, status, { error });
+    };
+    if (!handler) return refuse(403, refusal);
     let body: unknown;
     try {
       body = JSON.parse(await readBody(req, 64 * 1024));
     } catch (error) {
-      return this.reply(res, 400, { error: `bad seed request: ${(error as Error).message}` });
+      return refuse(400, `bad ${kind} request: ${(error as Error).message}`);
     }
     try {
       await handler(body);
     } catch (error) {
-      return this.reply(res, 400, { error: (error as Error).message });
+      return refuse(400, (error as Error).message);
     }
+    this.deps.onRequest?.(kind, 'accepted');
     this.reply(res, 202, { accepted: true });
   }
 
