@@ -14,6 +14,9 @@ export interface Postgres {
   port: number;
   /** A new, empty database; its connection URL. */
   createDatabase(): Promise<string>;
+  /** Stops the server, keeping its data (an outage); startServer brings it back on the same port. */
+  stopServer(): Promise<void>;
+  startServer(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -38,7 +41,8 @@ export async function startPostgres(): Promise<Postgres> {
   }
   await as('initdb', ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '--no-sync', '-E', 'UTF8']);
   const port = await freePort();
-  await as('pg_ctl', ['start', '-w', '-t', '60', '-D', dataDir, '-l', logFile, '-o', `-p ${port} -k ${tmp.path} -c listen_addresses=127.0.0.1 -c fsync=off`]);
+  const startServer = () => as('pg_ctl', ['start', '-w', '-t', '60', '-D', dataDir, '-l', logFile, '-o', `-p ${port} -k ${tmp.path} -c listen_addresses=127.0.0.1 -c fsync=off`]);
+  await startServer();
   const stopSync = onExitCleanup(() => {
     // The test process died: do not leave a server behind.
     try {
@@ -61,6 +65,12 @@ export async function startPostgres(): Promise<Postgres> {
         await client.end();
       }
       return `postgres://postgres@127.0.0.1:${port}/${name}`;
+    },
+    async stopServer() {
+      await as('pg_ctl', ['stop', '-w', '-m', 'fast', '-D', dataDir]);
+    },
+    async startServer() {
+      await startServer();
     },
     async stop() {
       await as('pg_ctl', ['stop', '-w', '-m', 'fast', '-D', dataDir]);
