@@ -9,6 +9,7 @@ import { clusterSchema, jobSchema, overviewSchema, peerSchema, schedulerSchema }
 import { openStore } from '../../src/manager/db/connect.js';
 import { migrateToLatest } from '../../src/manager/migrations/index.js';
 import { hashToken } from '../../src/manager/services/auth.js';
+import { markSilentInactive } from '../../src/manager/services/members.js';
 import { defaultScheduling } from '../../src/scheduler/config.js';
 import { waitFor } from '../fixtures/processes.js';
 import { ADMIN_TOKEN, backends, call, CLUSTER_TOKEN, peerBody, snapshot, startTestManager, type TestManager } from './helpers.js';
@@ -322,6 +323,24 @@ for (const backend of backends()) {
       const forPeer = audit.filter((a) => a.target === 'peer:quiet-peer').map((a) => a.action).reverse();
       assert.deepEqual(forPeer, ['peer.register', 'peer.inactive', 'peer.active']);
       assert.equal(audit.find((a) => a.action === 'scheduler.inactive')!.actor, 'system');
+    });
+
+    test('replicas marking the same silent peer inactive at once change it, and audit it, once', async () => {
+      await cluster('POST', '/api/v1/peers/keepalive', peerBody('raced-peer'));
+      // Other replicas on this database: their own connection pools on PostgreSQL; this process's
+      // one connection on SQLite (one process per SQLite file is its supported setup).
+      const others = backend.name === 'postgres' ? await Promise.all([openStore(m.db), openStore(m.db)]) : [];
+      try {
+        const dbs = [m.manager.store.db, ...others.map((o) => o.db), m.manager.store.db];
+        await m.manager.store.db.updateTable('peers').set({ last_keepalive: 0 }).where('host_id', '=', 'raced-peer').execute();
+        const results = await Promise.all(dbs.map((db) => markSilentInactive(db, 750)));
+        assert.ok(results.reduce((sum, r) => sum + r.peers, 0) <= 1, JSON.stringify(results));
+        await waitFor(async () => (await admin('GET', '/api/v1/peers?state=inactive')).body.some((p: { hostId: string }) => p.hostId === 'raced-peer'), 3000, 'the peer inactive');
+        const audit = (await admin('GET', '/api/v1/audit?limit=1000')).body as Array<{ action: string; target: string }>;
+        assert.deepEqual(audit.filter((a) => a.target === 'peer:raced-peer').map((a) => a.action).reverse(), ['peer.register', 'peer.inactive']);
+      } finally {
+        for (const o of others) await o.close();
+      }
     });
 
     test('peers get the active schedulers of the cluster their scopes pick: hostname, CIDR, zone, else the default', async () => {

@@ -97,18 +97,28 @@ export async function peerKeepalive(db: Kysely<Database>, input: PeerKeepalive, 
   return { clusterId, schedulers: schedulers.map((s) => formatHostPort({ host: s.ip, port: s.port })) };
 }
 
-/** Marks schedulers and peers silent for longer than `livenessMs` inactive; returns how many changed. */
+/**
+ * Marks schedulers and peers silent for longer than `livenessMs` inactive; returns how many changed.
+ * Every replica runs this: the update itself picks the rows (and PostgreSQL re-checks a row another
+ * replica changed first), so each change is made, and audited, once.
+ */
 export async function markSilentInactive(db: Kysely<Database>, livenessMs: number): Promise<{ schedulers: number; peers: number }> {
   const cutoff = Date.now() - livenessMs;
   return db.transaction().execute(async (trx) => {
-    const silentSchedulers = await trx.selectFrom('schedulers').select(['id', 'ip', 'port', 'last_keepalive']).where('state', '=', 'active').where('last_keepalive', '<', cutoff).execute();
-    const silentPeers = await trx.selectFrom('peers').select(['id', 'host_id', 'last_keepalive']).where('state', '=', 'active').where('last_keepalive', '<', cutoff).execute();
-    if (silentSchedulers.length) {
-      await trx.updateTable('schedulers').set({ state: 'inactive' }).where('id', 'in', silentSchedulers.map((s) => s.id)).execute();
-    }
-    if (silentPeers.length) {
-      await trx.updateTable('peers').set({ state: 'inactive' }).where('id', 'in', silentPeers.map((p) => p.id)).execute();
-    }
+    const silentSchedulers = await trx
+      .updateTable('schedulers')
+      .set({ state: 'inactive' })
+      .where('state', '=', 'active')
+      .where('last_keepalive', '<', cutoff)
+      .returning(['ip', 'port', 'last_keepalive'])
+      .execute();
+    const silentPeers = await trx
+      .updateTable('peers')
+      .set({ state: 'inactive' })
+      .where('state', '=', 'active')
+      .where('last_keepalive', '<', cutoff)
+      .returning(['host_id', 'last_keepalive'])
+      .execute();
     for (const s of silentSchedulers) {
       const address = formatHostPort({ host: s.ip, port: s.port });
       await recordAudit(trx, 'system', 'scheduler.inactive', `scheduler:${address}`, { lastKeepalive: new Date(s.last_keepalive).toISOString() });
