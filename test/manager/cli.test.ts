@@ -53,6 +53,24 @@ describe('starling manager (CLI)', () => {
     }
   });
 
+  test('takes the database URL from STARLING_MANAGER_DB when --db is not given', async () => {
+    const file = path.join(work.path, 'from-env', 'manager.db');
+    const port = await freePort();
+    const service = await spawnService({
+      cmd: process.execPath,
+      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(work.path, 'unused'), '--log-level', 'info'],
+      env: { STARLING_MANAGER_DB: `sqlite:${file}` },
+      name: 'manager',
+    });
+    try {
+      await waitForHttp(`http://127.0.0.1:${port}/readyz`, 15_000, service);
+      assert.match(service.readLog(), new RegExp(`"db":"sqlite:${file}"`));
+      assert.ok((await fsp.stat(file)).size > 0);
+    } finally {
+      await service.stop();
+    }
+  });
+
   test('takes the admin token from a file', async () => {
     const file = path.join(work.path, 'admin-token');
     await fsp.writeFile(file, 'my-own-admin-token-0123456789\n');
@@ -72,7 +90,10 @@ describe('starling manager (CLI)', () => {
     const port = await freePort();
     const noServer = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--db', `postgres://postgres@127.0.0.1:${port}/x`], { timeoutMs: 20_000 });
     assert.equal(noServer.code, 2, noServer.stderr);
-    assert.match(noServer.stderr, new RegExp(`postgres://postgres@127.0.0.1:${port}/x: database migration .*failed: .*ECONNREFUSED`));
+    assert.match(noServer.stderr, new RegExp(`postgres://postgres@127.0.0.1:${port}/x: cannot connect: .*ECONNREFUSED`));
+    const shortLease = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--job-lease-ms', '100'], { timeoutMs: 20_000 });
+    assert.equal(shortLease.code, 2, shortLease.stderr);
+    assert.match(shortLease.stderr, /preheat\.leaseMs: .*>=500/);
     const shortToken = path.join(work.path, 'short');
     await fsp.writeFile(shortToken, 'short');
     const bad = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--admin-token-file', shortToken], { timeoutMs: 20_000 });

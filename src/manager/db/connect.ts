@@ -118,7 +118,9 @@ function openPostgres(url: string): Store {
     migrationsApplied: [],
     async exclusive(work) {
       // Held by one session (connection) for the whole of `work`, which uses the pool's others.
-      const client = await pool.connect();
+      const client = await pool.connect().catch((error: Error) => {
+        throw new Error(`cannot connect: ${error.message}`);
+      });
       try {
         await client.query('SELECT pg_advisory_lock($1)', [STARTUP_LOCK_KEY]);
         try {
