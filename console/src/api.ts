@@ -115,6 +115,10 @@ export interface Job {
   createdBy: string;
   createdAt: string;
   updatedAt: string;
+  /** The manager replica that runs the job (or ran it last). */
+  owner: string | null;
+  /** Times a replica took the job over from one that died or stopped. */
+  takeovers: number;
   progress: { tasks: number; pending: number; running: number; succeeded: number; failed: number; bytes: number; totalBytes: number };
   layers: LayerProgress[];
   tasks?: JobFetch[];

@@ -297,7 +297,7 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     const made = await api(replicas[1]!, 'POST', '/tokens', { name: 'through r2', userId: user.body.id });
     assert.equal(made.status, 201, JSON.stringify(made.body));
     const token = made.body.token as string;
-    const jobs = (await api(replicas[0]!, 'GET', '/jobs')).body as Array<{ id: number; state: string }>;
+    const jobs = (await api(replicas[0]!, 'GET', '/jobs')).body as Array<{ id: number; state: string; owner: string; takeovers: number }>;
     assert.equal(jobs.length, 2);
 
     const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-background-networking'] });
@@ -313,6 +313,11 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
         const rows = page.getByRole('table', { name: 'jobs' }).locator('tbody tr');
         await waitFor(async () => (await rows.count()) === jobs.length, 10_000, `the jobs listed by ${r.url}`);
         for (const job of jobs) assert.match(await rows.filter({ hasText: `#${job.id}` }).innerText(), /succeeded/);
+        // The job whose replica was killed: who finished it, and that it was taken over.
+        const killed = jobs.find((j) => j.takeovers === 1)!;
+        await page.goto(`${r.url}/jobs/${killed.id}`);
+        await page.getByRole('heading', { name: `Job #${killed.id}` }).waitFor();
+        assert.equal(await page.getByTestId('job-owner').innerText(), `${killed.owner} (taken over once)`);
         await page.context().close();
       }
     } finally {

@@ -50,6 +50,11 @@ function JobView({ job }: { job: Job }) {
           <dd>
             {job.createdBy}, {dateTime(job.createdAt)}
           </dd>
+          <dt>run by</dt>
+          <dd data-testid="job-owner">
+            {job.owner ?? '–'}
+            {job.takeovers > 0 && ` (taken over ${job.takeovers === 1 ? 'once' : `${job.takeovers} times`})`}
+          </dd>
           <dt>fetches</dt>
           <dd data-testid="job-fetches">
             {progress.succeeded} of {progress.tasks} succeeded
