@@ -292,10 +292,12 @@ for (const backend of backends()) {
       assert.deepEqual(audit.map((a) => a.action).reverse(), ['job.create', 'job.takeover', 'job.succeed']);
       assert.deepEqual([audit[1]!.detail.from, audit[1]!.detail.to], [before, m.manager.replica]);
 
+      // Taken over by whichever manager looked first (the one stopping may have), and finished.
       const crashed = await finished(quick.body.id);
       assert.equal(crashed.state, 'succeeded', 'its fetches had all ended well');
       assert.equal(crashed.error, null);
-      assert.equal(crashed.owner, m.manager.replica);
+      assert.ok(crashed.takeovers >= 1);
+      assert.ok([before, m.manager.replica].includes(crashed.owner!), crashed.owner ?? 'no owner');
       assert.deepEqual(others((await admin('GET', '/api/v1/jobs?limit=1000')).body), jobsBefore);
       assert.deepEqual((await admin('GET', '/api/v1/clusters')).body, clustersBefore);
       assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 200);

@@ -152,7 +152,7 @@ export class JobEngine {
     for (const taken of await this.leases.takeOverExpired(TAKEOVERS_PER_LOOK)) {
       const lease = new HeldLease(this.options.leaseMs);
       lease.renewed(sentAt);
-      this.log.warn({ job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() }, 'took over a job whose lease had run out');
+      this.log.warn({ job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() }, 'took over a job whose lease had run out (its replica died, lost the database or stopped)');
       this.launch(taken.job.id, lease, async () => {
         const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', taken.job.id).orderBy('id').execute();
         const run = new PreheatRun(jobStart(taken.job), rows, await this.planAfterTakeover(taken, rows), this.leases, lease, this.options, this.log.child({ job: taken.job.id }));
@@ -173,8 +173,10 @@ export class JobEngine {
     if (args.withCredentials) {
       return { resolved, originMissing: `the job's registry credentials were only in the memory of ${from}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry` };
     }
+    const sample = rows[0];
+    if (!sample) return { resolved };
     try {
-      const origin = await resolveOrigin(parseImageReference(args.image), rows[0]?.digest ?? '', { insecure: args.insecure ?? false });
+      const origin = await resolveOrigin(parseImageReference(args.image), sample.digest, { insecure: args.insecure ?? false });
       return { resolved, origin };
     } catch (error) {
       return { resolved, originMissing: `replica ${this.options.replica} took the job over from ${from} and could not reach the registry: ${(error as Error).message}` };
