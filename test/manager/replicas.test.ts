@@ -196,8 +196,8 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
           const { state, owner, error, takeovers, args, createdAt, createdBy } = job.body;
           seenStates.add(state);
           assert.deepEqual({ owner, error, takeovers, args, createdAt, createdBy }, { owner: r1.name, error: null, takeovers: 0, args: created.body.args, createdAt: created.body.createdAt, createdBy: 'user:admin' }, `job as ${r.url} shows it`);
-          assert.deepEqual(peers!.body.map((p: { hostId: string; type: string; state: string }) => [p.hostId, p.type, p.state]), seeds.map((s) => [`seed-${s.host.split(':')[0]}`, 'seed', 'active']), `peers as ${r.url} shows them`);
-          assert.deepEqual(cluster!.body, settings, `settings as ${r.url} shows them`);
+          assert.deepEqual(peers.body.map((p: { hostId: string; type: string; state: string }) => [p.hostId, p.type, p.state]), seeds.map((s) => [`seed-${s.host.split(':')[0]}`, 'seed', 'active']), `peers as ${r.url} shows them`);
+          assert.deepEqual(cluster.body, settings, `settings as ${r.url} shows them`);
           samples++;
         }
         await new Promise((resolve) => setTimeout(resolve, 100));

@@ -15,5 +15,5 @@ export interface ApiDeps {
   /** Built web console, served at / when present. */
   consoleDir: string;
   /** Whether this replica can serve (the database answers, its schema is current). */
-  readiness(): Promise<Readiness>;
+  readiness: () => Promise<Readiness>;
 }
