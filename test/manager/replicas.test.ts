@@ -25,10 +25,10 @@ import { startPostgres, type Postgres } from './postgres.js';
 const MiB = 1024 * 1024;
 const IP = '127.0.4.1';
 const LEASE_MS = 2_000;
-/** Each seed reads the registry at this rate: a 12 MiB layer takes 4 s, a 20 MiB one 7 s. */
+/** Each seed reads the registry at this rate: a 12 MiB layer takes 4 s, a 24 MiB one 8 s. */
 const SEED_ORIGIN_RATE = '3MB';
-/** Long enough to outlast two replica restarts (about 1 s each here) with room to spare. */
-const LAYER_SIZES = { rolling: 20 * MiB, killed: 12 * MiB };
+/** Rolling: long enough for two replica restarts (1.3-2.8 s each here, busy machine included). */
+const LAYER_SIZES = { rolling: 24 * MiB, killed: 12 * MiB };
 const CHROMIUM = '/usr/bin/chromium';
 
 interface Replica {
@@ -207,9 +207,9 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
       await waitFor(async () => (await api(r1, 'GET', `/jobs/${id}`)).body.state === 'running', 10_000, 'the job running');
       const restartsBegan = Date.now();
       await restart(1);
+      assert.equal((await api(r1, 'GET', `/jobs/${id}`)).body.state, 'running', 'the second restart begins while the job runs');
       await restart(2);
       t.diagnostic(`two rolling restarts took ${Date.now() - restartsBegan} ms`);
-      assert.equal((await api(r1, 'GET', `/jobs/${id}`)).body.state, 'running', 'the restarts happened while the job ran');
       const done = await finished(id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
       assert.equal(done.error, null);
@@ -254,7 +254,7 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     const tookMs = Date.now() - killedAt;
     t.diagnostic(`taken over ${tookMs} ms after the SIGKILL (lease ${LEASE_MS} ms)`);
     // The lease ran out at most LEASE_MS after the kill; a look comes every third of it.
-    assert.ok(tookMs <= LEASE_MS + LEASE_MS / 3 + 1_000, `taken over ${tookMs} ms after the kill`);
+    assert.ok(tookMs <= LEASE_MS + LEASE_MS / 3 + 1_500, `taken over ${tookMs} ms after the kill`);
     assert.ok(survivors.some((r) => r.name === taken.owner), `${taken.owner} is a live replica`);
     assert.equal(taken.takeovers, 1);
 
