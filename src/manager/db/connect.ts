@@ -83,10 +83,10 @@ function openSqlite(path: string): Store {
 }
 
 /**
- * SQLite with `BEGIN IMMEDIATE` transactions. A plain `BEGIN` reads first and asks for the write
- * lock only at its first write; a second process that wrote meanwhile makes that upgrade fail at
- * once with "database is locked" (busy_timeout does not help a stale snapshot). Three managers
- * started together on one empty file lost one of them to this in their migrations.
+ * SQLite with `BEGIN IMMEDIATE` transactions: the write lock is taken as a transaction begins, so a
+ * second process waits (busy_timeout) and then reads what the first wrote. With a plain `BEGIN`
+ * both read first: of three managers started together on one empty file, one decided to migrate
+ * after another had, and died on 'table "scheduler_clusters" already exists'.
  */
 class ImmediateSqliteDialect extends SqliteDialect {
   constructor(private readonly settings: SqliteDialectConfig) {
