@@ -1,7 +1,10 @@
-// The project's N-API addons: native/<name>, built by `npm ci` (package.json's install script).
-// Each is loaded once; a missing one is remembered as missing.
+// The project's N-API addons: native/<name>, built by `npm ci` when the machine can build them
+// (scripts/build-addons.mjs, package.json's install script). Each is loaded once; a missing one is
+// remembered as missing.
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
+import { errorMessage, UserError } from './errors.js';
 
 const load = createRequire(import.meta.url);
 const addons = new Map<string, { addon: unknown } | { error: unknown }>();
@@ -31,9 +34,14 @@ export function optionalAddon<T>(name: string, file: string): T | null {
   return 'addon' in entry ? (entry.addon as T) : null;
 }
 
-/** The addon, or an error saying how to build it. */
-export function requiredAddon<T>(name: string, file: string, howToBuild: string): T {
+/**
+ * The addon, or an error for the person running the command: whether the addon was never built
+ * or was built and cannot be loaded here (a shared library missing), and `howToGet` it.
+ */
+export function requiredAddon<T>(name: string, file: string, howToGet: string): T {
   const entry = loadOnce(name, file);
   if ('addon' in entry) return entry.addon as T;
-  throw new Error(`the ${name} addon is not built (${addonPath(name, file)}): ${howToBuild}`, { cause: entry.error });
+  const path = addonPath(name, file);
+  const problem = existsSync(path) ? `cannot be loaded (${errorMessage(entry.error)})` : `is not built (no ${path})`;
+  throw new UserError(`the ${name} addon (native/${name}) ${problem}; ${howToGet}`, { cause: entry.error });
 }

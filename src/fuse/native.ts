@@ -49,6 +49,17 @@ export interface NativeAddon {
   fuseVersion: number;
 }
 
+/** What to run when the addon is missing: `npm ci` skips it on a machine without libfuse3's headers. */
+const HOW_TO_GET = 'lazy pulling needs it: install libfuse3 (`apt-get install fuse3 libfuse3-dev pkg-config`), then run `npm run build:fuse`';
+
 export function loadAddon(): NativeAddon {
-  return requiredAddon<NativeAddon>('fuse', 'starling_fuse', 'run `npm run build:fuse` (needs libfuse3-dev)');
+  return requiredAddon<NativeAddon>('fuse', 'starling_fuse', HOW_TO_GET);
+}
+
+/**
+ * Throws, saying what is missing and how to get it, unless the addon loads: the commands that
+ * mount call this first, so a machine without it learns that at start, not at the first mount.
+ */
+export function requireFuseAddon(): void {
+  loadAddon();
 }

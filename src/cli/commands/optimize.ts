@@ -3,6 +3,7 @@ import { UserError } from '../../common/errors.js';
 import { parseLocation } from '../../convert/location.js';
 import { openStore, sourceReference } from '../../convert/open.js';
 import { Progress } from '../../convert/progress.js';
+import { requireFuseAddon } from '../../fuse/index.js';
 import { DEFAULT_PERIOD_MS, optimizeImage, parseJsonArgv } from '../../optimize/index.js';
 import { collect } from '../shared.js';
 import { addConversionOptions, conversionSettings, type ConversionFlags } from './convert.js';
@@ -45,6 +46,7 @@ export function registerOptimizeCommand(program: Command): void {
     .option('--tmp-dir <dir>', 'where the work dir goes (unoptimized layers, chunk cache, overlay upper)');
   addConversionOptions(command, 'manifest to optimize from a multi-platform index (default: this host)').action(
     async (srcText: string, dstText: string, flags: OptimizeFlags) => {
+      requireFuseAddon(); // the workload runs over lazily mounted layers
       const srcLocation = parseLocation(srcText, 'source');
       const dstLocation = parseLocation(dstText, 'destination');
       const settings = conversionSettings(flags);

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { UserError } from '../../common/errors.js';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
+import { requireFuseAddon } from '../../fuse/index.js';
 import { waitForShutdown } from '../shared.js';
 
 /** `starling snapshotter`: containerd's remote snapshotter (`[proxy_plugins.starling] type = "snapshot"`). */
@@ -20,6 +21,7 @@ export function registerSnapshotterCommand(program: Command): void {
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
+      requireFuseAddon();
       const { snapshotterConfigSchema, startSnapshotter } = await import('../../snapshotter/index.js');
       const config = loadConfig(snapshotterConfigSchema, {
         file: options.config,
@@ -50,6 +52,7 @@ export function registerFuseServerCommand(program: Command): void {
     .option('--idle-exit <seconds>', 'exit after serving nothing, with no snapshotter connected, this long', '60')
     .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
     .action(async (options: { root: string; idleExit: string; logLevel: string }) => {
+      requireFuseAddon();
       const idleExitSeconds = Number(options.idleExit);
       if (!Number.isInteger(idleExitSeconds) || idleExitSeconds < 1) throw new UserError(`--idle-exit: expected whole seconds ≥ 1, got "${options.idleExit}"`);
       const log = createLogger({ level: options.logLevel, name: 'fuse-server', pretty: false });

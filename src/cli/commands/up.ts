@@ -6,7 +6,7 @@ import { peerConfigSchema } from '../../peer/config.js';
 import type { RunningPeer } from '../../peer/daemon.js';
 import { managerConfigSchema } from '../../manager/config.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
-import { collect, waitForShutdown } from '../shared.js';
+import { collect, invokedAs, waitForShutdown } from '../shared.js';
 
 /**
  * Everything on one machine with defaults: the manager (SQLite), a scheduler, a seed peer and
@@ -89,7 +89,7 @@ export function registerUpCommand(program: Command): void {
           `  seed peer     http://${peers[0]!.mirrorAddress}`,
           '',
           'Point containerd at the mirror:',
-          `  starling containerd-config --hosts-dir /etc/containerd/certs.d --mirror http://${mirror}`,
+          `  ${invokedAs()} containerd-config --hosts-dir /etc/containerd/certs.d --mirror http://${mirror}`,
           '  then set config_path = "/etc/containerd/certs.d" under [plugins."io.containerd.grpc.v1.cri".registry],',
           `  or pass --hosts-dir /etc/containerd/certs.d to ctr.`,
           '',
