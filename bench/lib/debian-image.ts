@@ -6,13 +6,12 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
+import { debianRootfsCache } from '../../test/fixtures/debian-rootfs.js';
 import { run, runOk, type RunResult } from '../../test/fixtures/processes.js';
 
-export const SUITE = 'bookworm';
-const MIRROR = 'http://deb.debian.org/debian';
-const DEBOOTSTRAP_ARGS = ['--variant=minbase', '--include=python3', SUITE];
-/** Where test/snapshotter/debian.test.ts caches the rootfs (same arguments, same path). */
-export const ROOTFS_CACHE = `/var/tmp/starling-debootstrap-${createHash('sha256').update(JSON.stringify([DEBOOTSTRAP_ARGS, MIRROR])).digest('hex').slice(0, 12)}`;
+export { DEBIAN_SUITE as SUITE } from '../../test/fixtures/debian-rootfs.js';
+/** Where test/snapshotter/debian.test.ts caches the rootfs (debootstrap minbase + python3). */
+export const ROOTFS_CACHE = debianRootfsCache(['python3']);
 export const IMAGE_CACHE = `/var/tmp/starling-lazy-start-${createHash('sha256').update(ROOTFS_CACHE).digest('hex').slice(0, 12)}`;
 /** The workload whose start-up the benchmarks time, and that `starling optimize` records. */
 export const WORKLOAD = ['python3', '-c', 'import json, sqlite3'];

@@ -4,39 +4,18 @@
 // finished against the image size. The rootfs is cached under /var/tmp between runs (building it
 // needs Debian's mirror, ~90 s); without debootstrap or the mirror the test is skipped, saying why.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { startContainerd, writeHostsToml, type Containerd } from '../fixtures/containerd.js';
+import { debianRootfs } from '../fixtures/debian-rootfs.js';
 import { imageInfo, pushImage } from '../fixtures/images.js';
 import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/peer.js';
 import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
 import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from './helpers.js';
 
-const SUITE = 'bookworm';
-const MIRROR = 'http://deb.debian.org/debian';
-const DEBOOTSTRAP_ARGS = ['--variant=minbase', '--include=python3', SUITE];
-const CACHE = `/var/tmp/starling-debootstrap-${createHash('sha256').update(JSON.stringify([DEBOOTSTRAP_ARGS, MIRROR])).digest('hex').slice(0, 12)}`;
 const WORKLOAD = ['python3', '-c', 'import json, sqlite3'];
-
-/** The cached rootfs, built once; or why it cannot be built here. */
-async function debianRootfs(): Promise<string | { skip: string }> {
-  const rootfs = path.join(CACHE, 'rootfs');
-  if (fs.existsSync(path.join(CACHE, 'complete'))) return rootfs;
-  if (!fs.existsSync('/usr/sbin/debootstrap')) return { skip: 'debootstrap is not installed (apt-get install debootstrap)' };
-  await fsp.rm(CACHE, { recursive: true, force: true });
-  await fsp.mkdir(CACHE, { recursive: true });
-  const res = await run('/usr/sbin/debootstrap', [...DEBOOTSTRAP_ARGS, rootfs, MIRROR], { timeoutMs: 900_000 });
-  if (res.code !== 0) {
-    await fsp.rm(CACHE, { recursive: true, force: true });
-    return { skip: `debootstrap failed (no access to ${MIRROR}?): ${res.stderr.trim().split('\n').slice(-3).join(' ')}` };
-  }
-  await fsp.writeFile(path.join(CACHE, 'complete'), new Date().toISOString());
-  return rootfs;
-}
 
 let prepared: string | { skip: string };
 let tmp: TempDir;
@@ -46,7 +25,7 @@ let containerd: Containerd;
 let sn: SnapshotterProcess;
 
 before(async () => {
-  prepared = await debianRootfs();
+  prepared = await debianRootfs(['python3']);
   if (typeof prepared !== 'string') return;
   tmp = await makeTempDir('starling-sn-debian-');
   registry = await startRegistry();
@@ -104,7 +83,7 @@ test('Debian + python3: import json, sqlite3 runs after fetching a small part of
   }
   const line = `image ${imageSize} B compressed (${layers.length} layer); fetched through the peer by the end of the command: ${fetched} B (${((100 * fetched) / imageSize).toFixed(1)}%); registry sent ${origin} B; rpull ${pulled - started} ms, run ${ran - pulled} ms`;
   console.log(`# ${line}`);
-  await fsp.writeFile(path.join(path.dirname(CACHE), 'starling-debian-lazy-result.txt'), line + '\n');
+  await fsp.writeFile('/var/tmp/starling-debian-lazy-result.txt', line + '\n');
   // The interpreter, its modules and libsqlite3 are a fraction of the image (unoptimized: no prefetch).
   assert.ok(fetched < imageSize / 2, line);
 });

@@ -1,0 +1,117 @@
+// The README's first command on a fresh machine: Debian 12 with only what such a machine comes
+// with and this machine's Node 20 (test/fixtures/fresh-machine.ts; no libfuse3-dev), the
+// repository as committed (`git archive HEAD`: uncommitted changes are not what runs), and the
+// command exactly as README.md writes it. The mirror must answer on 127.0.0.1:65001 and a blob
+// pull through it from a registry that needs no flag (HTTPS, its CA in NODE_EXTRA_CA_CERTS);
+// the FUSE addon is skipped with a note, and the commands that need it say how to get it.
+//
+// Slow: npm ci compiles better-sqlite3 and zstd-napi from source (minutes on two cores), and the
+// Debian tree takes 1-3 min to build the first time (then it is cached under /var/tmp). The
+// machine gets a copy of this machine's npm cache; STARLING_FRESH_NPM_CACHE=0 leaves it out, so
+// that npm downloads every package as on a machine that never ran it.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { startFreshMachine, type FreshMachine } from '../fixtures/fresh-machine.js';
+import { pushRandomBlob } from '../fixtures/images.js';
+import { pullThrough } from '../fixtures/peer.js';
+import { runOk, waitFor, waitForHttp, type Service } from '../fixtures/processes.js';
+import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
+
+const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
+/** Where the checkout is on the fresh machine, as after `git clone` in a home directory. */
+const CHECKOUT = '/root/starling';
+/** The test registry's certificate inside the machine (its only extra trust). */
+const REGISTRY_CA = '/etc/ssl/certs/starling-test-registry.pem';
+const MIRROR = 'http://127.0.0.1:65001';
+/** Every port `starling up` listens on (it takes fixed ones): they must be free here. */
+const UP_PORTS = [65001, 65002, 65011, 65012, 8080, 8002, 8003];
+const useNpmCache = process.env.STARLING_FRESH_NPM_CACHE !== '0';
+
+/** The first command of the README's first shell block: the one a newcomer runs first. */
+function readmeFirstCommand(): string {
+  const readme = fs.readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
+  const block = /^```sh\n([\s\S]*?)^```/m.exec(readme)?.[1];
+  const command = block?.split('\n').find((line) => line.trim() !== '' && !line.trimStart().startsWith('#'));
+  assert.ok(command, 'README.md opens with a ```sh block holding a command');
+  return command.trim();
+}
+
+function portIsFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_000 }, () => {
+  const command = readmeFirstCommand();
+  let machine: FreshMachine | { skip: string };
+  let registry: Registry;
+  let up: Service | undefined;
+
+  before(async () => {
+    registry = await startRegistry({ tls: true });
+    machine = await startFreshMachine({ npmCache: useNpmCache, env: { NODE_EXTRA_CA_CERTS: REGISTRY_CA } });
+    if ('skip' in machine) return;
+    await fsp.copyFile(registry.caFile!, machine.hostPath(REGISTRY_CA));
+    const archive = machine.hostPath('/root/starling.tar');
+    await runOk('git', ['-C', REPO_ROOT, 'archive', '--format=tar', '-o', archive, 'HEAD']);
+    await fsp.mkdir(machine.hostPath(CHECKOUT));
+    await runOk('tar', ['-xf', archive, '-C', machine.hostPath(CHECKOUT)]);
+    await fsp.rm(archive);
+  });
+  after(async () => {
+    await up?.stop(20_000);
+    if (machine && !('skip' in machine)) await machine.remove();
+    await registry?.stop();
+  });
+
+  it('installs, builds and starts Starling; a blob pulls through the mirror on 127.0.0.1:65001', async (t) => {
+    if ('skip' in machine) return t.skip(machine.skip);
+    const dirty = (await runOk('git', ['-C', REPO_ROOT, 'status', '--porcelain', '--untracked-files=no'])).stdout.trim();
+    if (dirty) t.diagnostic(`uncommitted changes are not part of this run (it installs HEAD):\n${dirty}`);
+    for (const port of UP_PORTS) {
+      assert.ok(await portIsFree(port), `port ${port} on 127.0.0.1 is taken by another process, and \`starling up\` listens there`);
+    }
+
+    const started = Date.now();
+    up = await machine.spawn(`cd ${CHECKOUT} && ${command}`, 'readme-first-command');
+    await waitForHttp(`${MIRROR}/healthz`, 30 * 60_000, up);
+    await waitFor(() => up!.readLog().includes('Point containerd at the mirror'), 30_000, 'the start-up banner');
+    t.diagnostic(`the mirror answered ${((Date.now() - started) / 1000).toFixed(0)} s after the command started (npm cache ${useNpmCache ? 'copied from this machine' : 'empty'})`);
+
+    const log = up.readLog();
+    // npm ci: one line per addon outcome, no compiler chatter, no unreviewed install scripts.
+    assert.match(log, /native\/fuse skipped: libfuse3-dev is not installed; .* apt-get install fuse3 libfuse3-dev/);
+    assert.match(log, /native addons built: digest, sendfile\n/);
+    assert.doesNotMatch(log, /gyp info|install-scripts/);
+    // The banner names the mirror and a containerd-config command that works from the checkout.
+    assert.match(log, /peer mirror\s+http:\/\/127\.0\.0\.1:65001/);
+    assert.match(log, /^ {2}node dist\/cli\/main\.js containerd-config --hosts-dir \S+ --mirror http:\/\/127\.0\.0\.1:65001$/m);
+
+    const blob = await pushRandomBlob(registry, 'fresh/blob', 6 * 1024 * 1024);
+    const pulled = await pullThrough({ url: MIRROR }, registry, 'fresh/blob', blob.digest);
+    assert.equal(pulled.status, 200);
+    assert.equal(pulled.digest, blob.digest);
+    await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 5000, 'the registry\'s access log').catch(() => undefined);
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'one copy from the registry');
+
+    const exit = await up.stop(20_000);
+    assert.deepEqual(exit, { code: 0, signal: null }, `starling up ends cleanly on SIGTERM; log tail:\n${up.logTail()}`);
+  });
+
+  it('says what is missing, and how to get it, when a command needs the FUSE addon', async (t) => {
+    if ('skip' in machine) return t.skip(machine.skip);
+    for (const args of ['snapshotter --socket /tmp/sn.sock --root /tmp/sn', 'optimize oci:/tmp/in oci:/tmp/out']) {
+      const result = await machine.run(`cd ${CHECKOUT} && node dist/cli/main.js ${args}`);
+      assert.equal(result.code, 2, `starling ${args}: ${result.stderr}`);
+      assert.match(result.stderr, /^starling: the fuse addon \(native\/fuse\) is not built \(no \S+starling_fuse\.node\); lazy pulling needs it/);
+      assert.match(result.stderr, /`apt-get install fuse3 libfuse3-dev pkg-config`, then run `npm run build:fuse`/);
+    }
+  });
+});
