@@ -8,7 +8,7 @@ PACKAGES=(
   docker-registry apache2-utils nginx-light
   containerd runc skopeo podman umoci busybox-static
   golang-go golang-github-containerd-stargz-snapshotter-dev stargz-snapshotter
-  fuse3 libfuse3-dev attr
+  fuse3 libfuse3-dev pkg-config attr
   curl ethtool aria2 opentracker mktorrent
   postgresql debootstrap
   chromium
