@@ -20,7 +20,7 @@ const ADDONS = [
 ];
 
 /** node-gyp's progress and the parts of its error report that are the same for every failure. */
-const NODE_GYP_NOISE = /^gyp (info|ERR! (stack +at |System |command |cwd |node -v |node-gyp -v |not ok))/;
+const NODE_GYP_NOISE = /^(gyp (info|ERR! (stack +at |System |command |cwd |node -v |node-gyp -v |not ok|\$npm_))|make(\[\d+\])?: (Entering|Leaving) directory)/;
 
 /** Runs a command to its end; resolves with its exit code (127 when it cannot start) and output. */
 function run(command, args) {
