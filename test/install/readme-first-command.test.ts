@@ -5,10 +5,9 @@
 // pull through it from a registry that needs no flag (HTTPS, its CA in NODE_EXTRA_CA_CERTS);
 // the FUSE addon is skipped with a note, and the commands that need it say how to get it.
 //
-// Slow: npm ci compiles better-sqlite3 and zstd-napi from source (minutes on two cores), and the
-// Debian tree takes 1-3 min to build the first time (then it is cached under /var/tmp). The
-// machine gets a copy of this machine's npm cache; STARLING_FRESH_NPM_CACHE=0 leaves it out, so
-// that npm downloads every package as on a machine that never ran it.
+// Slow: npm ci compiles better-sqlite3 and zstd-napi from source (2-4 min on two shared cores),
+// and the Debian tree takes about a minute to build the first time (then it is cached under
+// /var/tmp).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -29,7 +28,6 @@ const REGISTRY_CA = '/etc/ssl/certs/starling-test-registry.pem';
 const MIRROR = 'http://127.0.0.1:65001';
 /** Every port `starling up` listens on (it takes fixed ones): they must be free here. */
 const UP_PORTS = [65001, 65002, 65011, 65012, 8080, 8002, 8003];
-const useNpmCache = process.env.STARLING_FRESH_NPM_CACHE !== '0';
 
 /** The first command of the README's first shell block: the one a newcomer runs first. */
 function readmeFirstCommand(): string {
@@ -64,7 +62,7 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
 
   before(async () => {
     registry = await startRegistry({ tls: true });
-    machine = await startFreshMachine({ npmCache: useNpmCache, env: { NODE_EXTRA_CA_CERTS: REGISTRY_CA } });
+    machine = await startFreshMachine({ env: { NODE_EXTRA_CA_CERTS: REGISTRY_CA } });
     if ('skip' in machine) return;
     await fsp.copyFile(registry.caFile!, machine.hostPath(REGISTRY_CA));
     const archive = machine.hostPath('/root/starling.tar');
@@ -91,7 +89,7 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
     up = await machine.spawn(`cd ${CHECKOUT} && ${command}`, 'readme-first-command');
     await waitForHttp(`${MIRROR}/healthz`, 30 * 60_000, up);
     await waitFor(() => up!.readLog().includes('Point containerd at the mirror'), 30_000, 'the start-up banner');
-    t.diagnostic(`the mirror answered ${((Date.now() - started) / 1000).toFixed(0)} s after the command started (npm cache ${useNpmCache ? 'copied from this machine' : 'empty'})`);
+    t.diagnostic(`the mirror answered ${((Date.now() - started) / 1000).toFixed(0)} s after the command started`);
 
     const log = up.readLog();
     // npm ci: one line per addon outcome, no compiler chatter, no unreviewed install scripts.
