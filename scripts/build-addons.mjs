@@ -15,7 +15,11 @@ const ADDONS = [
     name: 'fuse',
     without: 'no lazy pulling (starling snapshotter, fuse-server, optimize)',
     // binding.gyp asks pkg-config for libfuse3's flags.
-    prerequisite: { command: ['pkg-config', '--exists', 'fuse3'], missing: 'libfuse3-dev is not installed', install: 'apt-get install fuse3 libfuse3-dev pkg-config' },
+    prerequisite: {
+      command: ['pkg-config', '--exists', 'fuse3'],
+      missing: (code) => (code === 127 ? 'pkg-config is not installed' : 'libfuse3-dev is not installed'),
+      install: 'apt-get install fuse3 libfuse3-dev pkg-config',
+    },
   },
 ];
 
@@ -37,8 +41,9 @@ function run(command, args) {
 /** 'built', or the lines that say why not. */
 async function build(addon) {
   const { prerequisite } = addon;
-  if (prerequisite && (await run(prerequisite.command[0], prerequisite.command.slice(1))).code !== 0) {
-    return [`starling: native/${addon.name} skipped: ${prerequisite.missing}; without it ${addon.without}. To add it: ${prerequisite.install}, then npm run build:${addon.name}`];
+  const check = prerequisite && (await run(prerequisite.command[0], prerequisite.command.slice(1)));
+  if (check && check.code !== 0) {
+    return [`starling: native/${addon.name} skipped: ${prerequisite.missing(check.code)}; without it ${addon.without}. To add it: ${prerequisite.install}, then npm run build:${addon.name}`];
   }
   // node-gyp is on PATH in npm's scripts (npm's own copy, which npm's config points at the installed Node's headers).
   const { code, output } = await run('node-gyp', ['rebuild', '--directory', `native/${addon.name}`]);
