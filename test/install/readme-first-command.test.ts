@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import { processesInside, startFreshMachine, type FreshMachine } from '../fixtures/fresh-machine.js';
 import { pushRandomBlob } from '../fixtures/images.js';
 import { pullThrough } from '../fixtures/peer.js';
-import { runOk, waitFor, waitForHttp, type Service } from '../fixtures/processes.js';
+import { runOk, ServiceExitedError, waitFor, waitForHttp, type Service } from '../fixtures/processes.js';
 import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
@@ -87,8 +87,20 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
 
     const started = Date.now();
     up = await machine.spawn(`cd ${CHECKOUT} && ${command}`, 'readme-first-command');
-    await waitForHttp(`${MIRROR}/healthz`, 30 * 60_000, up);
-    await waitFor(() => up!.readLog().includes('Point containerd at the mirror'), 30_000, 'the start-up banner');
+    // Its banner first: it is printed once every port is bound, so what answers next is this `up`
+    // (on a shared machine another test's server could take 65001 during the minutes of npm ci).
+    const service = up;
+    await waitFor(
+      () => {
+        if (!service.running) throw new ServiceExitedError(service);
+        return service.readLog().includes('Point containerd at the mirror');
+      },
+      30 * 60_000,
+      'the start-up banner of starling up',
+      500,
+      (error) => error instanceof ServiceExitedError,
+    );
+    await waitForHttp(`${MIRROR}/healthz`, 10_000, up);
     t.diagnostic(`the mirror answered ${((Date.now() - started) / 1000).toFixed(0)} s after the command started`);
 
     const log = up.readLog();
@@ -116,6 +128,7 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
 
   it('says what is missing, and how to get it, when a command needs the FUSE addon', async (t) => {
     if ('skip' in machine) return t.skip(machine.skip);
+    assert.ok(fs.existsSync(machine.hostPath(`${CHECKOUT}/dist/cli/main.js`)), 'the README\'s command has built dist/');
     for (const args of ['snapshotter --socket /tmp/sn.sock --root /tmp/sn', 'optimize oci:/tmp/in oci:/tmp/out']) {
       const result = await machine.run(`cd ${CHECKOUT} && node dist/cli/main.js ${args}`);
       assert.equal(result.code, 2, `starling ${args}: ${result.stderr}`);
