@@ -19,13 +19,24 @@ export interface HostsTomlOptions {
 /** Renders one hosts.toml: the mirror first, the registry itself as containerd's fallback. */
 export function renderHostsToml(mirrorUrl: string, registry: string | undefined, insecure: boolean): string {
   const lines: string[] = ['# Written by `starling containerd-config`: pulls go through the local Starling peer.'];
-  if (registry) {
-    const server = registry === 'docker.io' ? 'https://registry-1.docker.io' : `${insecure ? 'http' : 'https'}://${registry}`;
-    lines.push(`server = "${server}"`);
-  }
-  lines.push('', `[host."${mirrorUrl}"]`, '  capabilities = ["pull", "resolve"]');
-  if (registry) lines.push(`  [host."${mirrorUrl}".header]`, `    ${REGISTRY_HEADER} = "${registry}"`);
+  if (registry) lines.push(`server = "${registryServerUrl(registry, insecure)}"`);
+  lines.push('', ...renderMirrorHost(mirrorUrl, registry));
   return `${lines.join('\n')}\n`;
+}
+
+/** The registry's own URL, where containerd goes when the mirror fails (docker.io's API lives elsewhere). */
+export function registryServerUrl(registry: string, insecure: boolean): string {
+  return registry === 'docker.io' ? 'https://registry-1.docker.io' : `${insecure ? 'http' : 'https'}://${registry}`;
+}
+
+/**
+ * The hosts.toml lines of the mirror's `[host."…"]` table. The header names the registry for
+ * clients that do not send `?ns=` (containerd does, for registries other than `_default`).
+ */
+export function renderMirrorHost(mirrorUrl: string, registry: string | undefined): string[] {
+  const lines = [`[host."${mirrorUrl}"]`, '  capabilities = ["pull", "resolve"]'];
+  if (registry) lines.push(`  [host."${mirrorUrl}".header]`, `    ${REGISTRY_HEADER} = "${registry}"`);
+  return lines;
 }
 
 export async function writeHostsToml(options: HostsTomlOptions): Promise<string[]> {

@@ -1,0 +1,189 @@
+// `starling node-setup`: makes a node's container runtime pull through the local Starling peer.
+// Every new file content is worked out (and every input checked) before the first byte is written,
+// so bad input leaves the node as it was. containerd restarts only when its config.toml changed:
+// it reads hosts.toml files on every pull.
+
+import { execFile } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import { isRegistryHost } from '../oci/registry-hosts.js';
+import { planContainerdConfig, type ContainerdConfigVersion } from './containerd-config.js';
+import { NodeSetupError } from './errors.js';
+import { mergeHostsToml } from './hosts-toml.js';
+import { applyWrites, readIfExists, undoWrites, type FileWrite } from './journal.js';
+import { REGISTRIES_DROP_IN, renderRegistriesDropIn } from './registries-conf.js';
+
+export interface NodeSetupOptions {
+  /** containerd's config.toml (for k3s and RKE2, the config.toml they render: their template is edited). */
+  containerdConfig?: string;
+  /** hosts.toml folder when the config names none. */
+  hostsDir?: string;
+  /** The peer's mirror as the runtime reaches it. */
+  mirror: string;
+  /** Registries that get a hosts.toml; none means `_default` (every registry). */
+  registries: string[];
+  /** Registries containerd falls back to over plain HTTP when the mirror fails. */
+  insecureRegistries: string[];
+  lazy?: { snapshotterSocket: string };
+  /** CRI-O / podman: write a registries.conf drop-in into this folder. */
+  registriesConfDir?: string;
+  /** The version for a config.toml that is missing or empty. */
+  configVersion?: ContainerdConfigVersion;
+  /** Where originals are kept for --undo (default: beside config.toml). */
+  backupDir?: string;
+  restart: boolean;
+  /** argv of the restart; default: systemctl in PID 1's namespaces (see defaultRestartCommand). */
+  restartCommand?: string[];
+}
+
+export interface NodeSetupReport {
+  /** Human-readable lines: what changed, or that nothing did. */
+  lines: string[];
+  changedFiles: string[];
+  restarted: boolean;
+}
+
+/** containerd's config.toml, or the template k3s and RKE2 render it from. */
+const CONFIG_FILE = /\/config(-v3)?\.toml(\.tmpl)?$/;
+const K3S_CONFIG = /\/rancher\/(k3s|rke2)\/agent\/etc\/containerd\/config\.toml$/;
+
+export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupReport> {
+  const mirrorUrl = mirrorOrigin(options.mirror);
+  for (const registry of [...options.registries, ...options.insecureRegistries]) {
+    if (!isRegistryHost(registry)) throw new NodeSetupError(`invalid registry "${registry}" (expected HOST[:PORT])`);
+  }
+  if (!options.containerdConfig && !options.registriesConfDir) {
+    throw new NodeSetupError('nothing to set up: name --containerd-config (containerd) or --registries-conf-dir (CRI-O, podman)');
+  }
+  const writes: FileWrite[] = [];
+  const lines: string[] = [];
+  let configFile: string | undefined;
+
+  if (options.containerdConfig) {
+    const target = await configTarget(options.containerdConfig, options.configVersion);
+    configFile = target.path;
+    const plan = planContainerdConfig(target.text, target.path, {
+      hostsDir: options.hostsDir,
+      lazy: options.lazy,
+      newConfigVersion: options.configVersion,
+    });
+    if (plan.changes.length) {
+      writes.push({ path: target.path, content: plan.text });
+      for (const change of plan.changes) lines.push(`${target.path}: set ${change}`);
+    }
+    const insecure = new Set(options.insecureRegistries);
+    const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
+    const folders = registries.length ? registries : ['_default'];
+    for (const folder of folders) {
+      const file = join(plan.hostsDir, folder, 'hosts.toml');
+      const existing = await readIfExists(file);
+      const registry = folder === '_default' ? undefined : folder;
+      const content = mergeHostsToml(existing, { mirrorUrl, registry, insecure: insecure.has(folder) }, file);
+      if (content !== existing) {
+        writes.push({ path: file, content });
+        lines.push(`${file}: ${existing === undefined ? 'created with' : 'put'} the mirror ${mirrorUrl} first`);
+      }
+    }
+  }
+  if (options.registriesConfDir) {
+    const file = join(options.registriesConfDir, REGISTRIES_DROP_IN);
+    const content = renderRegistriesDropIn(mirrorUrl, options.registries);
+    if ((await readIfExists(file)) !== content) {
+      writes.push({ path: file, content });
+      lines.push(`${file}: the mirror ${mirrorUrl} for ${options.registries[0]}`);
+    }
+  }
+
+  const backupDir = options.backupDir ?? defaultBackupDir(options);
+  const changedFiles = await applyWrites(backupDir, writes);
+  if (changedFiles.length === 0) lines.push('nothing to change: the node already pulls through Starling');
+  const configChanged = configFile !== undefined && changedFiles.includes(configFile);
+  const restarted = await restartIfNeeded(configChanged, options, lines);
+  return { lines, changedFiles, restarted };
+}
+
+export interface UndoOptions {
+  containerdConfig?: string;
+  registriesConfDir?: string;
+  backupDir?: string;
+  force: boolean;
+  restart: boolean;
+  restartCommand?: string[];
+}
+
+/** Restores every file node-setup changed; restarts containerd when its config was among them. */
+export async function undoNodeSetup(options: UndoOptions): Promise<NodeSetupReport> {
+  const backupDir = options.backupDir ?? defaultBackupDir(options);
+  const restoredFiles = await undoWrites(backupDir, options.force);
+  const lines = restoredFiles.map((file) => `${file}: restored`);
+  if (restoredFiles.length === 0) lines.push(`nothing to undo (no backup in ${backupDir})`);
+  const configChanged = restoredFiles.some((file) => CONFIG_FILE.test(file));
+  const restarted = await restartIfNeeded(configChanged, options, lines);
+  return { lines, changedFiles: restoredFiles, restarted };
+}
+
+function mirrorOrigin(mirror: string): string {
+  let url: URL;
+  try {
+    url = new URL(mirror);
+  } catch {
+    throw new NodeSetupError(`--mirror: "${mirror}" is not a URL (expected http://127.0.0.1:65001)`);
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.pathname !== '/' || url.search) {
+    throw new NodeSetupError(`--mirror: "${mirror}" must be an http(s) URL with no path (expected http://127.0.0.1:65001)`);
+  }
+  return url.origin;
+}
+
+function defaultBackupDir(options: { containerdConfig?: string; registriesConfDir?: string }): string {
+  const anchor = options.containerdConfig ? dirname(options.containerdConfig) : options.registriesConfDir!;
+  return join(anchor, '.starling-node-setup');
+}
+
+/**
+ * The file to edit for `configFile`. k3s and RKE2 render config.toml from a Go template at every
+ * start: the template is what lasts, so it is edited (created from the rendered file when absent).
+ */
+async function configTarget(configFile: string, newVersion: ContainerdConfigVersion | undefined): Promise<{ path: string; text: string | undefined }> {
+  const text = await readIfExists(configFile);
+  if (!K3S_CONFIG.test(configFile)) return { path: configFile, text };
+  const version = /^\s*version\s*=\s*3\b/m.test(text ?? '') || (text === undefined && newVersion === 3) ? 3 : 2;
+  const template = join(dirname(configFile), version === 3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl');
+  const templateText = await readIfExists(template);
+  if (templateText?.includes('{{')) {
+    throw new NodeSetupError(`${template} is a Go template (it holds "{{"): node-setup edits plain TOML only; add the settings it prints with --help by hand`);
+  }
+  return { path: template, text: templateText ?? text };
+}
+
+/** systemctl in the host's namespaces (the init container runs with hostPID). */
+export function defaultRestartCommand(containerdConfig: string | undefined): string[] {
+  const flavour = containerdConfig ? K3S_CONFIG.exec(containerdConfig)?.[1] : undefined;
+  const units = flavour ? [`${flavour}`, `${flavour}-agent`] : ['containerd'];
+  const verb = flavour ? 'try-restart' : 'restart';
+  return ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--', 'systemctl', verb, ...units];
+}
+
+async function restartIfNeeded(
+  configChanged: boolean,
+  options: { containerdConfig?: string; restart: boolean; restartCommand?: string[] },
+  lines: string[],
+): Promise<boolean> {
+  if (!configChanged) {
+    if (options.containerdConfig) lines.push('containerd config unchanged: no restart needed (hosts.toml files apply to the next pull)');
+    return false;
+  }
+  const command = options.restartCommand ?? defaultRestartCommand(options.containerdConfig);
+  if (!options.restart) {
+    lines.push(`containerd config changed: restart containerd to apply it (--no-restart given; would run: ${command.join(' ')})`);
+    return false;
+  }
+  try {
+    await promisify(execFile)(command[0]!, command.slice(1), { timeout: 120_000 });
+  } catch (error) {
+    const stderr = (error as { stderr?: string }).stderr?.trim();
+    throw new NodeSetupError(`the files are written, but restarting containerd failed (${command.join(' ')}): ${stderr || (error as Error).message}`);
+  }
+  lines.push(`restarted containerd: ${command.join(' ')}`);
+  return true;
+}

@@ -1,0 +1,302 @@
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile, chmod } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { parse as parseToml } from 'smol-toml';
+import { planContainerdConfig } from '../../src/node-setup/containerd-config.js';
+import { NodeSetupError } from '../../src/node-setup/errors.js';
+import { mergeHostsToml } from '../../src/node-setup/hosts-toml.js';
+import { applyWrites, undoWrites } from '../../src/node-setup/journal.js';
+import { setUpNode, undoNodeSetup } from '../../src/node-setup/node-setup.js';
+import { renderRegistriesDropIn } from '../../src/node-setup/registries-conf.js';
+import { setTomlValues, TomlEditError } from '../../src/node-setup/toml-text.js';
+
+// What Debian's containerd 1.6 package installs as /etc/containerd/config.toml.
+const DEBIAN_CONFIG = `version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+`;
+
+const CRI = 'plugins."io.containerd.grpc.v1.cri"';
+
+/** Parsed TOML as plain objects (smol-toml's tables have no prototype). */
+function parse(text: string): unknown {
+  return JSON.parse(JSON.stringify(parseToml(text)));
+}
+type Doc = Record<string, Record<string, Record<string, Record<string, unknown>>>>;
+
+describe('TOML text edits', () => {
+  it('replaces a value in place and leaves every other byte alone', () => {
+    const text = '# keep me\nversion = 2\n\n[a]\n  x = "old" # trailing comment\n  y = [\n    "[not a table]",\n  ]\n';
+    const out = setTomlValues(text, [{ table: ['a'], key: 'x', value: 'new' }], 'f');
+    assert.equal(out, text.replace('"old"', '"new"'));
+  });
+
+  it('adds a key at the end of its table, with the table\'s indentation', () => {
+    const out = setTomlValues('[a]\n    x = 1\n[b]\n  z = 3\n', [{ table: ['a'], key: 'y', value: true }], 'f');
+    assert.equal(out, '[a]\n    x = 1\n    y = true\n[b]\n  z = 3\n');
+  });
+
+  it('appends a missing table, quoting keys that are not bare', () => {
+    const out = setTomlValues('version = 2\n', [{ table: ['plugins', 'io.x.cri', 'registry'], key: 'config_path', value: '/d' }], 'f');
+    assert.equal(out, 'version = 2\n\n[plugins."io.x.cri".registry]\n  config_path = "/d"\n');
+  });
+
+  it('is not fooled by brackets and quotes inside multi-line strings and arrays', () => {
+    const text = 'a = """\n[b]\nc = 1\n"""\nd = [\n  [1, 2], # [e]\n]\n[b]\n  k = \'lit\'\n';
+    const out = setTomlValues(text, [{ table: ['b'], key: 'k', value: 'v' }], 'f');
+    assert.equal(out, text.replace("'lit'", '"v"'));
+  });
+
+  it('refuses an edit that would rewrite structure (a key inside an inline table)', () => {
+    assert.throws(
+      () => setTomlValues('[a]\n  b = { c = 1 }\n', [{ table: ['a', 'b'], key: 'd', value: 2 }], 'cfg.toml'),
+      (error: Error) => error instanceof TomlEditError && /cfg\.toml: cannot set a\.b\.d/.test(error.message),
+    );
+  });
+
+  it('names the line of invalid TOML', () => {
+    assert.throws(
+      () => setTomlValues('[a]\nb = = 1\n', [{ table: ['a'], key: 'c', value: 1 }], 'cfg.toml'),
+      /cfg\.toml is not valid TOML \(line 2/,
+    );
+  });
+});
+
+describe('containerd config plan', () => {
+  it('adds config_path to a config without one, and only that', () => {
+    const plan = planContainerdConfig(DEBIAN_CONFIG, 'config.toml', {});
+    assert.equal(plan.version, 2);
+    assert.equal(plan.hostsDir, '/etc/containerd/certs.d');
+    assert.deepEqual(plan.changes, [`${CRI}.registry.config_path = "/etc/containerd/certs.d"`]);
+    assert.ok(plan.text.startsWith(DEBIAN_CONFIG), 'the original text is kept as it was');
+    const doc = parse(plan.text) as Doc;
+    assert.equal((doc.plugins!['io.containerd.grpc.v1.cri']!.registry as Record<string, unknown>).config_path, '/etc/containerd/certs.d');
+  });
+
+  it('keeps an existing config_path and uses its first folder', () => {
+    const text = `version = 2\n[${CRI}.registry]\n  config_path = "/etc/containerd/certs.d:/etc/docker/certs.d"\n`;
+    const plan = planContainerdConfig(text, 'config.toml', {});
+    assert.deepEqual(plan.changes, []);
+    assert.equal(plan.text, text);
+    assert.equal(plan.hostsDir, '/etc/containerd/certs.d');
+  });
+
+  it('refuses a --hosts-dir that is not the config_path already set', () => {
+    const text = `version = 2\n[${CRI}.registry]\n  config_path = "/a"\n`;
+    assert.throws(() => planContainerdConfig(text, 'c.toml', { hostsDir: '/b' }), /c\.toml already sets .*config_path = "\/a", which is not --hosts-dir \/b/);
+  });
+
+  it('adds the snapshotter for lazy pulling, and a second plan changes nothing', () => {
+    const first = planContainerdConfig(DEBIAN_CONFIG, 'config.toml', { lazy: { snapshotterSocket: '/run/starling/snapshotter.sock' } });
+    assert.equal(first.changes.length, 5);
+    const doc = parse(first.text) as Doc;
+    assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
+    assert.deepEqual(doc.plugins!['io.containerd.grpc.v1.cri']!.containerd, { snapshotter: 'starling', disable_snapshot_annotations: false });
+    const second = planContainerdConfig(first.text, 'config.toml', { lazy: { snapshotterSocket: '/run/starling/snapshotter.sock' } });
+    assert.deepEqual(second.changes, []);
+    assert.equal(second.text, first.text);
+  });
+
+  it('replaces a snapshotter already chosen, in place', () => {
+    const text = `version = 2\n[${CRI}.containerd]\n  snapshotter = "overlayfs"\n  disable_snapshot_annotations = true\n`;
+    const plan = planContainerdConfig(text, 'config.toml', { lazy: { snapshotterSocket: '/s' } });
+    assert.match(plan.text, /\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\]\n  snapshotter = "starling"\n  disable_snapshot_annotations = false\n/);
+  });
+
+  it('uses the containerd 2.x names for a version 3 config', () => {
+    const plan = planContainerdConfig('version = 3\n', 'config.toml', { lazy: { snapshotterSocket: '/s' } });
+    const doc = parse(plan.text) as Doc;
+    const images = doc.plugins!['io.containerd.cri.v1.images']!;
+    assert.deepEqual(images.registry, { config_path: '/etc/containerd/certs.d' });
+    assert.equal(images.snapshotter, 'starling');
+    assert.equal(images.disable_snapshot_annotations, false);
+  });
+
+  it('writes a new config only when told which version', () => {
+    assert.throws(() => planContainerdConfig(undefined, '/etc/containerd/config.toml', {}), /does not exist: name the config version to write with --config-version/);
+    assert.throws(() => planContainerdConfig('# only a comment\n', 'c.toml', {}), /c\.toml holds no settings/);
+    const plan = planContainerdConfig(undefined, 'c.toml', { newConfigVersion: 2 });
+    assert.equal((parse(plan.text) as { version: number }).version, 2);
+  });
+
+  it('names each bad config: invalid TOML, version 1, an unknown version, deprecated mirrors', () => {
+    const cases: Array<[string, RegExp]> = [
+      ['version = 2\n[plugins\n', /c\.toml is not valid TOML \(line 2/],
+      ['[plugins.cri]\n  x = 1\n', /c\.toml is a version 1 config \(it has no "version" key\)/],
+      ['version = 1\n', /version 1 config \(version = 1\)/],
+      ['version = 7\n', /c\.toml: unknown config version 7 \(expected 2/],
+      ['version = "2"\n', /unknown config version "2"/],
+      [`version = 2\n[${CRI}.registry.mirrors."docker.io"]\n  endpoint = ["https://m"]\n`, /sets .*registry\.mirrors, which containerd refuses together with config_path/],
+    ];
+    for (const [text, message] of cases) {
+      assert.throws(() => planContainerdConfig(text, 'c.toml', {}), (error: Error) => error instanceof NodeSetupError && message.test(error.message), text);
+    }
+  });
+});
+
+describe('hosts.toml merge', () => {
+  const entry = { mirrorUrl: 'http://127.0.0.1:65001', registry: 'reg.example:5000', insecure: false };
+  const PRIVATE = `server = "https://reg.example:5000"\n\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n`;
+
+  it('puts the mirror before the node\'s own hosts and keeps them byte for byte', () => {
+    const merged = mergeHostsToml(PRIVATE, entry, 'hosts.toml');
+    const doc = parse(merged) as { server: string; host: Record<string, { ca?: string; header?: Record<string, string> }> };
+    assert.deepEqual(Object.keys(doc.host), ['http://127.0.0.1:65001', 'https://reg.example:5000']);
+    assert.equal(doc.server, 'https://reg.example:5000');
+    assert.equal(doc.host['http://127.0.0.1:65001']!.header!['x-starling-registry'], 'reg.example:5000');
+    assert.ok(merged.endsWith('\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n'));
+  });
+
+  it('changes nothing on its own output, and follows a new mirror URL', () => {
+    const once = mergeHostsToml(PRIVATE, entry, 'hosts.toml');
+    assert.equal(mergeHostsToml(once, entry, 'hosts.toml'), once);
+    const moved = mergeHostsToml(once, { ...entry, mirrorUrl: 'http://127.0.0.1:7000' }, 'hosts.toml');
+    assert.deepEqual(Object.keys((parse(moved) as { host: object }).host), ['http://127.0.0.1:7000', 'https://reg.example:5000']);
+  });
+
+  it('writes a new file with the registry as the fallback server', () => {
+    const text = mergeHostsToml(undefined, { ...entry, insecure: true }, 'hosts.toml');
+    assert.equal((parse(text) as { server: string }).server, 'http://reg.example:5000');
+    const fallback = mergeHostsToml(undefined, { ...entry, registry: undefined }, '_default/hosts.toml');
+    assert.equal((parse(fallback) as { server?: string }).server, undefined);
+  });
+
+  it('refuses a hosts.toml it cannot parse, or one that already names the mirror itself', () => {
+    assert.throws(() => mergeHostsToml('[host."x"\n', entry, 'h.toml'), /h\.toml is not valid TOML/);
+    assert.throws(
+      () => mergeHostsToml('[host."http://127.0.0.1:65001"]\n  capabilities = ["pull"]\n', entry, 'h.toml'),
+      /h\.toml already has a \[host\."http:\/\/127\.0\.0\.1:65001"\] table of its own/,
+    );
+  });
+});
+
+describe('registries.conf drop-in', () => {
+  it('sends one registry to the mirror, over HTTP when the mirror is plain', () => {
+    const text = renderRegistriesDropIn('http://127.0.0.1:65001', ['reg.example:5000']);
+    assert.deepEqual(parse(text), { registry: [{ prefix: 'reg.example:5000', location: 'reg.example:5000', mirror: [{ location: '127.0.0.1:65001', insecure: true }] }] });
+  });
+
+  it('refuses several registries: the peer cannot tell them apart', () => {
+    assert.throws(() => renderRegistriesDropIn('http://127.0.0.1:65001', ['a', 'b']), /needs exactly one --registry \(got 2\)/);
+  });
+});
+
+describe('node-setup files and undo', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'starling-node-setup-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('undo gives back each original byte for byte, with its mode, and removes what it created', async () => {
+    const root = await mkdtemp(join(dir, 'j-'));
+    const kept = join(root, 'kept.toml');
+    await writeFile(kept, 'original\n');
+    await chmod(kept, 0o600);
+    const created = join(root, 'new', 'deep', 'file.toml');
+    const backup = join(root, 'backup');
+    assert.deepEqual(await applyWrites(backup, [{ path: kept, content: 'one\n' }, { path: created, content: 'x\n' }]), [kept, created]);
+    // A second run with other content must not replace the saved original.
+    await applyWrites(backup, [{ path: kept, content: 'two\n' }]);
+    assert.equal(await readFile(kept, 'utf8'), 'two\n');
+    assert.deepEqual(await applyWrites(backup, [{ path: kept, content: 'two\n' }]), []);
+    await undoWrites(backup, false);
+    assert.equal(await readFile(kept, 'utf8'), 'original\n');
+    assert.equal((await stat(kept)).mode & 0o777, 0o600);
+    assert.equal(existsSync(join(root, 'new')), false);
+    assert.equal(existsSync(backup), false);
+  });
+
+  it('undo refuses, changing nothing, when a file was edited since node-setup wrote it', async () => {
+    const root = await mkdtemp(join(dir, 'j-'));
+    const file = join(root, 'f.toml');
+    await writeFile(file, 'a\n');
+    const backup = join(root, 'backup');
+    await applyWrites(backup, [{ path: file, content: 'b\n' }]);
+    await writeFile(file, 'edited by hand\n');
+    await assert.rejects(undoWrites(backup, false), /changed since node-setup wrote them: .*f\.toml; nothing was undone/);
+    assert.equal(await readFile(file, 'utf8'), 'edited by hand\n');
+    await undoWrites(backup, true);
+    assert.equal(await readFile(file, 'utf8'), 'a\n');
+  });
+
+  it('restarts only when config.toml changed, and leaves every file alone on bad input', async () => {
+    const root = await mkdtemp(join(dir, 'n-'));
+    const config = join(root, 'config.toml');
+    await writeFile(config, DEBIAN_CONFIG);
+    const marker = join(root, 'restarts');
+    const restartCommand = ['sh', '-c', `echo restart >> ${marker}`];
+    const hostsDir = join(root, 'certs.d');
+    const options = { containerdConfig: config, hostsDir, mirror: 'http://127.0.0.1:65001', registries: ['reg.example:5000'], insecureRegistries: [], restart: true, restartCommand };
+    const first = await setUpNode(options);
+    assert.equal(first.restarted, true);
+    const second = await setUpNode(options);
+    assert.equal(second.restarted, false);
+    assert.deepEqual(second.changedFiles, []);
+    // A new registry changes only a hosts.toml: no restart.
+    const third = await setUpNode({ ...options, registries: ['reg.example:5000', 'other.example'] });
+    assert.deepEqual(third.changedFiles, [join(hostsDir, 'other.example', 'hosts.toml')]);
+    assert.equal(third.restarted, false);
+    assert.equal((await readFile(marker, 'utf8')).trim().split('\n').length, 1);
+
+    const before = await readFile(config, 'utf8');
+    await assert.rejects(setUpNode({ ...options, mirror: 'ftp://x' }), /--mirror: "ftp:\/\/x" must be an http\(s\) URL/);
+    await assert.rejects(setUpNode({ ...options, registries: ['bad/host'] }), /invalid registry "bad\/host"/);
+    assert.equal(await readFile(config, 'utf8'), before);
+  });
+
+  it('a hosts.toml that does not parse stops the run before config.toml is touched', async () => {
+    const root = await mkdtemp(join(dir, 'n-'));
+    const config = join(root, 'config.toml');
+    const hostsDir = join(root, 'certs.d');
+    await writeFile(config, DEBIAN_CONFIG);
+    await mkdir(join(hostsDir, 'reg.example'), { recursive: true });
+    await writeFile(join(hostsDir, 'reg.example', 'hosts.toml'), '[host."https://reg.example"\n');
+    await assert.rejects(
+      setUpNode({ containerdConfig: config, hostsDir, mirror: 'http://127.0.0.1:65001', registries: ['reg.example'], insecureRegistries: [], restart: false }),
+      /reg\.example\/hosts\.toml is not valid TOML \(line 1/,
+    );
+    assert.equal(await readFile(config, 'utf8'), DEBIAN_CONFIG);
+    assert.equal(existsSync(join(root, '.starling-node-setup')), false);
+  });
+
+  it('edits the template k3s renders its config from, and undo removes it', async () => {
+    const root = await mkdtemp(join(dir, 'k3s-'));
+    const agentDir = join(root, 'var/lib/rancher/k3s/agent/etc/containerd');
+    await mkdir(agentDir, { recursive: true });
+    const rendered = `version = 2\n[${CRI}.registry]\n  config_path = "${agentDir}/certs.d"\n`;
+    await writeFile(join(agentDir, 'config.toml'), rendered);
+    const options = { containerdConfig: join(agentDir, 'config.toml'), mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], lazy: { snapshotterSocket: '/s' } };
+    const report = await setUpNode({ ...options, restart: false });
+    assert.ok(report.changedFiles.includes(join(agentDir, 'config.toml.tmpl')));
+    assert.equal(await readFile(join(agentDir, 'config.toml'), 'utf8'), rendered, 'k3s rewrites config.toml itself');
+    assert.match(await readFile(join(agentDir, 'config.toml.tmpl'), 'utf8'), /snapshotter = "starling"/);
+    assert.ok(existsSync(join(agentDir, 'certs.d', '_default', 'hosts.toml')));
+    await undoNodeSetup({ containerdConfig: options.containerdConfig, force: false, restart: false });
+    assert.equal(existsSync(join(agentDir, 'config.toml.tmpl')), false);
+    assert.equal(existsSync(join(agentDir, 'certs.d')), false);
+  });
+
+  it('refuses a k3s template that is a Go template', async () => {
+    const root = await mkdtemp(join(dir, 'k3s-'));
+    const agentDir = join(root, 'var/lib/rancher/rke2/agent/etc/containerd');
+    await mkdir(agentDir, { recursive: true });
+    await writeFile(join(agentDir, 'config.toml'), 'version = 2\n');
+    await writeFile(join(agentDir, 'config.toml.tmpl'), '{{ template "base" . }}\n');
+    await assert.rejects(
+      setUpNode({ containerdConfig: join(agentDir, 'config.toml'), mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], restart: false }),
+      /config\.toml\.tmpl is a Go template/,
+    );
+  });
+});
