@@ -6,7 +6,7 @@ import { registerContainerdConfigCommand } from './commands/containerd-config.js
 import { registerConvertCommand } from './commands/convert.js';
 import { registerGetCommand } from './commands/get.js';
 import { registerManagerCommand } from './commands/manager.js';
-import { registerNodeSetupCommand } from './commands/node-setup.js';
+import { registerNodeLabelsCommand, registerNodeSetupCommand } from './commands/node-setup.js';
 import { registerOptimizeCommand } from './commands/optimize.js';
 import { registerPeerCommand } from './commands/peer.js';
 import { registerSchedulerCommand } from './commands/scheduler.js';
@@ -32,6 +32,7 @@ registerSnapshotterCommand(program);
 registerFuseServerCommand(program);
 registerContainerdConfigCommand(program);
 registerNodeSetupCommand(program);
+registerNodeLabelsCommand(program);
 registerGetCommand(program);
 registerStatCommand(program);
 registerUpCommand(program);

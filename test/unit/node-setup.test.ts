@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile, chmod } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,6 +9,9 @@ import { after, before, describe, it } from 'node:test';
 import { parse as parseToml } from 'smol-toml';
 import { planContainerdConfig } from '../../src/node-setup/containerd-config.js';
 import { NodeSetupError } from '../../src/node-setup/errors.js';
+import { fetchNodeLabels, writeNodeLabels } from '../../src/node-setup/node-labels.js';
+import { readLabelsFile } from '../../src/peer/labels.js';
+import { makeServerCertificate } from '../fixtures/registry.js';
 import { mergeHostsToml } from '../../src/node-setup/hosts-toml.js';
 import { applyWrites, undoWrites } from '../../src/node-setup/journal.js';
 import { setUpNode, undoNodeSetup } from '../../src/node-setup/node-setup.js';
@@ -298,5 +303,52 @@ describe('node-setup files and undo', () => {
       setUpNode({ containerdConfig: join(agentDir, 'config.toml'), mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], restart: false }),
       /config\.toml\.tmpl is a Go template/,
     );
+  });
+});
+
+describe('node labels from the Kubernetes API', () => {
+  let dir: string;
+  let server: https.Server;
+  let url: string;
+  let caFile: string;
+  const requests: Array<{ path: string; authorization: string }> = [];
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'starling-node-labels-'));
+    const tls = await makeServerCertificate(dir, '127.0.0.1');
+    caFile = tls.caFile;
+    server = https.createServer({ cert: await readFile(tls.certFile), key: await readFile(tls.keyFile) }, (req, res) => {
+      requests.push({ path: req.url ?? '', authorization: req.headers.authorization ?? '' });
+      if (req.headers.authorization !== 'Bearer sa-token') return void res.writeHead(401).end('{"reason":"Unauthorized"}');
+      if (req.url !== '/api/v1/nodes/node-a') return void res.writeHead(403).end('{"reason":"Forbidden"}');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ kind: 'Node', metadata: { name: 'node-a', labels: { 'topology.kubernetes.io/zone': 'z1', 'example.com/rack': 'r7', 'kubernetes.io/hostname': 'node-a' } } }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    await writeFile(join(dir, 'token'), 'sa-token\n');
+  });
+  after(async () => {
+    server.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('fetches the node with the service account token over TLS, copies the rack label, and the peer reads the file', async () => {
+    const labels = await fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'token'), caFile, rackLabel: 'example.com/rack' });
+    assert.equal(labels.rack, 'r7');
+    assert.equal(requests.at(-1)!.authorization, 'Bearer sa-token');
+    const file = join(dir, 'labels.yaml');
+    await writeNodeLabels(file, labels);
+    const read = readLabelsFile(file);
+    assert.equal(read.zone, 'z1');
+    assert.equal(read.rack, 'r7');
+  });
+
+  it('names the problem: a node it may not read, a missing token, an API server it cannot reach', async () => {
+    await assert.rejects(
+      fetchNodeLabels({ node: 'node-b', apiServer: url, tokenFile: join(dir, 'token'), caFile }),
+      /GET \/api\/v1\/nodes\/node-b: HTTP 403 .*needs "get" on nodes/,
+    );
+    await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'missing'), caFile }), /cannot read the service account token at .*missing/);
+    await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: 'https://127.0.0.1:1', tokenFile: join(dir, 'token'), caFile }), /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:1/);
   });
 });

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { UserError } from '../../common/errors.js';
 import { NodeSetupError } from '../../node-setup/errors.js';
+import { fetchNodeLabels, writeNodeLabels } from '../../node-setup/node-labels.js';
 import { setUpNode, undoNodeSetup, type NodeSetupReport } from '../../node-setup/node-setup.js';
 import { collect } from '../shared.js';
 
@@ -63,4 +64,33 @@ function parseConfigVersion(value: string | undefined): 2 | 3 | undefined {
   if (value === undefined) return undefined;
   if (value === '2' || value === '3') return Number(value) as 2 | 3;
   throw new UserError(`--config-version: expected 2 or 3, got "${value}"`);
+}
+
+/** `starling node-labels`: writes this node's Kubernetes labels for `starling peer --labels-file`. */
+export function registerNodeLabelsCommand(program: Command): void {
+  program
+    .command('node-labels')
+    .description("write this node's Kubernetes labels (zone, rack, …) to a file for `starling peer --labels-file`")
+    .requiredOption('--node <name>', 'the node (in a pod: the downward API\'s spec.nodeName)')
+    .requiredOption('--out <file>', 'where to write the labels (YAML)')
+    .option('--rack-label <key>', 'the node label that names its rack; its value becomes the peer label "rack"')
+    .option('--api-server <url>', 'the Kubernetes API (default: the in-cluster service)')
+    .option('--token-file <file>', 'bearer token (default: the pod\'s service account token)')
+    .option('--ca-file <file>', 'CA of the API server (default: the pod\'s service account ca.crt)')
+    .action(async (options) => {
+      try {
+        const labels = await fetchNodeLabels({
+          node: options.node,
+          apiServer: options.apiServer,
+          tokenFile: options.tokenFile,
+          caFile: options.caFile,
+          rackLabel: options.rackLabel || undefined,
+        });
+        await writeNodeLabels(options.out, labels);
+        console.log(`${options.out}: ${Object.keys(labels).length} labels of node ${options.node}${labels.rack ? ` (rack ${labels.rack})` : ''}`);
+      } catch (error) {
+        if (error instanceof NodeSetupError) throw new UserError(error.message);
+        throw error;
+      }
+    });
 }
