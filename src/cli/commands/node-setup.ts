@@ -13,8 +13,8 @@ export function registerNodeSetupCommand(program: Command): void {
     .option('--containerd-config <path>', "containerd's config.toml (k3s/RKE2: the rendered one; their template is edited)")
     .option('--hosts-dir <dir>', 'hosts.toml folder when config.toml sets no config_path (default /etc/containerd/certs.d)')
     .option('--mirror <url>', 'the peer mirror as the runtime reaches it', 'http://127.0.0.1:65001')
-    .option('--registry <host[:port]>', 'a registry to pull through the mirror (repeatable; default: every registry, via _default)', collect, [])
-    .option('--insecure-registry <host[:port]>', 'a registry containerd falls back to over plain HTTP (repeatable)', collect, [])
+    .option('--registry <host[:port],...>', 'registries to pull through the mirror (repeatable; default: every registry, via _default)', collect, [])
+    .option('--insecure-registry <host[:port],...>', 'registries containerd falls back to over plain HTTP (repeatable)', collect, [])
     .option('--lazy', 'also add the Starling snapshotter and make the CRI plugin use it')
     .option('--snapshotter-socket <path>', "the snapshotter's gRPC socket (with --lazy)", '/run/starling/snapshotter.sock')
     .option('--registries-conf-dir <dir>', 'CRI-O/podman: write a registries.conf drop-in here (e.g. /etc/containers/registries.conf.d)')
@@ -42,8 +42,8 @@ export function registerNodeSetupCommand(program: Command): void {
             containerdConfig: options.containerdConfig,
             hostsDir: options.hostsDir,
             mirror: options.mirror,
-            registries: options.registry,
-            insecureRegistries: options.insecureRegistry,
+            registries: splitList(options.registry),
+            insecureRegistries: splitList(options.insecureRegistry),
             lazy: options.lazy ? { snapshotterSocket: options.snapshotterSocket } : undefined,
             registriesConfDir: options.registriesConfDir,
             configVersion: parseConfigVersion(options.configVersion),
@@ -58,6 +58,11 @@ export function registerNodeSetupCommand(program: Command): void {
       }
       for (const line of report.lines) console.log(line);
     });
+}
+
+/** Repeated flags whose values may also be comma-separated lists (a ConfigMap value may be empty). */
+function splitList(values: string[]): string[] {
+  return values.flatMap((value) => value.split(',')).map((value) => value.trim()).filter(Boolean);
 }
 
 function parseConfigVersion(value: string | undefined): 2 | 3 | undefined {
