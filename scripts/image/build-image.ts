@@ -24,11 +24,17 @@ export const DEFAULT_CACHE = '/var/tmp/starling-image';
 /** Debian packages in the base layer: what node, the native addons and node-setup's restart need at run time. */
 const DEBIAN_PACKAGES = ['libc6', 'libgcc-s1', 'libstdc++6', 'libfuse3-3', 'busybox-static'];
 /** busybox applets linked in /bin: a shell for debugging, nsenter for node-setup's restart, mount tools for the snapshotter. */
-const BUSYBOX_APPLETS = ['sh', 'nsenter', 'mount', 'umount', 'ls', 'cat', 'ps', 'kill', 'sleep', 'env'];
+const BUSYBOX_APPLETS = ['sh', 'nsenter', 'mount', 'umount', 'ls', 'cat', 'ps', 'kill', 'sleep', 'env', 'id'];
 /** The non-root user the manager and the scheduler run as (the peer and snapshotter need root). */
 export const IMAGE_USER = { uid: 65532, gid: 65532, name: 'starling' };
 const APP_DIR = '/opt/starling';
 const NATIVE_ADDONS = ['digest', 'fuse', 'sendfile'];
+/**
+ * Every file's time in every layer: fixed rather than the commit's, so a layer whose files did not
+ * change keeps its digest across commits and a node upgrading Starling fetches only what changed
+ * (usually the 0.3 MiB app layer). The config's `created` is the commit's time.
+ */
+const LAYER_MTIME = new Date('2020-01-01T00:00:00Z');
 
 export interface BuildImageOptions {
   tag?: string;
@@ -68,7 +74,6 @@ export async function buildStarlingImage(options: BuildImageOptions = {}): Promi
   await mkdir(buildDir, { recursive: true });
   const staging = await mkdtemp(join(buildDir, 'staging-'));
   try {
-    const mtime = new Date(inputs.sourceDateEpoch * 1000);
     const layerDir = join(staging, 'layers');
     await mkdir(layerDir);
     const layers: Array<{ name: string; written: WrittenLayer; file: string }> = [];
@@ -79,14 +84,14 @@ export async function buildStarlingImage(options: BuildImageOptions = {}): Promi
       ['app', await appEntries()],
     ] as const) {
       const file = join(layerDir, `${name}.tar.gz`);
-      const written = await writeLayer(entries, file, mtime);
+      const written = await writeLayer(entries, file, LAYER_MTIME);
       log(`layer ${name}: ${mib(written.size)} compressed (${written.digest})`);
       layers.push({ name, written, file });
     }
     const layoutDir = join(buildDir, 'oci');
     const store = new LayoutStore(layoutDir);
     for (const layer of layers) await store.putBlob({ digest: layer.written.digest, size: layer.written.size }, async () => layer.file);
-    const config = Buffer.from(JSON.stringify(imageConfig(inputs, layers, mtime)));
+    const config = Buffer.from(JSON.stringify(imageConfig(inputs, layers, new Date(inputs.sourceDateEpoch * 1000))));
     const configFile = join(staging, 'config.json');
     await writeFile(configFile, config);
     const configDigest = `sha256:${createHash('sha256').update(config).digest('hex')}`;
@@ -108,6 +113,7 @@ export async function buildStarlingImage(options: BuildImageOptions = {}): Promi
       cached: false,
     };
     await writeFile(resultFile, JSON.stringify(result, null, 2));
+    await pruneCache(cacheDir, KEPT_BUILDS);
     return result;
   } finally {
     await rm(staging, { recursive: true, force: true });
@@ -242,8 +248,10 @@ function keepModuleFile(relative: string, isDir: boolean): boolean {
   const parts = relative.split('/');
   const packageDepth = parts[0]?.startsWith('@') ? 2 : 1;
   const inside = parts.slice(packageDepth);
-  if (inside[0] === 'build') return isDir ? !/^(obj|obj\.target|\.deps|deps)$/.test(inside[1] ?? '') : relative.endsWith('.node');
-  if ((inside[0] === 'deps' || inside[0] === 'src') && existsSync(join(REPO, 'node_modules', ...parts.slice(0, packageDepth), 'binding.gyp'))) return false;
+  // A package built by node-gyp: its build/ holds objects beside the .node, deps/ and src/ its C sources.
+  const native = existsSync(join(REPO, 'node_modules', ...parts.slice(0, packageDepth), 'binding.gyp'));
+  if (native && inside[0] === 'build') return isDir ? !/^(obj|obj\.target|\.deps|deps)$/.test(inside[1] ?? '') : relative.endsWith('.node');
+  if (native && (inside[0] === 'deps' || inside[0] === 'src')) return false;
   if (parts[0] === '.bin') return false;
   return isDir || !/(\.d\.ts|\.d\.mts|\.d\.cts|\.map|\.md|\.markdown)$/i.test(relative) || /license/i.test(relative);
 }
@@ -282,6 +290,19 @@ function imageConfig(inputs: Inputs, layers: Array<{ name: string; written: Writ
 }
 
 // ---------------------------------------------------------------- helpers
+
+/** Builds kept in the cache (each about 140 MB): the newest few, so switching branches stays cheap. */
+const KEPT_BUILDS = 3;
+
+async function pruneCache(cacheDir: string, keep: number): Promise<void> {
+  const builds = [];
+  for (const name of await readdir(cacheDir)) {
+    const result = join(cacheDir, name, 'build.json');
+    if (existsSync(result)) builds.push({ dir: join(cacheDir, name), mtime: (await stat(result)).mtimeMs });
+  }
+  builds.sort((a, b) => b.mtime - a.mtime);
+  for (const old of builds.slice(keep)) await rm(old.dir, { recursive: true, force: true });
+}
 
 async function listFiles(dir: string, prefix = ''): Promise<string[]> {
   if (!existsSync(dir)) return [];

@@ -9,7 +9,7 @@ import { posix, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { PassThrough, Transform } from 'node:stream';
 import { createGzip } from 'node:zlib';
-import tar from 'tar-stream';
+import tar, { type Pack } from 'tar-stream';
 
 export type LayerEntry =
   | { type: 'dir'; path: string; mode: number; uid?: number; gid?: number }
@@ -92,10 +92,13 @@ function withParents(entries: Map<string, LayerEntry>): Map<string, LayerEntry> 
   return all;
 }
 
-function addEntry(pack: tar.Pack, header: tar.Headers, source?: string): Promise<void> {
+function addEntry(pack: Pack, header: Parameters<Pack['entry']>[0], source?: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    const sink = pack.entry(header, (error) => (error ? reject(error) : resolve()));
-    if (source) pipeline(createReadStream(source), sink as unknown as PassThrough).catch(reject);
-    else sink.end();
+    const done = (error?: Error | null) => (error ? reject(error) : resolve());
+    if (!source) {
+      pack.entry(header, Buffer.alloc(0), done); // a folder or a link: no body
+      return;
+    }
+    pipeline(createReadStream(source), pack.entry(header, done) as unknown as PassThrough).catch(reject);
   });
 }

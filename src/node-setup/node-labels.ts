@@ -35,7 +35,8 @@ export async function fetchNodeLabels(options: NodeLabelsOptions): Promise<Recor
     }
     const text = await response.body.text();
     if (response.statusCode !== 200) {
-      throw new NodeSetupError(`GET ${url.pathname}: HTTP ${response.statusCode} ${text.slice(0, 200)} (the service account needs "get" on nodes)`);
+      const hint = response.statusCode === 403 ? ' (the service account needs "get" on nodes)' : response.statusCode === 404 ? ` (no node named "${options.node}")` : '';
+      throw new NodeSetupError(`GET ${url.pathname}: HTTP ${response.statusCode} ${text.slice(0, 200).trim()}${hint}`);
     }
     const labels = (JSON.parse(text) as { metadata?: { labels?: Record<string, string> } }).metadata?.labels ?? {};
     const out: Record<string, string> = { ...labels };

@@ -346,7 +346,7 @@ describe('node labels from the Kubernetes API', () => {
   it('names the problem: a node it may not read, a missing token, an API server it cannot reach', async () => {
     await assert.rejects(
       fetchNodeLabels({ node: 'node-b', apiServer: url, tokenFile: join(dir, 'token'), caFile }),
-      /GET \/api\/v1\/nodes\/node-b: HTTP 403 .*needs "get" on nodes/,
+      /GET \/api\/v1\/nodes\/node-b: HTTP 403 .*the service account needs "get" on nodes/,
     );
     await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'missing'), caFile }), /cannot read the service account token at .*missing/);
     await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: 'https://127.0.0.1:1', tokenFile: join(dir, 'token'), caFile }), /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:1/);
