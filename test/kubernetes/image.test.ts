@@ -58,9 +58,8 @@ describe("Starling's image", () => {
     env = { CONTAINERS_CONF: path.join(tmp.path, 'containers.conf') };
     image = await buildStarlingImage({ log: (line) => console.log(`# ${line}`) });
     imageName = `localhost/starling-test:${image.manifestDigest.slice(7, 19)}`;
-    const pulled = await podman(['pull', '-q', image.ociRef]);
-    assert.equal(pulled.code, 0, pulled.stderr);
-    await runOk('podman', ['tag', pulled.stdout.trim(), imageName], { env });
+    // skopeo, not podman pull: podman would name the image after its folder as well.
+    await runOk('skopeo', ['copy', '--quiet', image.ociRef, `containers-storage:${imageName}`], { env });
     onExitCleanup(() => {
       // best effort when a test crashes: the containers and the tag this file made
       for (const id of containers) void run('podman', ['rm', '-f', id]);
@@ -109,8 +108,7 @@ describe("Starling's image", () => {
     };
     assert.equal(manifest.layers.length, image.layers.length);
     for (const layer of manifest.layers) assert.ok(layer.annotations?.[TOC_DIGEST_ANNOTATION], 'every layer has its TOC digest');
-    // (podman would name the image after the folder, whose temp name has capitals: skopeo names it.)
-    const converted = `localhost/starling-esgz-test:${process.pid}`;
+    const converted = `localhost/starling-test-estargz:${process.pid}`;
     await runOk('skopeo', ['copy', '--quiet', `oci:${out}:esgz`, `containers-storage:${converted}`], { env });
     const version = await podman(['run', '--rm', ...ULIMITS, converted, '--version']);
     await podman(['rmi', converted]);
@@ -201,14 +199,17 @@ describe("Starling's image", () => {
         const initPod = { ...pod, metadata: { ...pod.metadata, name: `${podName}-${init.name}` }, spec: { ...mainSpec, restartPolicy: 'Never', containers: [init] } };
         const file = path.join(tmp.path, `${init.name}.yaml`);
         await fsp.writeFile(file, [stringify(configMap), stringify(initPod)].join('---\n'));
-        const played = await podman(['kube', 'play', file], 300_000);
-        assert.equal(played.code, 0, `podman kube play ${init.name}: ${played.stderr}${played.stdout}`);
-        const container = `${podName}-${init.name}-${init.name}`;
-        const exit = await podman(['wait', container], 120_000);
-        const logs = await podman(['logs', container]);
-        initLogs.push(logs.stdout + logs.stderr);
-        assert.equal(exit.stdout.trim(), '0', `${init.name} exited ${exit.stdout}: ${initLogs.at(-1)}`);
-        await podman(['kube', 'down', file]);
+        try {
+          const played = await podman(['kube', 'play', file], 300_000);
+          assert.equal(played.code, 0, `podman kube play ${init.name}: ${played.stderr}${played.stdout}`);
+          const container = `${podName}-${init.name}-${init.name}`;
+          const exit = await podman(['wait', container], 120_000);
+          const logs = await podman(['logs', container]);
+          initLogs.push(logs.stdout + logs.stderr);
+          assert.equal(exit.stdout.trim(), '0', `${init.name} exited ${exit.stdout}: ${initLogs.at(-1)}`);
+        } finally {
+          await podman(['kube', 'down', file]);
+        }
       }
       podFile = path.join(tmp.path, 'pod.yaml');
       await fsp.writeFile(podFile, [stringify(configMap), stringify({ ...pod, spec: mainSpec })].join('---\n'));
