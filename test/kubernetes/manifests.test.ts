@@ -145,7 +145,8 @@ describe('deploy/kubernetes', () => {
     for (const overlay of ['ha', 'ha-trial']) {
       const manager = find(overlay, 'Deployment', 'starling-manager');
       assert.equal(manager.spec.replicas, 3);
-      assert.ok(container(manager, 'manager').args.includes('--db=$(STARLING_DB_URL)'));
+      assert.equal(container(manager, 'manager').env.at(-1).name, 'STARLING_MANAGER_DB', 'the database URL, kept off the command line');
+      assert.equal(container(manager, 'manager').readinessProbe.httpGet.path, '/readyz');
       assert.equal(rendered[overlay]!.some((o) => o.kind === 'PersistentVolumeClaim'), false, `${overlay}: no SQLite volume`);
       assert.equal(find(overlay, 'StatefulSet', 'starling-scheduler').spec.replicas, 3);
       assert.equal(find(overlay, 'StatefulSet', 'starling-seed').spec.replicas, 2);
@@ -156,7 +157,7 @@ describe('deploy/kubernetes', () => {
     const external = container(find('ha', 'Deployment', 'starling-manager'), 'manager').env;
     assert.equal(external[0].valueFrom.secretKeyRef.name, 'starling-manager-db');
     const trial = container(find('ha-trial', 'Deployment', 'starling-manager'), 'manager').env;
-    assert.deepEqual(trial.map((e: any) => e.name), ['PGPASSWORD', 'STARLING_DB_URL'], 'the password is defined before the URL that uses it');
+    assert.deepEqual(trial.map((e: any) => e.name), ['PGPASSWORD', 'STARLING_MANAGER_DB'], 'the password is defined before the URL that uses it');
     assert.equal(trial[0].valueFrom.secretKeyRef.name, 'starling-postgres');
     assert.ok(rendered['ha-trial']!.some((o) => o.kind === 'Secret' && o.metadata.name === 'starling-postgres'));
     find('ha-trial', 'StatefulSet', 'starling-postgres');
