@@ -4,6 +4,7 @@
 // it reads hosts.toml files on every pull.
 
 import { execFile } from 'node:child_process';
+import { stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { isRegistryHost } from '../oci/registry-hosts.js';
@@ -74,6 +75,8 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
     const insecure = new Set(options.insecureRegistries);
     const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
     const folders = registries.length ? registries : ['_default'];
+    const warning = await otherFilesystemWarning(plan.hostsDir, target.path);
+    if (warning) lines.push(warning);
     for (const folder of folders) {
       const file = join(plan.hostsDir, folder, 'hosts.toml');
       const existing = await readIfExists(file);
@@ -154,6 +157,23 @@ async function configTarget(configFile: string, newVersion: ContainerdConfigVers
     throw new NodeSetupError(`${template} is a Go template (it holds "{{"): node-setup edits plain TOML only; add the settings it prints with --help by hand`);
   }
   return { path: template, text: templateText ?? text };
+}
+
+/**
+ * A hosts folder on another filesystem than config.toml is fine on a host, but in a container it
+ * usually means the folder is not mounted: hosts.toml files written there would vanish with the
+ * container while containerd reads an empty folder. Said, not refused.
+ */
+async function otherFilesystemWarning(hostsDir: string, configFile: string): Promise<string | undefined> {
+  const device = async (path: string): Promise<number> => {
+    for (let p = path; ; p = dirname(p)) {
+      const info = await stat(p).catch(() => undefined);
+      if (info) return info.dev;
+      if (p === dirname(p)) return -1;
+    }
+  };
+  if ((await device(hostsDir)) === (await device(dirname(configFile)))) return undefined;
+  return `warning: the hosts folder ${hostsDir} is not on the filesystem of ${configFile}; in a container, mount it too, or its hosts.toml files are lost`;
 }
 
 /** systemctl in the host's namespaces (the init container runs with hostPID). */

@@ -261,6 +261,25 @@ describe('node-setup files and undo', () => {
     assert.equal(await readFile(config, 'utf8'), before);
   });
 
+  it('warns when the hosts folder is on another filesystem than config.toml (in a pod: not mounted)', async () => {
+    const root = await mkdtemp(join(dir, 'n-'));
+    const config = join(root, 'config.toml');
+    await writeFile(config, DEBIAN_CONFIG);
+    const options = { containerdConfig: config, mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], restart: false };
+    const same = await setUpNode({ ...options, hostsDir: join(root, 'certs.d') });
+    assert.ok(!same.lines.some((l) => l.startsWith('warning')), same.lines.join('\n'));
+    await undoNodeSetup({ containerdConfig: config, force: false, restart: false });
+    // /dev/shm is a tmpfs of its own on every Linux machine.
+    const other = await mkdtemp('/dev/shm/starling-hosts-');
+    try {
+      const report = await setUpNode({ ...options, hostsDir: join(other, 'certs.d') });
+      assert.ok(report.lines.some((l) => /^warning: the hosts folder .* is not on the filesystem of .*config\.toml/.test(l)), report.lines.join('\n'));
+      await undoNodeSetup({ containerdConfig: config, force: false, restart: false });
+    } finally {
+      await rm(other, { recursive: true, force: true });
+    }
+  });
+
   it('a hosts.toml that does not parse stops the run before config.toml is touched', async () => {
     const root = await mkdtemp(join(dir, 'n-'));
     const config = join(root, 'config.toml');
