@@ -13,13 +13,14 @@ import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
 import { buildStarlingImage, IMAGE_USER, type BuiltStarlingImage } from '../../scripts/image/build-image.js';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
-import { buildImage, pushImage } from '../fixtures/images.js';
+import { buildImage, imageInfo, pushImage } from '../fixtures/images.js';
 import { TOC_DIGEST_ANNOTATION } from '../../src/estargz/index.js';
 import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
 import { freePort, makeTempDir, onExitCleanup, run, runOk, waitFor, waitForHttp, type TempDir } from '../fixtures/processes.js';
 import { blobRequests, makeServerCertificate, startRegistry, type Registry } from '../fixtures/registry.js';
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
+const BUILD_SCRIPT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../scripts/image/build-image.ts');
 const MiB = 1 << 20;
 // podman here needs limits root can actually set (STACK.md); kube play takes them from containers.conf.
 const ULIMITS = ['--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=4096:4096'];
@@ -97,6 +98,20 @@ describe("Starling's image", () => {
     const again = await buildStarlingImage({ cacheDir: path.join(tmp.path, 'cache'), noCache: true });
     assert.deepEqual(again.layers.map((l) => l.digest), image.layers.map((l) => l.digest));
     assert.equal(again.manifestDigest, image.manifestDigest);
+  });
+
+  test('pushes to a registry when one is named, keeping its digest', async () => {
+    const registry = await startRegistry();
+    try {
+      const result = await run(process.execPath, ['--import', 'tsx', BUILD_SCRIPT, '--push', `${registry.host}/starling/starling:test`, '--dest-tls-verify=false'], { timeoutMs: 300_000 });
+      assert.equal(result.code, 0, result.stderr);
+      assert.match(result.stdout, /size \d+\.\d MiB compressed/);
+      assert.match(result.stdout, new RegExp(`pushed to ${registry.host}/starling/starling:test`));
+      const pushed = await imageInfo(registry.host, 'starling/starling:test');
+      assert.equal(pushed.digest, image.manifestDigest);
+    } finally {
+      await registry.stop();
+    }
   });
 
   test('converts to eStargz with starling convert, and the converted image still runs', async () => {
