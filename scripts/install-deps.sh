@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   ca-certificates iproute2 procps psmisc util-linux
   docker-registry apache2-utils nginx-light
-  containerd runc skopeo podman catatonit umoci busybox-static
+  containerd runc skopeo podman catatonit umoci busybox-static binutils
   golang-go golang-github-containerd-stargz-snapshotter-dev stargz-snapshotter
   fuse3 libfuse3-dev pkg-config attr
   curl ethtool aria2 opentracker mktorrent
