@@ -15,6 +15,11 @@ export interface QuotaOptions {
   lowWatermark: number;
 }
 
+/** A blob the store cannot hold at all: bigger than its quota, or than a file may be here. */
+export class BlobTooLargeError extends Error {
+  override name = 'BlobTooLargeError';
+}
+
 export interface EvictionEvent {
   digest: string;
   bytes: number;
@@ -67,7 +72,18 @@ export class BlobStore {
   async create(digest: string, size: number, isPublic: boolean, pieceSize = pieceSizeFor(size)): Promise<StoredBlob> {
     const existing = this.blobs.get(digest);
     if (existing) return existing;
-    const blob = await StoredBlob.create(this.dirFor(digest), { digest, size, pieceSize, public: isPublic });
+    if (this.quota.quota > 0 && size > this.quota.quota) {
+      throw new BlobTooLargeError(`blob ${digest} is announced with ${size} bytes, more than this peer's disk quota of ${this.quota.quota} bytes`);
+    }
+    let blob: StoredBlob;
+    try {
+      blob = await StoredBlob.create(this.dirFor(digest), { digest, size, pieceSize, public: isPublic });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'EFBIG' && code !== 'ENOSPC') throw error;
+      await rm(this.dirFor(digest), { recursive: true, force: true });
+      throw new BlobTooLargeError(`blob ${digest} is announced with ${size} bytes, more than this peer's disk can hold in one file (${code})`);
+    }
     this.blobs.set(digest, blob);
     return blob;
   }
@@ -86,7 +102,11 @@ export class BlobStore {
     if (blob.hasPiece(index)) return;
     await blob.writePiece(index, bytes, check);
     if (this.blobs.get(blob.digest) === blob) this.usage += bytes.length;
-    if (this.quota.quota > 0 && this.usage > this.quota.quota * this.quota.highWatermark) await this.evict();
+    if (this.overHighWatermark()) await this.evict();
+  }
+
+  private overHighWatermark(): boolean {
+    return this.quota.quota > 0 && this.usage > this.quota.quota * this.quota.highWatermark;
   }
 
   /** Marks a blob as in use (being read or fetched): eviction never touches it. Returns the release. */
@@ -97,8 +117,13 @@ export class BlobStore {
       if (released) return;
       released = true;
       const count = (this.inUse.get(digest) ?? 1) - 1;
-      if (count <= 0) this.inUse.delete(digest);
-      else this.inUse.set(digest, count);
+      if (count > 0) return void this.inUse.set(digest, count);
+      this.inUse.delete(digest);
+      // A blob that was in use when the store passed its high watermark was spared then: it goes now,
+      // not at the next write, which may never come.
+      if (this.overHighWatermark()) {
+        this.evict().catch((error: Error) => this.log.warn({ err: error.message }, 'eviction failed'));
+      }
     };
   }
 

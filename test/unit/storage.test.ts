@@ -129,4 +129,34 @@ describe('BlobStore', () => {
     release();
     await store.close();
   });
+
+  it('evicts a blob that was spared while in use as soon as it is released, without waiting for another write', async () => {
+    const quota = { quota: 10 * 1024, highWatermark: 0.9, lowWatermark: 0.5 };
+    const evicted: string[] = [];
+    const store = await BlobStore.open(dir, quota, silentLogger, (event) => evicted.push(event.digest));
+    const bytes = randomBytes(9.5 * 1024);
+    const blob = await store.create(digestOf(bytes), bytes.length, true);
+    const release = store.acquire(blob.digest);
+    await store.writePiece(blob, 0, bytes, sha(bytes)); // over the high watermark, but in use
+    assert.deepEqual(evicted, []);
+    release();
+    await waitUntil(() => evicted.length === 1);
+    assert.deepEqual(evicted, [blob.digest]);
+    assert.equal(store.usedBytes, 0);
+    await store.close();
+  });
+
+  it('refuses a blob larger than its quota, or than the file system allows, with an error naming the size', async () => {
+    const limited = await BlobStore.open(dir, { quota: 1024 * 1024, highWatermark: 0.9, lowWatermark: 0.5 }, silentLogger);
+    await assert.rejects(limited.create(digestOf('huge'), 2 ** 50, true), /announced with 1125899906842624 bytes, more than this peer's disk quota of 1048576 bytes/);
+    await limited.close();
+    const unlimited = await BlobStore.open(dir, noQuota, silentLogger);
+    await assert.rejects(unlimited.create(digestOf('huge'), 2 ** 52, true), /announced with 4503599627370496 bytes, more than this peer's disk can hold in one file \(EFBIG\)/);
+    assert.equal(unlimited.blobCount, 0, 'nothing is left behind');
+    await unlimited.close();
+  });
 });
+
+async function waitUntil(predicate: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !predicate(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+}
