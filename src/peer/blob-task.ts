@@ -7,7 +7,7 @@ import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
 import { GrowingPiece } from './growing-piece.js';
 import { pieceBuffers } from './piece-buffers.js';
-import { UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
+import { BlobSizeMismatchError, UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
 
 export class BlobDigestMismatchError extends Error {
   override name = 'BlobDigestMismatchError';
@@ -158,6 +158,17 @@ export class BlobTask {
   }
 
   /**
+   * Resolves once piece `index` (already requested) is stored or its bytes have begun to arrive:
+   * the source has answered. Rejects if its fetch failed first, so a response not yet begun can
+   * still say why with its status.
+   */
+  async waitForFirstBytes(index: number): Promise<void> {
+    const stored = this.waitForPiece(index);
+    stored.catch(() => undefined); // raced below only while nothing has arrived
+    while (!this.blob.hasPiece(index) && !this.growing.has(index)) await Promise.race([stored, this.growthSignal.promise]);
+  }
+
+  /**
    * Registers a fetch of piece `index` whose bytes may be relayed while they arrive. The
    * caller fills the returned piece's buffer, calls `advance` as it goes and `end` when done
    * (after storing the piece: `end` lets go of the fetch's hold on the pooled buffer).
@@ -203,6 +214,7 @@ export class BlobTask {
    */
   async waitForOriginBytes(index: number, seen: number): Promise<GrowingPiece | undefined> {
     const stored = this.waitForPiece(index);
+    stored.catch(() => undefined); // a failure after the bytes were handed out is the next caller's to see
     while (!this.blob.hasPiece(index)) {
       const growing = this.growingPiece(index, true);
       if (growing && growing.filled > seen) {
@@ -255,6 +267,7 @@ export class BlobTask {
         if (pending.length) throw new Error(`${source.description} did not deliver every piece it was asked for`);
       } catch (error) {
         const err = error as Error;
+        if (err instanceof BlobSizeMismatchError) return void this.fail(err).catch(() => undefined);
         // The origin's own refusal (401, 404...) is final; a broken connection is worth a retry.
         const retryable = !(err instanceof UpstreamStatusError) && !(err instanceof BlobDigestMismatchError);
         pending = this.missingRuns(run);

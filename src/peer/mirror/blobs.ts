@@ -51,6 +51,11 @@ export class BlobService {
         () => this.deps.metrics.originRangeIgnored.inc(),
       );
       await this.respond(req, res, lease.task, this.deps.sourceFor?.(lease.task, origin) ?? origin);
+    } catch (error) {
+      if (!(error instanceof UpstreamStatusError) || res.headersSent) throw error;
+      // The registry's own refusal reaches the client as it is; its failures become a 502 naming them.
+      if (error.status < 500) relayRefusal(res, error.status, error.headers, error.body, req.method === 'HEAD');
+      else throw new OciError('UNAVAILABLE', `${error.message}`, { status: 502 });
     } finally {
       lease.task.blob.touch();
       lease.release();
@@ -126,11 +131,12 @@ export class BlobService {
       });
     }
     if (range.kind === 'none') {
-      res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
-      if (headOnly) return void res.end();
+      if (headOnly) return void res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size }).end();
       // The last bytes of a whole-blob read wait for the digest check: a bad blob never arrives complete.
       task.streamingReaders++;
       try {
+        await this.whenSourceAnswers(task, { start: 0, end: size - 1 }, source);
+        res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
         await this.streamRange(res, task, { start: 0, end: size - 1 }, source, true);
       } finally {
         task.streamingReaders--;
@@ -138,6 +144,7 @@ export class BlobService {
       }
       return void res.end();
     }
+    if (!headOnly) await this.whenSourceAnswers(task, range.ranges[0]!, source);
     if (range.ranges.length === 1) {
       const only = range.ranges[0]!;
       res.writeHead(206, {
@@ -165,6 +172,17 @@ export class BlobService {
     }
     await writeChunk(res, layout.tail);
     res.end();
+  }
+
+  /**
+   * Starts fetching the pieces of `range` and waits until the first one is stored or arriving.
+   * The status line waits for it: a registry that fails after its HEAD said 200 (a 500, a 401, a
+   * length it did not announce) then gets its client a status that says so, not a 200 cut short.
+   */
+  private async whenSourceAnswers(task: BlobTask, range: ByteRange, source: PieceSource): Promise<void> {
+    const [first, last] = coveringPieces(task, range);
+    task.request(first, last, source);
+    await task.waitForFirstBytes(first);
   }
 
   /** Sends bytes [start, end] as their pieces become available, fetching the missing ones. */

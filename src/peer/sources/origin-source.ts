@@ -4,7 +4,7 @@ import type { BufferBody } from '../../oci/buffer-body.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
 import type { GrowingPiece } from '../growing-piece.js';
-import { UpstreamStatusError, type PieceBuffers, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
+import { BlobSizeMismatchError, UpstreamStatusError, type PieceBuffers, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
 
 /** Pieces handed to the sink but not yet stored, while reading goes on. */
 const PIPELINE_DEPTH = 2;
@@ -64,13 +64,17 @@ export class OriginSource implements PieceSource {
       const length = Number(response.headers['content-length'] ?? layout.size);
       if (length !== layout.size) {
         response.body.destroy();
-        throw new Error(`origin sent ${length} bytes for a blob of ${layout.size} bytes`);
+        throw new BlobSizeMismatchError(`origin sent ${length} bytes for a blob of ${layout.size} bytes`);
       }
       bodyStart = 0;
     } else if (statusCode === 206 && !wholeBlob) {
       const contentRange = String(response.headers['content-range'] ?? '');
-      const expected = new RegExp(`^bytes ${start}-${end}/(?:${layout.size}|\\*)$`);
-      if (!expected.test(contentRange)) {
+      const answered = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(contentRange);
+      if (answered && answered[3] !== '*' && Number(answered[3]) !== layout.size) {
+        response.body.destroy();
+        throw new BlobSizeMismatchError(`origin answered a range of a blob of ${layout.size} bytes with Content-Range "${contentRange}"`);
+      }
+      if (!answered || Number(answered[1]) !== start || Number(answered[2]) !== end) {
         response.body.destroy();
         throw new Error(`origin answered bytes ${start}-${end} with Content-Range "${contentRange}"`);
       }

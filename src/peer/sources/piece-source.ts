@@ -66,3 +66,12 @@ export class UpstreamStatusError extends Error {
     super(message);
   }
 }
+
+/**
+ * The origin's answer contradicts the blob's size as recorded when its task was created (from a
+ * HEAD): one of the two is wrong, and a blob of the wrong size never verifies. The task is
+ * dropped rather than retried, so the next request asks the origin afresh.
+ */
+export class BlobSizeMismatchError extends Error {
+  override name = 'BlobSizeMismatchError';
+}

@@ -6,7 +6,7 @@ import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
-import { lastPieceFirst, type PieceProvenance, type PieceRun } from '../sources/piece-source.js';
+import { BlobSizeMismatchError, lastPieceFirst, type PieceProvenance, type PieceRun } from '../sources/piece-source.js';
 import { wantsSecondParent } from './endgame.js';
 import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
@@ -550,6 +550,8 @@ export class SwarmDownload {
         )
         .catch((error: Error) => {
           this.log.warn({ task: this.task.digest, err: error.message, attempt: this.originAttempts }, 'origin fetch failed');
+          // The blob's recorded size is wrong or the origin lies about it: drop the task (closing this download).
+          if (error instanceof BlobSizeMismatchError) return void this.task.fail(error).catch(() => undefined);
           if (++this.originAttempts > 3) this.giveUp(error);
         })
         .finally(() => {

@@ -1,0 +1,109 @@
+// A registry that lies to the peer mirror: wrong lengths, wrong bytes, failures after a 200 HEAD,
+// connections cut part-way, bodies that trickle, absurd sizes. Each gets its client a clear answer,
+// the peer goes on serving, and nothing wrong is kept: a later honest answer gets the right bytes.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { request } from 'undici';
+import { startLyingRegistry, type LyingRegistry } from '../fixtures/lying-registry.js';
+import { startPeer, type RunningPeerProcess } from '../fixtures/peer.js';
+
+const sha256 = (bytes: Buffer) => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
+
+describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
+  let registry: LyingRegistry;
+  let peer: RunningPeerProcess;
+
+  before(async () => {
+    registry = await startLyingRegistry();
+    peer = await startPeer({ insecure: [registry.host] });
+  });
+  after(async () => {
+    await peer?.stop();
+    await registry?.stop();
+  });
+
+  async function pull(digest: string, headers: Record<string, string> = {}) {
+    const chunks: Buffer[] = [];
+    let status = 0;
+    let complete = false;
+    try {
+      const response = await request(`${peer.url}/v2/liar/blob/blobs/${digest}?ns=${registry.host}`, { headers });
+      status = response.statusCode;
+      for await (const chunk of response.body) chunks.push(chunk as Buffer);
+      complete = Buffer.concat(chunks).length === Number(response.headers['content-length']);
+    } catch {
+      // the peer cut the response short
+    }
+    const body = Buffer.concat(chunks);
+    return { status, body, complete, text: body.toString() };
+  }
+
+  async function stillServing(): Promise<void> {
+    assert.ok(peer.service.running, `the peer exited:\n${peer.service.logTail()}`);
+    const health = await request(`${peer.url}/healthz`);
+    assert.equal(await health.body.text(), 'ok\n');
+  }
+
+  it('answers 502 naming the lengths when a GET sends another length than the HEAD announced, and keeps serving', async () => {
+    const { digest, bytes } = registry.add({ size: 3000, lies: { headLength: 3001 } });
+    const first = await pull(digest);
+    assert.equal(first.status, 502);
+    assert.match(first.text, /origin sent 3000 bytes for a blob of 3001 bytes/);
+    await stillServing();
+
+    registry.lie(digest, {});
+    const honest = await pull(digest);
+    assert.equal(honest.status, 200);
+    assert.ok(honest.body.equals(bytes), 'the honest answer is served, nothing of the lie was kept');
+  });
+
+  it('answers 502 naming the status when the registry fails a GET after a 200 HEAD', async () => {
+    const { digest } = registry.add({ size: 5000, lies: { getStatus: 500 } });
+    const response = await pull(digest);
+    assert.equal(response.status, 502);
+    assert.match(response.text, /origin answered 500/);
+    const ranged = await pull(digest, { range: 'bytes=10-20' });
+    assert.equal(ranged.status, 502, 'a range too');
+    await stillServing();
+  });
+
+  it('refuses a blob the registry claims has 2^50 bytes with a message naming the size and the quota', async () => {
+    const { digest } = registry.add({ size: 3000, lies: { headLength: 2 ** 50 } });
+    const response = await pull(digest);
+    assert.equal(response.status, 502);
+    assert.match(response.text, /announced with 1125899906842624 bytes, more than this peer's disk quota/);
+    assert.doesNotMatch(response.text, /EFBIG|ftruncate/);
+    await stillServing();
+  });
+
+  it('never completes a whole blob whose bytes do not match its digest, and keeps nothing of it', async () => {
+    const { digest, bytes } = registry.add({ size: 6 * 1024 * 1024, lies: { wrongBytes: 'always' } });
+    const lied = await pull(digest);
+    assert.equal(lied.complete, false, 'the body is cut short: the client cannot take it for the blob');
+    await stillServing();
+    registry.lie(digest, {});
+    const honest = await pull(digest);
+    assert.equal(honest.status, 200);
+    assert.equal(sha256(honest.body), digest);
+    assert.ok(honest.body.equals(bytes));
+  });
+
+  it('cuts the response when the registry resets every connection part-way, then serves the blob once it stops', async () => {
+    const { digest, bytes } = registry.add({ size: 200_000, lies: { resetAfter: 1000 } });
+    const cut = await pull(digest);
+    assert.equal(cut.complete, false);
+    await stillServing();
+    registry.lie(digest, {});
+    const honest = await pull(digest);
+    assert.ok(honest.complete && honest.body.equals(bytes));
+  });
+
+  it('relays a body that trickles in, whole and verified', async () => {
+    const { digest, bytes } = registry.add({ size: 4000, lies: { bytesPerSecond: 4000 } });
+    const slow = await pull(digest);
+    assert.equal(slow.status, 200);
+    assert.ok(slow.complete && slow.body.equals(bytes));
+    await stillServing();
+  });
+});
