@@ -10,7 +10,7 @@ export interface ByteRange {
 export type RangeRequest =
   | { kind: 'none' }
   | { kind: 'ranges'; ranges: ByteRange[] }
-  | { kind: 'unsatisfiable' }
+  | { kind: 'unsatisfiable'; reason?: string }
   | { kind: 'invalid'; reason: string };
 
 /** More ranges than this in one request is refused: a cheap way to make a server do much work. */
@@ -41,7 +41,14 @@ export function parseRange(header: string | undefined, size: number): RangeReque
     if (start >= size) continue; // unsatisfiable on its own; others may still be served
     ranges.push({ start, end: Math.min(end, size - 1) });
   }
-  return ranges.length ? { kind: 'ranges', ranges } : { kind: 'unsatisfiable' };
+  if (!ranges.length) return { kind: 'unsatisfiable' };
+  // Overlapping ranges would make the server send bytes many times over for one request
+  // (64 copies of "0-" is 64 copies of the blob): what a client may ask for is the blob, once.
+  const total = ranges.reduce((sum, range) => sum + (range.end - range.start + 1), 0);
+  if (ranges.length > 1 && total > size) {
+    return { kind: 'unsatisfiable', reason: `the ranges ask for ${total} bytes in all, more than the blob's ${size}` };
+  }
+  return { kind: 'ranges', ranges };
 }
 
 export function contentRange(range: ByteRange, size: number): string {

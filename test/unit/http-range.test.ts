@@ -30,6 +30,12 @@ describe('parseRange', () => {
     assert.equal(parseRange('bytes=-0', size).kind, 'unsatisfiable');
     assert.equal(parseRange('bytes=0-', 0).kind, 'unsatisfiable');
   });
+  it('refuses several ranges that ask for more bytes in all than the blob holds (64 copies of "0-")', () => {
+    const overlapping = parseRange(`bytes=${Array(64).fill('0-').join(',')}`, size);
+    assert.deepEqual(overlapping, { kind: 'unsatisfiable', reason: `the ranges ask for ${64 * size} bytes in all, more than the blob's ${size}` });
+    assert.equal(parseRange('bytes=0-499,500-999', size).kind, 'ranges', 'the whole blob in two parts is fine');
+    assert.equal(parseRange('bytes=0-', size).kind, 'ranges');
+  });
   it('names what is malformed', () => {
     const cases: Array<[string, RegExp]> = [
       ['bytes=abc', /malformed byte range "abc"/],
