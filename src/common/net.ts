@@ -1,3 +1,5 @@
+import { isIPv4 } from 'node:net';
+
 export interface ListenAddress {
   host: string;
   port: number;
@@ -15,4 +17,11 @@ export function parseListenAddress(value: string, what = 'listen address'): List
 
 export function formatHostPort(address: ListenAddress): string {
   return address.host.includes(':') ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`;
+}
+
+/** Whether a peer address (as a socket reports it) is this host's loopback: 127.0.0.0/8, ::1, or either mapped. */
+export function isLoopbackAddress(address: string | undefined): boolean {
+  if (!address) return false;
+  const plain = address.startsWith('::ffff:') && isIPv4(address.slice(7)) ? address.slice(7) : address;
+  return plain === '::1' || (isIPv4(plain) && plain.startsWith('127.'));
 }

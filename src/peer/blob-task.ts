@@ -64,6 +64,12 @@ export class BlobTask {
   private readonly hasher: StreamingHash;
   private hashing: Promise<void> = Promise.resolve();
   private failure?: Error;
+  /**
+   * Stored pieces whose bytes matched a digest this peer trusts: one the scheduler vouched for
+   * (pieces from parents). Pieces read from the origin are trusted only once the whole blob
+   * verifies; until then they are streamed to the request that fetched them, and kept aside.
+   */
+  private readonly verifiedPieces = new Set<number>();
   /** Pieces being written right now, so two sources delivering one piece write it once. */
   private readonly writing = new Set<number>();
   /** Clients reading the whole blob from its start: the swarm fetches the head first for them. */
@@ -125,9 +131,13 @@ export class BlobTask {
     return this.persisted.promise;
   }
 
-  /** Starts fetching whatever of pieces [first, last] is neither stored nor already on its way. */
-  request(first: number, last: number, source: PieceSource): void {
-    if (this.failure) return;
+  /**
+   * Starts fetching whatever of pieces [first, last] is neither stored nor already on its way,
+   * and returns those pieces: the ones this caller's request brings.
+   */
+  request(first: number, last: number, source: PieceSource): Set<number> {
+    const started = new Set<number>();
+    if (this.failure) return started;
     let runStart = -1;
     const runs: PieceRun[] = [];
     for (let index = first; index <= last + 1; index++) {
@@ -139,9 +149,13 @@ export class BlobTask {
       }
     }
     for (const run of runs) {
-      for (let index = run.first; index <= run.last; index++) this.inflight.set(index, deferred());
+      for (let index = run.first; index <= run.last; index++) {
+        this.inflight.set(index, deferred());
+        started.add(index);
+      }
       void this.fetchRun(run, source);
     }
+    return started;
   }
 
   /** Resolves once piece `index` is stored; rejects if fetching it failed. */
@@ -155,6 +169,11 @@ export class BlobTask {
 
   hasPiece(index: number): boolean {
     return this.blob.hasPiece(index);
+  }
+
+  /** A stored piece that may be served to any request: the blob is verified, or the piece's digest was. */
+  pieceVerified(index: number): boolean {
+    return this.blob.complete || this.verifiedPieces.has(index);
   }
 
   /**
@@ -296,6 +315,8 @@ export class BlobTask {
       // A digest vouched for by the scheduler is the check; else the cheapest this peer may keep.
       const check = provenance.sha256 ?? (await pieceCheck(this.pieceCheckKind, bytes));
       await this.store.writePiece(this.blob, index, bytes, check);
+      // Parents' pieces were checked against the scheduler's digest before they got here.
+      if (provenance.from !== 'origin' && provenance.sha256) this.verifiedPieces.add(index);
       this.bytesBySource[provenance.from] += bytes.length;
       this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: checkSha256(check) });
     } finally {

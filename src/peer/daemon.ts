@@ -13,7 +13,7 @@ import { BlobStore } from '../storage/blob-store.js';
 import type { PeerConfig } from './config.js';
 import { readLabelsFile } from './labels.js';
 import { createPeerMetrics } from './metrics.js';
-import { AccessChecker } from './mirror/access.js';
+import { AccessChecker } from './access/checker.js';
 import { BlobService } from './mirror/blobs.js';
 import { createMirrorServer } from './mirror/server.js';
 import { UpstreamResolver } from './mirror/upstream.js';
@@ -81,8 +81,8 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
   const closers: Array<() => Promise<void>> = [];
   let uploadAddress: string | undefined;
 
+  const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
   if (inSwarm) {
-    const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
     // Seeds get no more slots than other peers: a seed serving many children at once gets every
     // piece out later (simulated 64 nodes × 21.4 GB: 32 seed slots 4.4 × T*, 8 slots 1.8 × T*).
     const uploadSlots = config.swarm.uploadSlots ?? 8;
@@ -153,6 +153,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     metricsRegistry,
     metrics,
     log,
+    clusterToken,
     status: (): { tasks: TaskStatus[] } => ({
       tasks: taskList.list().map((task) => ({
         digest: task.digest,

@@ -64,8 +64,13 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
     }),
     accessChecks: new Counter({
       name: 'starling_peer_access_checks_total',
-      help: 'Checks with the registry that a client may read a private cached blob',
+      help: 'Checks that a client may read a cached blob: allowed or denied by its source registry, or foreign (the client names a registry that is no source of it, and is served from there)',
       labelNames: ['result'] as const,
+      registers,
+    }),
+    unverifiedRangeReads: new Counter({
+      name: 'starling_peer_unverified_range_reads_total',
+      help: 'Range requests passed to the registry because stored bytes they cover are not verified yet',
       registers,
     }),
     evictedBytes: new Counter({

@@ -1,13 +1,14 @@
 import type { Logger } from '../common/log.js';
 import type { PieceCheckKind } from '../storage/piece-check.js';
 import type { BlobStore } from '../storage/blob-store.js';
+import type { BlobSource } from '../storage/stored-blob.js';
 import { BlobTask, type TaskEvents } from './blob-task.js';
 
 /** What a probe of the origin learned about a blob before any byte of it is fetched. */
 export interface BlobProbe {
   size: number;
-  /** The origin serves it without credentials. */
-  public: boolean;
+  /** The registry it is fetched for, and whether that registry serves it without credentials. */
+  source: BlobSource;
 }
 
 /** A task handed to one request; `release` must be called when the request is done with it. */
@@ -50,8 +51,8 @@ export class TaskManager {
     if (!pending) {
       created = true;
       pending = (async () => {
-        const { size, public: isPublic } = await probe();
-        const blob = await this.store.create(digest, size, isPublic);
+        const { size, source } = await probe();
+        const blob = await this.store.create(digest, size, source);
         const task = new BlobTask(this.store, blob, this.log, this.wrapEvents(), this.pieceCheck);
         this.tasks.set(digest, task);
         return task;
@@ -78,6 +79,11 @@ export class TaskManager {
     if (task && !task.failed) return task;
     const blob = this.store.get(digest);
     if (!blob) return undefined;
+    if (!blob.complete && !blob.sources[0]?.registry) {
+      // Partial, from before blobs recorded their registry: nothing says whose bytes they are.
+      void this.store.remove(digest).catch((error: Error) => this.log.warn({ digest, err: error.message }, 'could not drop a partial blob of unknown source'));
+      return undefined;
+    }
     const restored = new BlobTask(this.store, blob, this.log, this.wrapEvents(), this.pieceCheck);
     this.tasks.set(digest, restored);
     return restored;

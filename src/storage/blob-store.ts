@@ -4,7 +4,7 @@ import type { Logger } from '../common/log.js';
 import { parseDigest } from '../oci/digest.js';
 import type { PieceCheck } from './piece-check.js';
 import { pieceSizeFor } from './piece-plan.js';
-import { StoredBlob } from './stored-blob.js';
+import { StoredBlob, type BlobSource } from './stored-blob.js';
 
 export interface QuotaOptions {
   /** Bytes of blob data the store may hold; 0 means no limit. */
@@ -68,8 +68,8 @@ export class BlobStore {
     return [...this.blobs.values()];
   }
 
-  /** Creates the on-disk record of a blob about to be fetched. */
-  async create(digest: string, size: number, isPublic: boolean, pieceSize = pieceSizeFor(size)): Promise<StoredBlob> {
+  /** Creates the on-disk record of a blob about to be fetched for `source`. */
+  async create(digest: string, size: number, source: BlobSource, pieceSize = pieceSizeFor(size)): Promise<StoredBlob> {
     const existing = this.blobs.get(digest);
     if (existing) return existing;
     if (this.quota.quota > 0 && size > this.quota.quota) {
@@ -77,7 +77,7 @@ export class BlobStore {
     }
     let blob: StoredBlob;
     try {
-      blob = await StoredBlob.create(this.dirFor(digest), { digest, size, pieceSize, public: isPublic });
+      blob = await StoredBlob.create(this.dirFor(digest), { digest, size, pieceSize, sources: [source] });
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if (code !== 'EFBIG' && code !== 'ENOSPC') throw error;

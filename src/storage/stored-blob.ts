@@ -4,14 +4,27 @@ import { join } from 'node:path';
 import { checkMatches, checkSha256, isPieceCheck, type PieceCheck } from './piece-check.js';
 import { pieceBounds, pieceLayout, type PieceLayout } from './piece-plan.js';
 
+/**
+ * A registry that holds the blob: the one it was first fetched for, and any that delivered a
+ * verified copy since. Who may be served a cached blob is decided from these (docs/security.md).
+ */
+export interface BlobSource {
+  /** The registry's origin, scheme://host[:port]. */
+  registry: string;
+  /** The repository it was read from there. */
+  repository: string;
+  /** The registry served the blob to an anonymous request, so anyone may be given it. */
+  public: boolean;
+}
+
 /** What is persisted about a blob besides its bytes. */
 export interface BlobMeta {
   version: 1;
   digest: string;
   size: number;
   pieceSize: number;
-  /** Fetched without credentials, so any client may be served it. */
-  public: boolean;
+  /** Where the blob comes from, the registry it is being fetched for first. */
+  sources: BlobSource[];
   /** The whole blob was verified against its digest and flushed to disk. */
   complete: boolean;
   createdAt: string;
@@ -93,8 +106,12 @@ export class StoredBlob {
   get size(): number {
     return this.meta.size;
   }
+  get sources(): readonly BlobSource[] {
+    return this.meta.sources;
+  }
+  /** Some source serves the blob to anyone. */
   get isPublic(): boolean {
-    return this.meta.public;
+    return this.meta.sources.some((source) => source.public);
   }
   get complete(): boolean {
     return this.meta.complete;
@@ -147,9 +164,13 @@ export class StoredBlob {
     return total;
   }
 
-  async setPublic(value: boolean): Promise<void> {
-    if (this.meta.public === value) return;
-    this.meta = { ...this.meta, public: value };
+  /** Records one more registry that holds the blob (or updates whether it serves it publicly). */
+  async addSource(source: BlobSource): Promise<void> {
+    const same = (s: BlobSource) => s.registry === source.registry && s.repository === source.repository;
+    const known = this.meta.sources.find(same);
+    if (known && known.public === source.public) return;
+    const sources = known ? this.meta.sources.map((s) => (same(s) ? source : s)) : [...this.meta.sources, source];
+    this.meta = { ...this.meta, sources };
     await writeMetaAtomically(this.dir, this.meta);
   }
 
@@ -213,5 +234,14 @@ function parseMeta(text: string, dir: string): BlobMeta {
   ) {
     throw new Error(`unreadable blob metadata in ${dir}`);
   }
-  return { public: false, complete: false, createdAt: '', ...meta } as BlobMeta;
+  const { public: wasPublic, ...rest } = meta as Partial<BlobMeta> & { public?: boolean };
+  // Written before blobs recorded their sources: a public one stays public, a private one has no
+  // source a client can be checked against, and is fetched again (docs/security.md).
+  const sources = Array.isArray(rest.sources) ? rest.sources.filter(isBlobSource) : wasPublic ? [{ registry: '', repository: '', public: true }] : [];
+  return { complete: false, createdAt: '', ...rest, sources } as BlobMeta;
+}
+
+function isBlobSource(value: unknown): value is BlobSource {
+  const source = value as Partial<BlobSource> | null;
+  return typeof source?.registry === 'string' && typeof source.repository === 'string' && typeof source.public === 'boolean';
 }

@@ -12,23 +12,26 @@ const sha256 = (bytes: Buffer) => `sha256:${createHash('sha256').update(bytes).d
 
 describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
   let registry: LyingRegistry;
+  /** One that tells no lie. */
+  let honest: LyingRegistry;
   let peer: RunningPeerProcess;
 
   before(async () => {
-    registry = await startLyingRegistry();
-    peer = await startPeer({ insecure: [registry.host] });
+    [registry, honest] = await Promise.all([startLyingRegistry(), startLyingRegistry()]);
+    peer = await startPeer({ insecure: [registry.host, honest.host] });
   });
   after(async () => {
     await peer?.stop();
     await registry?.stop();
+    await honest?.stop();
   });
 
-  async function pull(digest: string, headers: Record<string, string> = {}) {
+  async function pull(digest: string, headers: Record<string, string> = {}, from: { host: string } = registry) {
     const chunks: Buffer[] = [];
     let status = 0;
     let complete = false;
     try {
-      const response = await request(`${peer.url}/v2/liar/blob/blobs/${digest}?ns=${registry.host}`, { headers });
+      const response = await request(`${peer.url}/v2/liar/blob/blobs/${digest}?ns=${from.host}`, { headers });
       status = response.statusCode;
       for await (const chunk of response.body) chunks.push(chunk as Buffer);
       complete = Buffer.concat(chunks).length === Number(response.headers['content-length']);
@@ -105,5 +108,28 @@ describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
     assert.equal(slow.status, 200);
     assert.ok(slow.complete && slow.body.equals(bytes));
     await stillServing();
+  });
+
+  it('never serves range bytes a lying registry sent to a later request: not to one naming an honest registry, nor to one naming the liar once it stops', async () => {
+    {
+      const { digest, bytes } = registry.add({ size: 5 * 1024 * 1024, lies: { wrongBytes: 'ranges' } });
+      honest.add({ bytes });
+      const range = { range: 'bytes=100-199' };
+      const lied = await pull(digest, range);
+      assert.equal(lied.status, 206);
+      assert.ok(!lied.body.equals(bytes.subarray(100, 200)), 'the liar\'s bytes reach the client that named it');
+
+      const viaHonest = await pull(digest, range, honest);
+      assert.equal(viaHonest.status, 206);
+      assert.ok(viaHonest.body.equals(bytes.subarray(100, 200)), 'a client naming the honest registry gets its bytes');
+
+      registry.lie(digest, {});
+      const again = await pull(digest, range);
+      assert.ok(again.body.equals(bytes.subarray(100, 200)), 'the stored lie is not served to a later request');
+      assert.ok((await peer.metric('starling_peer_unverified_range_reads_total')) >= 1);
+
+      const whole = await pull(digest, {}, honest);
+      assert.equal(sha256(whole.body), digest, 'a whole read from the honest registry verifies');
+    }
   });
 });

@@ -9,6 +9,7 @@ import { startContainerd } from '../fixtures/containerd.js';
 import { basicAuth, buildImage, pushImage, pushRandomBlob, type BuiltImage, type PushedBlob } from '../fixtures/images.js';
 import { STARLING_CLI, startPeer, type RunningPeerProcess } from '../fixtures/peer.js';
 import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js';
+import { startLyingRegistry, type LyingRegistry } from '../fixtures/lying-registry.js';
 import { blobRequests, startRegistry, type Creds, type Registry } from '../fixtures/registry.js';
 
 const MiB = 1024 * 1024;
@@ -20,6 +21,8 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
   let image: BuiltImage;
   let blob: PushedBlob;
   let work: TempDir;
+  /** A registry of an attacker's that says 200 to a HEAD of anything. */
+  let yes: LyingRegistry;
   const ref = 'private/app:v1';
 
   before(async () => {
@@ -30,11 +33,13 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
     ]);
     await pushImage(image.layoutDir, image.tag, registry.host, ref, { creds });
     blob = await pushRandomBlob(registry, 'private/app', 6 * MiB);
-    peer = await startPeer({ insecure: [registry.host] });
+    yes = await startLyingRegistry();
+    peer = await startPeer({ insecure: [registry.host, yes.host] });
   });
   after(async () => {
     await peer?.stop();
     await registry?.stop();
+    await yes?.stop();
     await work?.remove();
   });
 
@@ -108,5 +113,27 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
     await runOk(process.execPath, [STARLING_CLI, 'get', target, '-o', out, '--peer', peer.url, '--creds', `${creds.user}:${creds.password}`]);
     const check = await runOk('sha256sum', [out]);
     assert.equal(`sha256:${check.stdout.split(' ')[0]}`, blob.digest);
+  });
+
+  it('gives no byte of a cached private blob to a client naming a registry that answers 200 to every HEAD', async () => {
+    const cached = await request(blobUrl(blob.digest), { headers: basicAuth(creds) });
+    const secret = Buffer.from(await cached.body.arrayBuffer());
+    assert.equal(cached.statusCode, 200);
+    yes.answerEveryHead(blob.size);
+    {
+      const via = (path: string) => `${peer.url}${path}?ns=${yes.host}`;
+      for (const headers of [{}, { range: 'bytes=0-1023' }]) {
+        const response = await request(via(`/v2/private/app/blobs/${blob.digest}`), { headers });
+        const body = Buffer.from(await response.body.arrayBuffer());
+        assert.notEqual(response.statusCode, 200, JSON.stringify(headers));
+        assert.notEqual(response.statusCode, 206, JSON.stringify(headers));
+        assert.equal(body.indexOf(secret.subarray(0, 32)), -1, 'none of the private bytes');
+      }
+      // The request went to the registry it named, which does not have the blob.
+      assert.ok(yes.requests().some((r) => r.method === 'GET' && r.path.endsWith(blob.digest)));
+      const tasks = await request(`${peer.url}/_starling/tasks`);
+      assert.equal(tasks.statusCode, 200, 'the local host may list tasks');
+      await tasks.body.dump();
+    }
   });
 });

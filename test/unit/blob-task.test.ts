@@ -16,6 +16,9 @@ import { OriginSource } from '../../src/peer/sources/origin-source.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
 
+/** A blob the test registry serves to anyone. */
+const PUBLIC_SOURCE = { registry: 'http://127.0.0.1:5000', repository: 'test/blob', public: true };
+
 /** A stand-in origin for this module's unit tests; the real registry is used in test/integration. */
 interface FakeOrigin {
   url: URL;
@@ -78,7 +81,7 @@ describe('BlobTask with an origin source', () => {
   });
 
   async function makeTask(blobDigest = digest) {
-    const blob = await store.create(blobDigest, data.length, true);
+    const blob = await store.create(blobDigest, data.length, PUBLIC_SOURCE);
     return new BlobTask(store, blob, silentLogger, events);
   }
   const source = (origin: FakeOrigin) => new OriginSource(origin.url, {}, transport, new RateLimiter(0), silentLogger);
@@ -145,7 +148,7 @@ describe('BlobTask with an origin source', () => {
 
   /** Every piece on disk, then a fresh store: the task hashes them by reading them back. */
   async function storedBeforeRestart() {
-    const blob = await store.create(digest, data.length, true);
+    const blob = await store.create(digest, data.length, PUBLIC_SOURCE);
     const layout = blob.layout;
     for (let index = 0; index < layout.pieceCount; index++) {
       const bytes = data.subarray(index * layout.pieceSize, Math.min(data.length, (index + 1) * layout.pieceSize));
@@ -200,7 +203,7 @@ describe('BlobTask with an origin source', () => {
   it('reuses piece buffers once every holder let go, and the blob still verifies byte-exact', async () => {
     const big = randomBytes(12 * MIN_PIECE_SIZE + 77);
     const origin = await startOrigin(big, 'honest');
-    const blob = await store.create(digestOf(big), big.length, true);
+    const blob = await store.create(digestOf(big), big.length, PUBLIC_SOURCE);
     const task = new BlobTask(store, blob, silentLogger, events);
     const reusedBefore = pieceBuffers.reused;
     task.request(0, task.layout.pieceCount - 1, source(origin));

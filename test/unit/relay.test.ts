@@ -18,6 +18,9 @@ import { UploadService } from '../../src/peer/upload/server.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
 
+/** A blob the test registry serves to anyone. */
+const PUBLIC_SOURCE = { registry: 'http://127.0.0.1:5000', repository: 'test/blob', public: true };
+
 /**
  * Cut-through: the upload server relays a piece while it is still arriving at this peer, holds
  * back its last byte until the piece is stored, and cuts the response short when the fetch it
@@ -55,7 +58,7 @@ describe('upload server relaying pieces on their way', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const openTask = async (): Promise<BlobTask> => (await tasks.open(digest, async () => ({ size: data.length, public: true }))).task;
+  const openTask = async (): Promise<BlobTask> => (await tasks.open(digest, async () => ({ size: data.length, source: PUBLIC_SOURCE }))).task;
 
   /** Reads a piece response, recording how many bytes had come when `mark` was called. */
   async function readPiece(index: number) {

@@ -11,6 +11,9 @@ import { BlobStore } from '../../src/storage/blob-store.js';
 import { pieceCheck } from '../../src/storage/piece-check.js';
 import { MIN_PIECE_SIZE, pieceBounds, pieceLayout, pieceSizeFor, piecesCovering } from '../../src/storage/piece-plan.js';
 
+/** A blob the test registry serves to anyone. */
+const PUBLIC_SOURCE = { registry: 'http://127.0.0.1:5000', repository: 'test/blob', public: true };
+
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const noQuota = { quota: 0, highWatermark: 0.9, lowWatermark: 0.7 };
 
@@ -44,7 +47,7 @@ describe('BlobStore', () => {
     const data = randomBytes(size);
     const digest = digestOf(data);
     let store = await BlobStore.open(dir, noQuota, silentLogger);
-    const blob = await store.create(digest, size, true);
+    const blob = await store.create(digest, size, PUBLIC_SOURCE);
     const layout = blob.layout;
     for (const index of [0, 2]) {
       const { offset, length } = pieceBounds(layout, index);
@@ -75,7 +78,7 @@ describe('BlobStore', () => {
     const data = randomBytes(size);
     const digest = digestOf(data);
     let store = await BlobStore.open(dir, noQuota, silentLogger);
-    const blob = await store.create(digest, size, true);
+    const blob = await store.create(digest, size, PUBLIC_SOURCE);
     const [first, second] = [0, 1].map((index) => data.subarray(index * MIN_PIECE_SIZE, (index + 1) * MIN_PIECE_SIZE));
     const crc = (bytes: Uint8Array) => `crc32:${(crc32(bytes) >>> 0).toString(16).padStart(8, '0')}`;
     await store.writePiece(blob, 0, Buffer.from(first!), crc(first!));
@@ -91,14 +94,14 @@ describe('BlobStore', () => {
 
   it('refuses a piece of the wrong length', async () => {
     const store = await BlobStore.open(dir, noQuota, silentLogger);
-    const blob = await store.create(digestOf('abc'), 3, true);
+    const blob = await store.create(digestOf('abc'), 3, PUBLIC_SOURCE);
     await assert.rejects(store.writePiece(blob, 0, Buffer.from('abcd'), 'x'), /has 4 bytes, expected 3/);
     await store.close();
   });
 
   it('discards unreadable blob directories at start-up', async () => {
     let store = await BlobStore.open(dir, noQuota, silentLogger);
-    const blob = await store.create(digestOf('abc'), 3, true);
+    const blob = await store.create(digestOf('abc'), 3, PUBLIC_SOURCE);
     await store.close();
     await appendFile(join(blob.dir, 'meta.json'), '}}}');
     store = await BlobStore.open(dir, noQuota, silentLogger);
@@ -113,14 +116,14 @@ describe('BlobStore', () => {
     const blobs = [];
     for (let i = 0; i < 4; i++) {
       const bytes = randomBytes(2 * 1024);
-      const blob = await store.create(digestOf(bytes), bytes.length, true);
+      const blob = await store.create(digestOf(bytes), bytes.length, PUBLIC_SOURCE);
       blob.lastAccess = i; // oldest first
       await store.writePiece(blob, 0, bytes, sha(bytes));
       blobs.push(blob);
     }
     const release = store.acquire(blobs[0]!.digest); // the oldest is in use
     const bytes = randomBytes(2 * 1024);
-    const newest = await store.create(digestOf(bytes), bytes.length, true);
+    const newest = await store.create(digestOf(bytes), bytes.length, PUBLIC_SOURCE);
     newest.lastAccess = Date.now();
     await store.writePiece(newest, 0, bytes, sha(bytes)); // 10 KiB > 9 KiB high watermark
     assert.deepEqual(evicted, [blobs[1]!.digest, blobs[2]!.digest, blobs[3]!.digest]);
@@ -135,7 +138,7 @@ describe('BlobStore', () => {
     const evicted: string[] = [];
     const store = await BlobStore.open(dir, quota, silentLogger, (event) => evicted.push(event.digest));
     const bytes = randomBytes(9.5 * 1024);
-    const blob = await store.create(digestOf(bytes), bytes.length, true);
+    const blob = await store.create(digestOf(bytes), bytes.length, PUBLIC_SOURCE);
     const release = store.acquire(blob.digest);
     await store.writePiece(blob, 0, bytes, sha(bytes)); // over the high watermark, but in use
     assert.deepEqual(evicted, []);
@@ -148,10 +151,10 @@ describe('BlobStore', () => {
 
   it('refuses a blob larger than its quota, or than the file system allows, with an error naming the size', async () => {
     const limited = await BlobStore.open(dir, { quota: 1024 * 1024, highWatermark: 0.9, lowWatermark: 0.5 }, silentLogger);
-    await assert.rejects(limited.create(digestOf('huge'), 2 ** 50, true), /announced with 1125899906842624 bytes, more than this peer's disk quota of 1048576 bytes/);
+    await assert.rejects(limited.create(digestOf('huge'), 2 ** 50, PUBLIC_SOURCE), /announced with 1125899906842624 bytes, more than this peer's disk quota of 1048576 bytes/);
     await limited.close();
     const unlimited = await BlobStore.open(dir, noQuota, silentLogger);
-    await assert.rejects(unlimited.create(digestOf('huge'), 2 ** 52, true), /announced with 4503599627370496 bytes, more than this peer's disk can hold in one file \(EFBIG\)/);
+    await assert.rejects(unlimited.create(digestOf('huge'), 2 ** 52, PUBLIC_SOURCE), /announced with 4503599627370496 bytes, more than this peer's disk can hold in one file \(EFBIG\)/);
     assert.equal(unlimited.blobCount, 0, 'nothing is left behind');
     await unlimited.close();
   });

@@ -72,3 +72,14 @@ export class AccessChecker {
     }
   }
 }
+
+/** Whether the registry serves the blob to an anonymous HEAD (so the blob is public there). */
+export async function readableAnonymously(transport: RegistryTransport, blobUrl: URL): Promise<boolean> {
+  try {
+    const response = await transport.send(blobUrl, { method: 'HEAD' });
+    await response.body.dump();
+    return response.statusCode === 200;
+  } catch {
+    return false;
+  }
+}

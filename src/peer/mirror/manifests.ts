@@ -4,11 +4,13 @@ import type { RegistryTransport } from '../../oci/transport.js';
 import { API_VERSION_HEADER } from './respond.js';
 
 /** Request headers a registry needs to answer a pass-through request as it would answer the client. */
-const FORWARDED_REQUEST_HEADERS = ['accept', 'authorization', 'if-none-match', 'user-agent'];
+const FORWARDED_REQUEST_HEADERS = ['accept', 'authorization', 'if-none-match', 'range', 'user-agent'];
 /** Response headers the client needs back: content negotiation, digests and auth challenges. */
 const RELAYED_RESPONSE_HEADERS = [
   'content-type',
   'content-length',
+  'content-range',
+  'accept-ranges',
   'docker-content-digest',
   'www-authenticate',
   'etag',
@@ -19,7 +21,8 @@ const RELAYED_RESPONSE_HEADERS = [
 
 /**
  * Manifests, tag lists and the /v2/ ping go to the registry as they are: they are small and
- * mutable, and their answers (including 401 challenges) belong to the client.
+ * mutable, and their answers (including 401 challenges) belong to the client. So do blob reads
+ * that the store may not answer (named-registry.ts).
  */
 export async function passThrough(
   req: IncomingMessage,

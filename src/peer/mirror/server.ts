@@ -1,6 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/log.js';
+import { isLoopbackAddress } from '../../common/net.js';
+import { bearerMatches } from '../../common/token.js';
 import { parseDigest, DigestError } from '../../oci/digest.js';
 import { OciError } from '../../oci/errors.js';
 import { explainBadRepositoryName, isTag } from '../../oci/names.js';
@@ -20,6 +22,8 @@ export interface MirrorDeps {
   log: Logger;
   /** Extra read-only endpoints under /_starling/ (task listing for `starling stat`). */
   status: () => unknown;
+  /** Lets a client from another host list the tasks (the local host always may). */
+  clusterToken?: string;
 }
 
 type Route =
@@ -95,6 +99,11 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
     }
     if (rawPath === '/_starling/tasks') {
       routeName = 'status';
+      // The digests held here, private ones included: for this host, or a holder of the cluster token.
+      const fromThisHost = isLoopbackAddress(req.socket.remoteAddress) || req.socket.remoteAddress === req.socket.localAddress;
+      if (!fromThisHost && !(deps.clusterToken && bearerMatches(req.headers.authorization, deps.clusterToken))) {
+        throw new OciError('DENIED', 'the task list is only for the local host or a holder of the cluster token', { status: 403 });
+      }
       const body = JSON.stringify(deps.status());
       res.writeHead(200, { 'content-type': 'application/json' });
       return void res.end(body);

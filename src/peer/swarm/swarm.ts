@@ -2,10 +2,12 @@ import { hostname } from 'node:os';
 import { Agent } from 'undici';
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
+import { parseBlobUrl } from '../../oci/blob-url.js';
 import { parseDigest } from '../../oci/digest.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
 import { pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
+import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
 import { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sources/piece-source.js';
@@ -161,8 +163,14 @@ export class Swarm {
     if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
       throw new Error(`piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`);
     }
-    const isPublic = !Object.keys(request.origin.headers).some((key) => key.toLowerCase() === 'authorization');
-    const lease = await this.tasks.open(request.taskId, async () => ({ size: request.contentLength, public: isPublic }));
+    const originUrl = new URL(request.origin.url);
+    const { registry, repository, digest } = parseBlobUrl(originUrl);
+    if (digest !== request.taskId) throw new Error(`origin.url names blob ${digest}, not the task ${request.taskId}`);
+    const withCredentials = Object.keys(request.origin.headers).some((key) => key.toLowerCase() === 'authorization');
+    const lease = await this.tasks.open(request.taskId, async () => ({
+      size: request.contentLength,
+      source: { registry, repository, public: !withCredentials || (await readableAnonymously(this.transport, originUrl)) },
+    }));
     const { task } = lease;
     if (task.size !== request.contentLength) {
       lease.release();
