@@ -362,7 +362,7 @@ export class SimDownload {
       taskId: this.task.id,
       contentLength: this.task.size,
       pieceSize: this.task.pieceSize,
-      origin: { url: this.task.originUrl, headers: {} },
+      origin: { url: this.task.originUrl, headers: {}, public: true },
       heldPieces: [] as number[],
     };
     for (let i = 0; i < this.task.pieceCount; i++) if (this.stored[i]) request.heldPieces.push(i);

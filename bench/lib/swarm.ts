@@ -1,6 +1,8 @@
 // A Starling swarm on an emulated cluster (bench/lib/cluster.ts): the scheduler on the cluster's
 // `sched` extra host, a seed peer on its seed host, and a peer on every node, each mirror on
 // 127.0.0.1:65001 of its own namespace. Shared by the swarm benchmarks.
+import { randomBytes } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { waitFor, type Service } from '../../test/fixtures/processes.js';
@@ -68,9 +70,13 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
   const stop = async () => {
     for (const service of services.reverse()) await service.stop().catch(() => {});
   };
+  // The token every member of the cluster shares (schedulers and swarm peers refuse to run without one).
+  const tokenFile = path.join(options.workDir, `${tag}cluster.token`);
+  await writeFile(tokenFile, randomBytes(24).toString('hex'));
+  const token = ['--cluster-token-file', tokenFile];
   try {
     services.push(
-      await c.spawn(sched, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', schedulerApi, '--candidate-parent-limit', options.parentLimit ?? '5', ...(options.schedulerArgs ?? [])], {
+      await c.spawn(sched, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', schedulerApi, ...token, '--candidate-parent-limit', options.parentLimit ?? '5', ...(options.schedulerArgs ?? [])], {
         name: 'scheduler',
         logFile: log('scheduler'),
       }),
@@ -83,7 +89,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
         [
           CLI, 'peer', '--data-dir', path.join(options.workDir, `${tag}data-${host.name}`), '--mirror-listen', MIRROR,
           '--insecure-registry', options.registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
-          '--host-id', host.name, '--log-level', 'warn', ...(seed ? ['--seed'] : []),
+          '--host-id', host.name, '--log-level', 'warn', ...token, ...(seed ? ['--seed'] : []),
           ...((seed ? options.seedArgs : options.peerArgs) ?? []),
         ],
         { name: host.name, logFile: log(host.name), env: cpuProfileEnv() },

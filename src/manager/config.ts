@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { z } from 'zod';
+import { tlsFilesSchema } from '../common/tls.js';
 
 /** The manager process: where it listens, where it keeps its state, and its timings. */
 export const managerConfigSchema = z
@@ -12,7 +13,7 @@ export const managerConfigSchema = z
       .string()
       .regex(/^(sqlite:.+|postgres(ql)?:\/\/.+)$/, 'must be sqlite:PATH or postgres://...')
       .optional(),
-    /** The token schedulers and peers present (and the manager presents to peers); none means no auth on those endpoints. */
+    /** The token schedulers and peers present (and the manager presents to peers). Required. */
     clusterTokenFile: z.string().optional(),
     /** A file holding the initial admin's token; without it one is generated and printed once at first start. */
     adminTokenFile: z.string().optional(),
@@ -46,6 +47,8 @@ export const managerConfigSchema = z
       })
       .strict()
       .default({ pollMs: 1_000, timeoutMs: 60 * 60_000, concurrency: 16, leaseMs: 15_000 }),
+    /** HTTPS on the API and console, and TLS towards the peers' upload ports (checked against `ca`). */
+    tls: tlsFilesSchema.optional(),
     /** The web console's built files; served at / when the folder exists. */
     consoleDir: z.string().optional(),
     log: z

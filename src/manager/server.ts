@@ -8,6 +8,7 @@ import { UserError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry } from '../common/metrics.js';
 import { formatHostPort, parseListenAddress } from '../common/net.js';
+import { httpScheme, loadTls } from '../common/tls.js';
 import { readTokenFile } from '../common/token.js';
 import { buildApi } from './api/app.js';
 import { databaseUrl, type ManagerConfig } from './config.js';
@@ -43,6 +44,10 @@ export const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../../console/dist', i
 export async function startManager(config: ManagerConfig, log: Logger): Promise<RunningManager> {
   const { host, port } = parseListenAddress(config.listen, 'manager listen address');
   const clusterToken = readTokenFile(config.clusterTokenFile);
+  if (!clusterToken) {
+    throw new UserError('the manager needs the cluster token (--cluster-token-file, or clusterTokenFile): without it anyone who reaches it could register a scheduler');
+  }
+  const tls = loadTls(config.tls);
   const adminToken = readAdminToken(config.adminTokenFile);
   const replica = replicaName();
   const store = await openStore(databaseUrl(config));
@@ -68,6 +73,7 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
         insecureRegistries: config.registries.insecure,
         clusterToken,
         replica,
+        tls,
         onFinished: (state) => metrics.jobsFinished.inc({ state }),
       },
       log.child({ component: 'jobs', replica }),
@@ -80,6 +86,7 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
         metrics: registry,
         livenessMs,
         clusterToken,
+        tls,
         consoleDir: resolve(config.consoleDir ?? DEFAULT_CONSOLE_DIR),
         readiness: () => checkReadiness(store.db, store.dialect, replica),
       },
@@ -96,10 +103,10 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     }, config.keepalive.intervalMs);
     sweeper.unref();
 
-    log.info({ address, db: store.where, replica, clusterToken: Boolean(clusterToken) }, 'manager listening');
+    log.info({ address, db: store.where, replica, tls: Boolean(tls) }, 'manager listening');
     const running: RunningManager = {
       address,
-      url: `http://${address}`,
+      url: `${httpScheme(tls)}://${address}`,
       replica,
       initialAdminToken: admin.generated,
       store,

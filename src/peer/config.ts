@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { rateField, sizeField } from '../common/config.js';
 import { parseListenAddress } from '../common/net.js';
+import { tlsFilesSchema } from '../common/tls.js';
 import { isRegistryHost } from '../oci/registry-hosts.js';
 
 const listenAddress = z.string().refine(
@@ -97,6 +98,12 @@ export const peerConfigSchema = z
         pieceTimeoutMs: 15_000,
         stallMs: 10_000,
       }),
+    /**
+     * TLS between the cluster's components: the upload server serves HTTPS with `cert`, and the
+     * peer reaches other peers, schedulers and the manager over TLS checked against `ca`. The
+     * mirror (loopback, for containerd) stays plain HTTP.
+     */
+    tls: tlsFilesSchema.optional(),
     log: z
       .object({
         level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),

@@ -1,11 +1,12 @@
 import { mkdir } from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry } from '../common/metrics.js';
 import { parseListenAddress } from '../common/net.js';
 import { RateLimiter } from '../common/rate-limiter.js';
+import { UserError } from '../common/errors.js';
+import { loadTls } from '../common/tls.js';
 import { readTokenFile } from '../common/token.js';
 import { RegistryHosts } from '../oci/registry-hosts.js';
 import { RegistryTransport } from '../oci/transport.js';
@@ -15,7 +16,7 @@ import { readLabelsFile } from './labels.js';
 import { createPeerMetrics } from './metrics.js';
 import { AccessChecker } from './access/checker.js';
 import { BlobService } from './mirror/blobs.js';
-import { createMirrorServer } from './mirror/server.js';
+import { MIRROR_LIMITS, mirrorHandler } from './mirror/server.js';
 import { UpstreamResolver } from './mirror/upstream.js';
 import { defaultHostId, Swarm } from './swarm/swarm.js';
 import { TaskManager } from './task-manager.js';
@@ -42,6 +43,12 @@ export interface TaskStatus {
 
 /** Starts the peer daemon: piece store, registry mirror, metrics, and the swarm when schedulers are given. */
 export async function startPeer(config: PeerConfig, log: Logger): Promise<RunningPeer> {
+  const inSwarm = config.swarm.schedulers.length > 0 || Boolean(config.swarm.manager);
+  const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
+  const tls = loadTls(config.tls);
+  if (inSwarm && !clusterToken) {
+    throw new UserError('a peer in a swarm needs the cluster token (--cluster-token-file, or swarm.clusterTokenFile): its upload port serves only holders of it');
+  }
   const dataDir = resolve(config.dataDir);
   await mkdir(dataDir, { recursive: true });
   const metricsRegistry = createMetricsRegistry();
@@ -56,7 +63,6 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     tasks?.forget(event.digest);
     swarm?.forget(event.digest, 'evicted');
   });
-  const inSwarm = config.swarm.schedulers.length > 0 || Boolean(config.swarm.manager);
   tasks = new TaskManager(store, log, {
     pieceStored: (task, index, bytes, provenance) => {
       metrics.downloadedBytes.inc({ source: provenance.from }, bytes);
@@ -78,11 +84,12 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
 
   const transport = new RegistryTransport();
   const downloadLimiter = new RateLimiter(config.download.rateLimit);
+
   const closers: Array<() => Promise<void>> = [];
   let uploadAddress: string | undefined;
 
-  const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
-  if (inSwarm) {
+  const access = new AccessChecker(transport, log);
+  if (inSwarm && clusterToken) {
     // Seeds get no more slots than other peers: a seed serving many children at once gets every
     // piece out later (simulated 64 nodes × 21.4 GB: 32 seed slots 4.4 × T*, 8 slots 1.8 × T*).
     const uploadSlots = config.swarm.uploadSlots ?? 8;
@@ -92,13 +99,15 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       limiter: new RateLimiter(config.swarm.uploadRateLimit),
       slots: uploadSlots,
       clusterToken,
+      access,
       log,
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
       onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
       seedTrigger: config.swarm.seed ? (body) => swarm!.seedTask(body) : undefined,
       preheat: { start: (body) => swarm!.preheatTask(body), status: (digest) => swarm!.fetchStatus(digest) },
     });
-    const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, 'upload');
+    // Children keep connections to their parents per task (a long poll and pieces): room for many.
+    const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, { what: 'upload', tls, limits: { maxConnections: 8192 }, log });
     uploadAddress = upload.address;
     const listen = parseListenAddress(upload.address);
     const advertiseIp = config.swarm.advertiseIp ?? (listen.host === '0.0.0.0' || listen.host === '::' ? '127.0.0.1' : listen.host);
@@ -109,6 +118,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
         manager: config.swarm.manager ? { url: new URL(config.swarm.manager), mirrorUrl: `http://${config.mirror.listen}` } : undefined,
         hostId: config.swarm.hostId ?? defaultHostId(advertiseIp, listen.port),
         clusterToken,
+        tls,
         advertiseIp,
         uploadPort: listen.port,
         seed: config.swarm.seed,
@@ -140,13 +150,13 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     tasks,
     sourceFor: joined ? (task, origin) => joined.sourceFor(task, origin) : undefined,
     transport,
-    access: new AccessChecker(transport, log),
+    access,
     downloadLimiter,
     metrics,
     log,
   });
   const taskList = tasks;
-  const server = createMirrorServer({
+  const handler = mirrorHandler({
     blobs,
     upstreams,
     transport,
@@ -166,26 +176,15 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     }),
   });
 
-  const listen = parseListenAddress(config.mirror.listen, 'mirror listen address');
-  await new Promise<void>((resolveListen, reject) => {
-    server.once('error', reject);
-    server.listen(listen.port, listen.host, () => {
-      server.off('error', reject);
-      resolveListen();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  const mirrorAddress = `${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
+  const mirror = await listenHttp(config.mirror.listen, handler, { what: 'peer mirror', limits: MIRROR_LIMITS, log });
+  const mirrorAddress = mirror.address;
   log.info({ mirror: mirrorAddress, dataDir, quota: config.storage.quota }, 'peer mirror listening');
 
   return {
     mirrorAddress,
     uploadAddress,
     async close() {
-      await new Promise<void>((done) => {
-        server.close(() => done());
-        server.closeAllConnections();
-      });
+      await closeHttp(mirror.server);
       for (const close of closers) await close().catch((error: Error) => log.warn({ err: error.message }, 'error while closing'));
       await transport.close();
       await store?.close();

@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { fileURLToPath } from 'node:url';
+import type { ClientTls, ClusterTls } from '../common/tls.js';
 
 /** The repository's proto/ folder: two levels above both src/rpc and dist/rpc. */
 export const PROTO_ROOT = fileURLToPath(new URL('../../proto/', import.meta.url));
@@ -25,3 +26,18 @@ export function loadService(protoFile: string, servicePath: string): grpc.Servic
 }
 
 export const SchedulerService = () => loadService('starling/scheduler/v1/scheduler.proto', 'starling.scheduler.v1.Scheduler');
+
+/**
+ * Channel credentials towards a scheduler: TLS checked against the cluster CA when the cluster
+ * uses it (the chain, not the name: see common/tls.ts), plain HTTP/2 otherwise.
+ */
+export function schedulerCredentials(tls: ClientTls | undefined): grpc.ChannelCredentials {
+  if (!tls) return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(tls.ca, tls.key, tls.cert, { checkServerIdentity: () => undefined });
+}
+
+/** Server credentials of the scheduler's gRPC port. */
+export function schedulerServerCredentials(tls: ClusterTls | undefined): grpc.ServerCredentials {
+  if (!tls) return grpc.ServerCredentials.createInsecure();
+  return grpc.ServerCredentials.createSsl(tls.ca, [{ private_key: tls.key, cert_chain: tls.cert }], false);
+}

@@ -26,8 +26,12 @@ export interface LeaveHostRequest {
 }
 
 export interface OriginRequest {
+  /** The registry's blob URL. */
   url: string;
-  headers: Record<string, string>;
+  /** Never set by peers: registry credentials do not go to the scheduler (a register carrying any is refused). */
+  headers?: Record<string, string>;
+  /** The registry serves the blob without credentials, so a seed may fetch it. */
+  public?: boolean;
 }
 
 export interface RegisterPeer {
@@ -102,6 +106,7 @@ export interface PeerStat {
 
 export interface TaskStat {
   taskId: string;
+  registry: string;
   contentLength: number;
   pieceCount: number;
   trustedDigests: number;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { tlsFilesSchema } from '../common/tls.js';
 
 export const topologyRuleSchema = z
   .object({
@@ -81,6 +82,8 @@ export const schedulerConfigSchema = z
     /** How long a task with no peer is remembered (with its piece digests). */
     taskTtlMs: z.number().int().min(0).default(30 * 60_000),
     scheduling: schedulingSchema.default(defaultScheduling()),
+    /** TLS on the gRPC port, and towards seeds and the manager (checked against `ca`). */
+    tls: tlsFilesSchema.optional(),
     log: z
       .object({ level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info') })
       .strict()

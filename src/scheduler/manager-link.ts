@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
+import { clientTlsOptions, type ClientTls } from '../common/tls.js';
 import type { Logger } from '../common/log.js';
 import { schedulingSchema, type SchedulingConfig } from './config.js';
 
@@ -18,10 +19,15 @@ export class ManagerLink {
   constructor(
     private readonly managerUrl: URL,
     private readonly self: { ip: string; port: number; clusterName?: string },
-    private readonly clusterToken: string | undefined,
+    private readonly clusterToken: string,
+    tls: ClientTls | undefined,
     private readonly apply: (config: SchedulingConfig) => void,
     private readonly log: Logger,
-  ) {}
+  ) {
+    if (tls) this.dispatcher = new Agent({ connect: clientTlsOptions(tls) });
+  }
+
+  private readonly dispatcher?: Agent;
 
   async start(): Promise<void> {
     const round = async () => {
@@ -41,10 +47,11 @@ export class ManagerLink {
   private async keepalive(): Promise<void> {
     const response = await request(new URL('/api/v1/schedulers/keepalive', this.managerUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...(this.clusterToken ? { authorization: `Bearer ${this.clusterToken}` } : {}) },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
       body: JSON.stringify({ hostname: hostname(), ip: this.self.ip, port: this.self.port, ...(this.self.clusterName ? { clusterName: this.self.clusterName } : {}) }),
       headersTimeout: 5_000,
       bodyTimeout: 5_000,
+      ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
     });
     const text = await response.body.text();
     if (response.statusCode !== 200) throw new Error(`manager answered ${response.statusCode}: ${text.slice(0, 200)}`);
@@ -63,5 +70,6 @@ export class ManagerLink {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    void this.dispatcher?.close();
   }
 }

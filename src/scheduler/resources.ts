@@ -120,7 +120,16 @@ export class Peer {
   }
 }
 
-/** One blob being distributed; its id is the blob digest. */
+/** Where a task is kept: its blob digest as read from one origin registry. */
+export function taskKey(id: string, registry: string): string {
+  return `${registry} ${id}`;
+}
+
+/**
+ * One blob being distributed; its id is the blob digest. Peers reading it from different origin
+ * registries are different tasks: piece digests are learnt from a peer that read the origin, and
+ * are only as good as that registry (another one could be an attacker's, lying in ranges).
+ */
 export class Task {
   readonly peers = new Map<string, Peer>();
   /** Piece digests reported by peers that read the origin with the scheduler's permission. */
@@ -134,11 +143,17 @@ export class Task {
 
   constructor(
     readonly id: string,
+    /** The origin registry, scheme://host[:port] ('' when peers named none). */
+    readonly registry: string,
     readonly contentLength: number,
     readonly pieceSize: number,
     now: number,
   ) {
     this.lastActive = now;
+  }
+
+  get key(): string {
+    return taskKey(this.id, this.registry);
   }
 
   get pieceCount(): number {
@@ -168,13 +183,22 @@ export class Resources {
     return host;
   }
 
-  task(id: string, contentLength: number, pieceSize: number, now: number): Task {
-    let task = this.tasks.get(id);
+  task(id: string, contentLength: number, pieceSize: number, now: number, registry = ''): Task {
+    const key = taskKey(id, registry);
+    let task = this.tasks.get(key);
     if (!task) {
-      task = new Task(id, contentLength, pieceSize, now);
-      this.tasks.set(id, task);
+      task = new Task(id, registry, contentLength, pieceSize, now);
+      this.tasks.set(key, task);
     }
     return task;
+  }
+
+  /** The task of blob `id` read from `registry`; without one, the task of that blob with the most peers. */
+  findTask(id: string, registry?: string): Task | undefined {
+    if (registry !== undefined) return this.tasks.get(taskKey(id, registry));
+    let best: Task | undefined;
+    for (const task of this.tasks.values()) if (task.id === id && (!best || task.peers.size > best.peers.size)) best = task;
+    return best;
   }
 
   seedHosts(): Host[] {

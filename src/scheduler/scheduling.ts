@@ -54,11 +54,11 @@ export class Scheduling {
     if (!request.taskId) throw new Error('register names no task');
     if (!(request.contentLength >= 0) || !(request.pieceSize > 0)) throw new Error('register has no usable size or piece size');
     const now = this.hooks.now();
-    const task = this.resources.task(request.taskId, request.contentLength, request.pieceSize, now);
+    const task = this.resources.task(request.taskId, request.contentLength, request.pieceSize, now, originRegistry(request.origin?.url));
     if (task.contentLength !== request.contentLength || task.pieceSize !== request.pieceSize) {
       throw new Error(`task ${task.id} is known with size ${task.contentLength}/${task.pieceSize}, not ${request.contentLength}/${request.pieceSize}`);
     }
-    if (request.origin?.url) task.origin = request.origin;
+    if (request.origin?.url) task.origin = { url: request.origin.url, public: Boolean(request.origin.public) };
     const previous = task.peers.get(request.peerId);
     if (previous) this.leave(previous);
     const peer = new Peer(request.peerId, host, task, send);
@@ -236,9 +236,9 @@ export class Scheduling {
   expireTasks(ttlMs: number): number {
     const now = this.hooks.now();
     let removed = 0;
-    for (const [id, task] of this.resources.tasks) {
+    for (const [key, task] of this.resources.tasks) {
       if (task.peers.size === 0 && now - task.lastActive > ttlMs) {
-        this.resources.tasks.delete(id);
+        this.resources.tasks.delete(key);
         removed++;
       }
     }
@@ -261,11 +261,12 @@ export class Scheduling {
   }
 
   /** A task's state as tests, `starling stat` and the console show it. */
-  stat(taskId: string): TaskStat | undefined {
-    const task = this.resources.tasks.get(taskId);
+  stat(taskId: string, registry?: string): TaskStat | undefined {
+    const task = this.resources.findTask(taskId, registry);
     if (!task) return undefined;
     return {
       taskId: task.id,
+      registry: task.registry,
       contentLength: task.contentLength,
       pieceCount: task.pieceCount,
       trustedDigests: task.digests.size,
@@ -345,7 +346,8 @@ export class Scheduling {
    */
   private pickSeed(child: Peer): Host | undefined {
     const task = child.task;
-    if (!task.origin) return undefined;
+    // A seed has no client's credentials: it is asked only for what the registry gives anyone.
+    if (!task.origin?.public) return undefined;
     const sameSide = (host: Host) =>
       this.config.topology.every((rule) => {
         if (!rule.strict) return true;
@@ -402,3 +404,13 @@ function toParentInfo(peer: Peer, shape: Shape): ParentInfo {
   };
 }
 
+
+/** The registry (scheme://host[:port]) of an origin blob URL; '' when there is none or it does not parse. */
+function originRegistry(url: string | undefined): string {
+  if (!url) return '';
+  try {
+    return new URL(url).origin;
+  } catch {
+    return '';
+  }
+}

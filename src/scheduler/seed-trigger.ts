@@ -1,4 +1,6 @@
-import { request } from 'undici';
+import { Agent, request } from 'undici';
+import { clientTlsOptions, httpScheme, type ClientTls } from '../common/tls.js';
+import { SEED_TRIGGER_PATH } from '../rpc/upload-api.js';
 import type { Host, Task } from './resources.js';
 
 /** What a seed needs to fetch a task on the scheduler's behalf. */
@@ -9,26 +11,40 @@ export interface SeedTriggerBody {
   origin: { url: string; headers: Record<string, string> };
 }
 
-/** The seed's upload server path that starts a fetch of a task from its origin. */
-export const SEED_TRIGGER_PATH = '/_starling/seed';
 
-/** Asks a seed peer, over its upload server, to fetch a task. */
-export async function triggerSeedOverHttp(seed: Host, task: Task, clusterToken: string | undefined): Promise<void> {
-  if (!task.origin) throw new Error(`task ${task.id} has no origin to fetch from`);
-  const body: SeedTriggerBody = {
-    taskId: task.id,
-    contentLength: task.contentLength,
-    pieceSize: task.pieceSize,
-    origin: { url: task.origin.url, headers: task.origin.headers ?? {} },
-  };
-  const host = seed.info.ip.includes(':') ? `[${seed.info.ip}]` : seed.info.ip;
-  const response = await request(`http://${host}:${seed.info.uploadPort}${SEED_TRIGGER_PATH}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(clusterToken ? { authorization: `Bearer ${clusterToken}` } : {}) },
-    body: JSON.stringify(body),
-    headersTimeout: 10_000,
-    bodyTimeout: 10_000,
-  });
-  const text = await response.body.text();
-  if (response.statusCode !== 202) throw new Error(`seed ${seed.id} answered ${response.statusCode}: ${text.slice(0, 200)}`);
+/** Asks seed peers, over their upload servers (HTTPS when the cluster uses TLS), to fetch tasks. */
+export class SeedTrigger {
+  private readonly dispatcher?: Agent;
+
+  constructor(
+    private readonly clusterToken: string,
+    private readonly tls: ClientTls | undefined,
+  ) {
+    if (tls) this.dispatcher = new Agent({ connect: clientTlsOptions(tls) });
+  }
+
+  async trigger(seed: Host, task: Task): Promise<void> {
+    if (!task.origin?.public) throw new Error(`task ${task.id} has no public origin a seed could fetch it from`);
+    const body: SeedTriggerBody = {
+      taskId: task.id,
+      contentLength: task.contentLength,
+      pieceSize: task.pieceSize,
+      origin: { url: task.origin.url, headers: {} },
+    };
+    const host = seed.info.ip.includes(':') ? `[${seed.info.ip}]` : seed.info.ip;
+    const response = await request(`${httpScheme(this.tls)}://${host}:${seed.info.uploadPort}${SEED_TRIGGER_PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
+      body: JSON.stringify(body),
+      headersTimeout: 10_000,
+      bodyTimeout: 10_000,
+      ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
+    });
+    const text = await response.body.text();
+    if (response.statusCode !== 202) throw new Error(`seed ${seed.id} answered ${response.statusCode}: ${text.slice(0, 200)}`);
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher?.close();
+  }
 }

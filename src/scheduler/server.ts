@@ -4,14 +4,16 @@ import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry } from '../common/metrics.js';
 import { parseListenAddress, formatHostPort } from '../common/net.js';
+import { UserError } from '../common/errors.js';
+import { loadTls } from '../common/tls.js';
 import { readTokenFile } from '../common/token.js';
-import { SchedulerService } from '../rpc/proto.js';
+import { SchedulerService, schedulerServerCredentials } from '../rpc/proto.js';
 import type { SchedulerConfig } from './config.js';
 import { ManagerLink } from './manager-link.js';
 import { createSchedulerMetrics } from './metrics.js';
 import { Resources } from './resources.js';
 import { Scheduling } from './scheduling.js';
-import { triggerSeedOverHttp } from './seed-trigger.js';
+import { SeedTrigger } from './seed-trigger.js';
 import { schedulerHandlers } from './service.js';
 
 export interface RunningScheduler {
@@ -24,9 +26,14 @@ export interface RunningScheduler {
 /** Starts the scheduler: the gRPC service, the periodic passes and /metrics. */
 export async function startScheduler(config: SchedulerConfig, log: Logger): Promise<RunningScheduler> {
   const clusterToken = readTokenFile(config.clusterTokenFile);
+  if (!clusterToken) {
+    throw new UserError('the scheduler needs the cluster token (--cluster-token-file, or clusterTokenFile): every peer must present it');
+  }
+  const tls = loadTls(config.tls);
   const resources = new Resources();
   const registry = createMetricsRegistry();
   const metrics = createSchedulerMetrics(registry, resources);
+  const seeds = new SeedTrigger(clusterToken, tls);
   const scheduling = new Scheduling(
     resources,
     config.scheduling,
@@ -34,7 +41,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       now: () => Date.now(),
       triggerSeed: async (seed, task) => {
         try {
-          await triggerSeedOverHttp(seed, task, clusterToken);
+          await seeds.trigger(seed, task);
           metrics.seedTriggers.inc({ result: 'accepted' });
         } catch (error) {
           metrics.seedTriggers.inc({ result: 'failed' });
@@ -54,7 +61,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
   );
   const listen = parseListenAddress(config.listen, 'scheduler listen address');
   const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(formatHostPort(listen), grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound))),
+    server.bindAsync(formatHostPort(listen), schedulerServerCredentials(tls), (error, bound) => (error ? reject(error) : resolve(bound))),
   );
   const address = formatHostPort({ host: listen.host, port });
 
@@ -77,7 +84,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
         res.writeHead(404).end();
       }
     },
-    'scheduler metrics',
+    { what: 'scheduler metrics', limits: { maxConnections: 256 }, log },
   );
 
   let managerLink: ManagerLink | undefined;
@@ -86,6 +93,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       new URL(config.manager),
       { ip: advertisedIp(listen.host), port, clusterName: config.clusterName },
       clusterToken,
+      tls,
       (settings) => {
         scheduling.config = settings;
       },
@@ -114,6 +122,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       server.forceShutdown();
       await closeHttp(metricsServer.server);
+      await seeds.close();
     },
   };
 }

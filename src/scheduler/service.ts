@@ -1,7 +1,10 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../common/log.js';
+import { bearerMatches } from '../common/token.js';
+import { checkHost, checkPeerPacket, checkRegister } from '../rpc/scheduler-checks.js';
 import type {
   AnnounceHostRequest,
+  HostInfo,
   AnnounceHostResponse,
   LeaveHostRequest,
   PeerPacket,
@@ -12,11 +15,11 @@ import type { Peer } from './resources.js';
 import type { Scheduling } from './scheduling.js';
 import type { SchedulerMetrics } from './metrics.js';
 
-/** Checks the cluster token that every call must carry when the scheduler has one. */
+/** Checks the cluster token that every call must carry, in constant time. */
 export function authorized(metadata: grpc.Metadata, token: string | undefined): boolean {
   if (!token) return true;
   const value = metadata.get('authorization')[0];
-  return value === `Bearer ${token}`;
+  return bearerMatches(typeof value === 'string' ? value : undefined, token);
 }
 
 const unauthenticated = { code: grpc.status.UNAUTHENTICATED, details: 'missing or wrong cluster token' };
@@ -30,9 +33,11 @@ export function schedulerHandlers(
   return {
     AnnounceHost(call: grpc.ServerUnaryCall<AnnounceHostRequest, AnnounceHostResponse>, callback: grpc.sendUnaryData<AnnounceHostResponse>) {
       if (!authorized(call.metadata, clusterToken)) return callback(unauthenticated);
-      const info = call.request.host;
-      if (!info?.id || !info.ip || !(info.uploadPort > 0)) {
-        return callback({ code: grpc.status.INVALID_ARGUMENT, details: 'host needs an id, an ip and an upload port' });
+      let info: HostInfo;
+      try {
+        info = checkHost(call.request.host);
+      } catch (error) {
+        return callback({ code: grpc.status.INVALID_ARGUMENT, details: (error as Error).message });
       }
       scheduling.announceHost(info);
       callback(null, { keepaliveIntervalMs: options.keepaliveIntervalMs });
@@ -63,9 +68,10 @@ export function schedulerHandlers(
         try {
           if (!peer) {
             if (packet.packet !== 'register') return fail(grpc.status.FAILED_PRECONDITION, 'the first packet must be register');
-            peer = scheduling.register(packet.register, send);
+            peer = scheduling.register(checkRegister(packet.register), send);
             return;
           }
+          checkPeerPacket(packet);
           switch (packet.packet) {
             case 'register':
               return fail(grpc.status.FAILED_PRECONDITION, 'register sent twice on one stream');
@@ -101,9 +107,9 @@ export function schedulerHandlers(
       call.on('close', close);
     },
 
-    StatTask(call: grpc.ServerUnaryCall<{ taskId: string }, TaskStat>, callback: grpc.sendUnaryData<TaskStat>) {
+    StatTask(call: grpc.ServerUnaryCall<{ taskId: string; registry?: string }, TaskStat>, callback: grpc.sendUnaryData<TaskStat>) {
       if (!authorized(call.metadata, clusterToken)) return callback(unauthenticated);
-      const stat = scheduling.stat(call.request.taskId);
+      const stat = scheduling.stat(call.request.taskId, call.request.registry || undefined);
       if (!stat) return callback({ code: grpc.status.NOT_FOUND, details: `no task ${call.request.taskId}` });
       callback(null, stat);
     },

@@ -56,7 +56,7 @@ export async function startSnapshotter(config: SnapshotterConfig, log: Logger): 
           (error: Error) => res.writeHead(500).end(error.message),
         );
       },
-      'metrics',
+      { what: 'snapshotter metrics', limits: { maxConnections: 256 }, log },
     ));
   }
   log.info({ socket, root: layout.root, peer: config.peer, metrics: metricsAddress, fuseServer: config.fuseServer.enabled }, 'snapshotter ready');

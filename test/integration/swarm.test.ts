@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { startBitFlippingPeer } from '../fixtures/bad-peer.js';
 import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
-import { pullThrough, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import { clusterToken, pullThrough, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
 import { waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
@@ -169,6 +169,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
         blobUrl: `${registry.url}/v2/${repo}/blobs/${blob.digest}`,
         digest: blob.digest,
         size: blob.size,
+        clusterToken: (await clusterToken()).token,
       });
       running.push(bad);
       const results = await Promise.all(peers.map((peer) => pullThrough(peer, registry, repo, blob.digest)));

@@ -4,13 +4,14 @@ import assert from 'node:assert/strict';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { STARLING_CLI } from '../fixtures/peer.js';
+import { clusterToken, STARLING_CLI } from '../fixtures/peer.js';
 import { freePort, makeTempDir, run, spawnService, waitForHttp, type TempDir } from '../fixtures/processes.js';
 import { call } from './helpers.js';
 
 async function startCli(args: string[]) {
   const port = await freePort();
-  const service = await spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--log-level', 'warn', ...args], name: 'manager' });
+  const token = ['--cluster-token-file', (await clusterToken()).file];
+  const service = await spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--log-level', 'warn', ...token, ...args], name: 'manager' });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/healthz`, 15_000, service);
   return { service, url };
@@ -84,11 +85,15 @@ describe('starling manager (CLI)', () => {
   });
 
   test('refuses bad flags and an unreachable database, naming them, exit code 2', async () => {
+    const noToken = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path], { timeoutMs: 20_000 });
+    assert.equal(noToken.code, 2, noToken.stderr);
+    assert.match(noToken.stderr, /the manager needs the cluster token \(--cluster-token-file/);
+    const token = ['--cluster-token-file', (await clusterToken()).file];
     const badDb = await run(process.execPath, [STARLING_CLI, 'manager', '--db', 'mysql://x'], { timeoutMs: 20_000 });
     assert.equal(badDb.code, 2, badDb.stderr);
     assert.match(badDb.stderr, /db: must be sqlite:PATH or postgres:\/\//);
     const port = await freePort();
-    const noServer = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--db', `postgres://postgres@127.0.0.1:${port}/x`], { timeoutMs: 20_000 });
+    const noServer = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--db', `postgres://postgres@127.0.0.1:${port}/x`, ...token], { timeoutMs: 20_000 });
     assert.equal(noServer.code, 2, noServer.stderr);
     assert.match(noServer.stderr, new RegExp(`postgres://postgres@127.0.0.1:${port}/x: cannot connect: .*ECONNREFUSED`));
     const shortLease = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--job-lease-ms', '100'], { timeoutMs: 20_000 });
@@ -96,7 +101,7 @@ describe('starling manager (CLI)', () => {
     assert.match(shortLease.stderr, /preheat\.leaseMs: .*>=500/);
     const shortToken = path.join(work.path, 'short');
     await fsp.writeFile(shortToken, 'short');
-    const bad = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--admin-token-file', shortToken], { timeoutMs: 20_000 });
+    const bad = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--admin-token-file', shortToken, ...token], { timeoutMs: 20_000 });
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /admin token in .* must be at least 16 characters/);
   });

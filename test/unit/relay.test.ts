@@ -9,6 +9,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { Agent, request } from 'undici';
 import { silentLogger } from '../../src/common/log.js';
+import { RegistryTransport } from '../../src/oci/transport.js';
+import { AccessChecker } from '../../src/peer/access/checker.js';
 import { RateLimiter } from '../../src/common/rate-limiter.js';
 import { digestOf } from '../../src/oci/digest.js';
 import type { BlobTask } from '../../src/peer/blob-task.js';
@@ -17,6 +19,8 @@ import { decodeBitmap, PieceBoard } from '../../src/peer/upload/piece-board.js';
 import { UploadService } from '../../src/peer/upload/server.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
+
+const TOKEN = 'relay-test-cluster-token-0123456789';
 
 /** A blob the test registry serves to anyone. */
 const PUBLIC_SOURCE = { registry: 'http://127.0.0.1:5000', repository: 'test/blob', public: true };
@@ -35,6 +39,8 @@ describe('upload server relaying pieces on their way', () => {
   let base: string;
   const data = randomBytes(2 * MIN_PIECE_SIZE);
   const digest = digestOf(data);
+  /** What a child sends: the cluster token, and the blob URL its client named. */
+  const AUTH = { authorization: `Bearer ${TOKEN}`, 'x-starling-origin': `${PUBLIC_SOURCE.registry}/v2/${PUBLIC_SOURCE.repository}/blobs/${digest}` };
 
   beforeEach(async () => {
     dir = await mkdtemp(join(tmpdir(), 'starling-relay-'));
@@ -46,7 +52,16 @@ describe('upload server relaying pieces on their way', () => {
       verified: () => undefined,
       failed: () => undefined,
     });
-    const uploads = new UploadService({ tasks, board, limiter: new RateLimiter(0), slots: 4, log: silentLogger, onUploaded: () => undefined });
+    const uploads = new UploadService({
+      tasks,
+      board,
+      limiter: new RateLimiter(0),
+      slots: 4,
+      clusterToken: TOKEN,
+      access: new AccessChecker(new RegistryTransport(), silentLogger),
+      log: silentLogger,
+      onUploaded: () => undefined,
+    });
     server = createServer(uploads.handle);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -62,7 +77,7 @@ describe('upload server relaying pieces on their way', () => {
 
   /** Reads a piece response, recording how many bytes had come when `mark` was called. */
   async function readPiece(index: number) {
-    const response = await request(`${base}/_starling/pieces/${digest}/${index}`);
+    const response = await request(`${base}/_starling/pieces/${digest}/${index}`, { headers: AUTH });
     const chunks: Buffer[] = [];
     let received = 0;
     const done = (async () => {
@@ -83,7 +98,7 @@ describe('upload server relaying pieces on their way', () => {
     data.copy(piece.buffer, 0, MIN_PIECE_SIZE, MIN_PIECE_SIZE + half);
     piece.advance(half);
 
-    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`)).body.json()) as { bitmap: string; growing: string; version: number };
+    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH })).body.json()) as { bitmap: string; growing: string; version: number };
     assert.deepEqual([...decodeBitmap(bitmap.growing, 2)], [1], 'the piece on its way is offered');
     assert.deepEqual([...decodeBitmap(bitmap.bitmap, 2)], [], 'but not as held');
 
@@ -113,15 +128,15 @@ describe('upload server relaying pieces on their way', () => {
     piece.end(); // never stored
     await assert.rejects(reading.done, 'a piece that was given up never reaches the child whole');
     assert.ok(!task.isGrowing(0));
-    const after = await request(`${base}/_starling/pieces/${digest}/0`);
+    const after = await request(`${base}/_starling/pieces/${digest}/0`, { headers: AUTH });
     assert.equal(after.statusCode, 404, 'nothing is offered any more');
     await after.body.dump();
   });
 
   it('wakes a bitmap long poll when a piece starts arriving', async () => {
     const task = await openTask();
-    const first = (await (await request(`${base}/_starling/tasks/${digest}/pieces`)).body.json()) as { version: number };
-    const polling = request(`${base}/_starling/tasks/${digest}/pieces?known=${first.version}&wait=5000`);
+    const first = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH })).body.json()) as { version: number };
+    const polling = request(`${base}/_starling/tasks/${digest}/pieces?known=${first.version}&wait=5000`, { headers: AUTH });
     await sleep(50);
     const started = Date.now();
     const piece = task.beginPiece(1);
@@ -138,8 +153,8 @@ describe('upload server relaying pieces on their way', () => {
     const agent = new Agent({ connections: 1 });
     try {
       for (let i = 0; i < 30; i++) {
-        const { version } = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { dispatcher: agent })).body.json()) as { version: number };
-        const waited = await request(`${base}/_starling/tasks/${digest}/pieces?known=${version}&wait=1`, { dispatcher: agent });
+        const { version } = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH, dispatcher: agent })).body.json()) as { version: number };
+        const waited = await request(`${base}/_starling/tasks/${digest}/pieces?known=${version}&wait=1`, { headers: AUTH, dispatcher: agent });
         await waited.body.dump();
       }
       assert.ok(socket, 'the polls shared one connection');

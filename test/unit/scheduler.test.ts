@@ -10,6 +10,7 @@ import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, keepsItsParents, type Exclusion } from '../../src/scheduler/selection.js';
 
 const TASK = `sha256:${'a'.repeat(64)}`;
+const REGISTRY = 'http://registry';
 const PIECE = 4 * 1024 * 1024;
 
 function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
@@ -33,19 +34,19 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
     },
     silentLogger,
   );
-  const join = (hostId: string, info: Partial<HostInfo> = {}, pieces: number[] = [], size = 10 * PIECE, peerId?: string) => {
+  const join = (hostId: string, info: Partial<HostInfo> = {}, pieces: number[] = [], size = 10 * PIECE, peerId?: string, origin = { url: `${REGISTRY}/v2/x/blobs/${TASK}`, public: true }) => {
     if (!scheduling.resources.hosts.has(hostId)) scheduling.announceHost(host(hostId, info));
     const id = peerId ?? `${hostId}|${TASK}`;
     packets.set(id, []);
     return scheduling.register(
-      { peerId: id, hostId, taskId: TASK, contentLength: size, pieceSize: PIECE, origin: { url: 'http://registry/v2/x/blobs/d', headers: {} }, heldPieces: pieces },
+      { peerId: id, hostId, taskId: TASK, contentLength: size, pieceSize: PIECE, origin, heldPieces: pieces },
       (packet) => packets.get(id)!.push(packet),
     );
   };
   const last = (peer: Peer) => packets.get(peer.id)!.at(-1);
   /** Every piece's digest vouched for, as if a seed had read the whole blob. */
   const vouch = (pieces = 10) => {
-    const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now);
+    const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now, REGISTRY);
     for (let index = 0; index < pieces; index++) scheduling.learnDigest(task, index, digest(index));
   };
   return { scheduling, join, last, packets, triggers, vouch, now: () => now, advance: (ms: number) => (now += ms) };
@@ -122,6 +123,24 @@ describe('scheduling: who reads the origin', () => {
     e.scheduling.finished(first);
     e.scheduling.tick();
     assert.equal(e.last(waiting)?.packet, 'parents', 'served once a holder has room');
+  });
+
+  it('never asks a seed for a private blob: the peer holding its client\'s credentials reads the origin itself', () => {
+    const e = engine();
+    e.scheduling.announceHost(host('seed', { seed: true }));
+    const child = e.join('node-1', {}, [], 10 * PIECE, undefined, { url: `${REGISTRY}/v2/x/blobs/${TASK}`, public: false });
+    assert.deepEqual(e.triggers, [], 'no seed triggered');
+    assert.equal(e.last(child)?.packet, 'backToSource');
+  });
+
+  it('keeps peers of different origin registries in different tasks: piece digests never cross registries', () => {
+    const e = engine();
+    const honest = e.join('node-1');
+    e.scheduling.pieceFinished(honest, { index: 0, digest: digest(0), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    const other = e.join('node-2', {}, [], 10 * PIECE, undefined, { url: `http://elsewhere/v2/x/blobs/${TASK}`, public: true });
+    assert.notEqual(other.task, honest.task);
+    assert.equal(other.task.digests.size, 0, 'the honest registry\'s digests are not handed to a reader of another registry');
+    assert.equal(e.scheduling.stat(TASK, 'http://elsewhere')?.registry, 'http://elsewhere');
   });
 
   it('lets others read the origin when a triggered seed refuses', async () => {
@@ -287,12 +306,12 @@ describe('scheduling: parent selection', () => {
     e.scheduling.announceHost(host('p2'));
     const expired = e.scheduling.expireHosts(15_000);
     assert.deepEqual(expired.map((h) => h.id), ['p1']);
-    const task = e.scheduling.resources.tasks.get(TASK)!;
+    const task = e.scheduling.resources.findTask(TASK)!;
     assert.equal(task.peers.size, 0);
     assert.equal(task.digests.size, 10, 'an empty task keeps its digests for a while');
     e.advance(60_000);
     assert.equal(e.scheduling.expireTasks(30_000), 1);
-    assert.equal(e.scheduling.resources.tasks.get(TASK), undefined);
+    assert.equal(e.scheduling.resources.findTask(TASK), undefined);
   });
 
   it('lets the periodic pass skip a child whose full set of parents still serves it, and only that child', () => {

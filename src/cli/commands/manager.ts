@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
+import { tlsFlags } from '../../common/tls.js';
 import { managerConfigSchema } from '../../manager/config.js';
 import { collect, waitForShutdown } from '../shared.js';
 
@@ -11,11 +12,14 @@ export function registerManagerCommand(program: Command): void {
     .option('--listen <host:port>', 'HTTP address of the API and console (default 127.0.0.1:8080)')
     .option('--db <url>', 'sqlite:PATH or postgres://user:pass@host:port/db (default: $STARLING_MANAGER_DB, else sqlite:<data-dir>/manager.db); replicas share one PostgreSQL database')
     .option('--data-dir <dir>', 'where the default SQLite database lives (default .starling/manager)')
-    .option('--cluster-token-file <file>', 'token schedulers and peers present, and the manager presents to peers')
+    .option('--cluster-token-file <file>', 'token schedulers and peers present, and the manager presents to peers (required)')
     .option('--admin-token-file <file>', 'token of the initial admin user (first start only); without it one is printed once')
     .option('--job-lease-ms <ms>', 'how long a replica holds a preheat job without renewing it: a dead replica\'s jobs are taken over this long after (default 15000)', (v) => Number(v))
     .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP for preheats (repeatable)', collect, [])
     .option('--console-dir <dir>', 'built web console to serve at / (default: console/dist of the installation)')
+    .option('--tls-cert <file>', 'PEM certificate the API presents (with --tls-key and --tls-ca: HTTPS, and TLS to the peers)')
+    .option('--tls-key <file>', 'PEM key of --tls-cert')
+    .option('--tls-ca <file>', 'PEM certificate of the cluster CA: peers must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -31,6 +35,7 @@ export function registerManagerCommand(program: Command): void {
           preheat: { leaseMs: options.jobLeaseMs },
           registries: options.insecureRegistry.length ? { insecure: options.insecureRegistry } : undefined,
           consoleDir: options.consoleDir,
+          tls: tlsFlags(options),
           log: { level: options.logLevel },
         },
       });

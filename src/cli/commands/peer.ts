@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
+import { tlsFlags } from '../../common/tls.js';
 import { peerConfigSchema } from '../../peer/config.js';
 import { parseLabelFlags } from '../../peer/labels.js';
 import { collect, waitForShutdown } from '../shared.js';
@@ -27,6 +28,9 @@ export function registerPeerCommand(program: Command): void {
     .option('--upload-rate-limit <rate>', 'upload rate limit to other peers, e.g. 100MB or 800Mbit (0 = none)')
     .option('--upload-slots <n>', 'pieces uploaded at once', (v) => Number(v))
     .option('--piece-parallelism <n>', 'pieces fetched from parents at once per blob', (v) => Number(v))
+    .option('--tls-cert <file>', 'PEM certificate the upload server presents (with --tls-key and --tls-ca: TLS between components)')
+    .option('--tls-key <file>', 'PEM key of --tls-cert')
+    .option('--tls-ca <file>', 'PEM certificate of the cluster CA: schedulers, peers and the manager must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -55,6 +59,7 @@ export function registerPeerCommand(program: Command): void {
             uploadSlots: options.uploadSlots,
             pieceParallelism: options.pieceParallelism,
           },
+          tls: tlsFlags(options),
           log: { level: options.logLevel },
         },
       });

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
+import { tlsFlags } from '../../common/tls.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { waitForShutdown } from '../shared.js';
 
@@ -12,12 +13,15 @@ export function registerSchedulerCommand(program: Command): void {
     .option('--metrics-listen <host:port>', 'Prometheus /metrics address (default 127.0.0.1:8003)')
     .option('--manager <url>', 'the manager: register there and take the scheduler cluster\'s settings from it')
     .option('--cluster-name <name>', 'the scheduler cluster to join in the manager')
-    .option('--cluster-token-file <file>', 'token peers must present; also sent to seeds when triggering them')
+    .option('--cluster-token-file <file>', 'token peers must present (required); also sent to seeds and the manager')
     .option('--shape <shape>', 'parent graph: mesh (several parents per peer) or pipeline (chains; see the README)')
     .option('--fanout <n>', 'pipeline: children each node feeds (its upload / the children\'s download rate)', (v) => Number(v))
     .option('--seed-fanout <n>', 'pipeline: children each seed feeds', (v) => Number(v))
     .option('--candidate-parent-limit <n>', 'mesh: parents handed to each peer', (v) => Number(v))
     .option('--back-to-source-limit <n>', 'peers per task that may read the origin at once', (v) => Number(v))
+    .option('--tls-cert <file>', 'PEM certificate the gRPC port presents (with --tls-key and --tls-ca: TLS between components)')
+    .option('--tls-key <file>', 'PEM key of --tls-cert')
+    .option('--tls-ca <file>', 'PEM certificate of the cluster CA: seeds and the manager must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
     .action(async (options) => {
@@ -35,6 +39,7 @@ export function registerSchedulerCommand(program: Command): void {
             candidateParentLimit: options.candidateParentLimit,
             backToSourceLimit: options.backToSourceLimit,
           },
+          tls: tlsFlags(options),
           log: { level: options.logLevel },
         },
       });

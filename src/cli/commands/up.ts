@@ -1,3 +1,4 @@
+import { mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
@@ -24,21 +25,27 @@ export function registerUpCommand(program: Command): void {
     .action(async (options) => {
       const dataDir = resolve(options.dataDir);
       const log = createLogger({ level: options.logLevel, name: 'starling' });
-      const [{ startManager }, { startScheduler }, { startPeer }] = await Promise.all([
+      const [{ startManager }, { startScheduler }, { startPeer }, { ensureClusterToken, ensureTlsFiles }] = await Promise.all([
         import('../../manager/server.js'),
         import('../../scheduler/server.js'),
         import('../../peer/daemon.js'),
+        import('../../common/tls-files.js'),
       ]);
+      // Made at the first start and kept: every internal endpoint requires the token, and TLS
+      // carries it (and any registry credentials) between the components.
+      await mkdir(dataDir, { recursive: true });
+      const clusterTokenFile = await ensureClusterToken(join(dataDir, 'cluster-token'));
+      const tls = await ensureTlsFiles(join(dataDir, 'tls'), { dns: ['localhost'], ips: ['127.0.0.1', '::1'] });
       const manager = await startManager(
         loadConfig(managerConfigSchema, {
-          flags: { listen: '127.0.0.1:8080', dataDir: join(dataDir, 'manager'), registries: { insecure: options.insecureRegistry } },
+          flags: { listen: '127.0.0.1:8080', dataDir: join(dataDir, 'manager'), registries: { insecure: options.insecureRegistry }, clusterTokenFile, tls },
         }),
         log.child({ component: 'manager' }),
       );
       let scheduler;
       try {
         scheduler = await startScheduler(
-          loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003', manager: manager.url } }),
+          loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003', manager: manager.url, clusterTokenFile, tls } }),
           log.child({ component: 'scheduler' }),
         );
       } catch (error) {
@@ -56,12 +63,14 @@ export function registerUpCommand(program: Command): void {
               mirror: { listen: `127.0.0.1:${mirrorPort}` },
               registries,
               storage: { quota: options.quota },
+              tls,
               swarm: {
                 schedulers: [scheduler.address],
                 manager: manager.url,
                 uploadListen: `127.0.0.1:${uploadPort}`,
                 seed: role === 'seed',
                 hostId: `local-${role}`,
+                clusterTokenFile,
               },
             },
           }),
@@ -82,11 +91,12 @@ export function registerUpCommand(program: Command): void {
           '',
           `Starling is up (data in ${dataDir}).`,
           `  peer mirror   http://${mirror}   (metrics: http://${mirror}/metrics)`,
-          `  web console   ${manager.url}/   (log in with an admin or read-only token)`,
+          `  web console   ${manager.url}/   (log in with an admin or read-only token; TLS from the CA in ${tls.ca})`,
           `  manager       ${manager.url}   (API: ${manager.url}/api/v1, OpenAPI: ${manager.url}/api/v1/openapi.json)`,
           ...(manager.initialAdminToken ? [`  admin token   ${manager.initialAdminToken}   (shown once: keep it)`] : []),
           `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
           `  seed peer     http://${peers[0]!.mirrorAddress}`,
+          `  cluster token ${clusterTokenFile}   (internal endpoints require it; TLS files in ${join(dataDir, 'tls')})`,
           '',
           'Point containerd at the mirror:',
           `  ${invokedAs()} containerd-config --hosts-dir /etc/containerd/certs.d --mirror http://${mirror}`,

@@ -1,9 +1,10 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import { createLimitedServer } from '../../common/http-server.js';
 import type { Logger } from '../../common/log.js';
 import { ManagerError } from '../errors.js';
 import type { ManagerMetrics } from '../metrics.js';
 import type { ApiDeps } from './deps.js';
-import { registerRoute, type Route } from './route.js';
+import { API_BODY_LIMIT, registerRoute, type Route } from './route.js';
 import { auditRoutes } from './routes/audit.js';
 import { clusterRoutes } from './routes/clusters.js';
 import { registerConsole } from './routes/console.js';
@@ -32,8 +33,13 @@ export function apiRoutes(deps: ApiDeps): Route[] {
 
 export function buildApi(deps: ApiDeps, metrics: ManagerMetrics, log: Logger): FastifyInstance {
   // Keep-alives arrive every few seconds from every peer: requests are counted, not logged.
-  // A peer's task report can be large (one entry per blob it holds).
-  const app = Fastify({ loggerInstance: log as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }), bodyLimit: 32 * 1024 * 1024 });
+  const app = Fastify({
+    loggerInstance: log as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: API_BODY_LIMIT,
+    // The limits every Starling port keeps (common/http-server.ts), and HTTPS when the cluster uses TLS.
+    serverFactory: (handler) => createLimitedServer(handler, { what: 'manager', tls: deps.tls, log }),
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof ManagerError) return reply.code(error.status).send({ error: { code: error.code, message: error.message } });

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import type { ClusterTls } from '../../common/tls.js';
 import type { Registry } from 'prom-client';
 import type { Database } from '../db/schema.js';
 import type { JobEngine } from '../services/jobs.js';
@@ -11,7 +12,9 @@ export interface ApiDeps {
   metrics: Registry;
   /** Schedulers and peers silent longer than this are inactive. */
   livenessMs: number;
-  clusterToken?: string;
+  clusterToken: string;
+  /** HTTPS with the cluster's certificate, when the cluster uses TLS. */
+  tls?: ClusterTls;
   /** Built web console, served at / when present. */
   consoleDir: string;
   /** Whether this replica can serve (the database answers, its schema is current). */

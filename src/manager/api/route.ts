@@ -1,5 +1,5 @@
-import { timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { bearerMatches } from '../../common/token.js';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
 import type { Database } from '../db/schema.js';
@@ -12,7 +12,7 @@ import { describeIssues } from '../services/clusters.js';
  * Who may call a route:
  * - `public`: anyone (health, metrics, the OpenAPI document);
  * - `user`: a personal access token; GETs for every role, anything else for admins only;
- * - `cluster`: the cluster token schedulers and peers share (no check when none is configured).
+ * - `cluster`: the cluster token schedulers and peers share.
  */
 export type Access = 'public' | 'user' | 'cluster';
 
@@ -47,6 +47,8 @@ export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B exten
   response?: Shape;
   /** Non-JSON answers (metrics text, console files) document their media type here. */
   produces?: string;
+  /** Largest body accepted, checked before it is read (default API_BODY_LIMIT). */
+  bodyLimit?: number;
   handler(input: RouteInput<P, Q, B>): Promise<unknown>;
 }
 
@@ -57,29 +59,27 @@ export function route<P extends Shape = z.ZodObject<{}>, Q extends Shape = z.Zod
 
 export interface RouteContext {
   db: Kysely<Database>;
-  clusterToken?: string;
+  clusterToken: string;
 }
+
+/** Bodies larger than this are refused before a byte of them is read; a route may allow more. */
+export const API_BODY_LIMIT = 1024 * 1024;
+
+/** Who a request was found to be, before its body was read. */
+const callers = new WeakMap<FastifyRequest, { principal?: Principal; actor: Actor }>();
 
 export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Route): void {
   app.route({
     method: spec.method,
     url: spec.url,
+    bodyLimit: spec.bodyLimit ?? API_BODY_LIMIT,
+    // Authentication comes before the body is read (a caller without a token costs no parsing) and
+    // before validation (it learns nothing about the API's rules).
+    onRequest: async (request) => {
+      callers.set(request, await authenticateCaller(ctx, spec, request));
+    },
     handler: async (request, reply) => {
-      // Authentication comes before validation: a caller without a token learns nothing about the API's rules.
-      let principal: Principal | undefined;
-      let actor: Actor = 'anonymous';
-      if (spec.access === 'user') {
-        principal = await authenticate(ctx.db, request.headers.authorization);
-        if (!principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
-        if (spec.method !== 'GET' && principal.role !== 'admin') {
-          throw new ManagerError(403, 'forbidden', `user ${principal.userName} has the ${principal.role} role, which may only read`);
-        }
-        actor = actorOf(principal);
-      } else if (spec.access === 'cluster') {
-        if (ctx.clusterToken && !sameSecret(request.headers.authorization, `Bearer ${ctx.clusterToken}`)) {
-          throw new ManagerError(401, 'unauthorized', 'the cluster token is missing or wrong (Authorization: Bearer <cluster token>)');
-        }
-      }
+      const { principal, actor } = callers.get(request) ?? { actor: 'anonymous' as Actor };
       const params = validate(spec.params ?? NOTHING, request.params ?? {}, 'path');
       const query = validate(spec.query ?? NOTHING, request.query ?? {}, 'query');
       const body = spec.body ? validate(spec.body, request.body, 'body') : undefined;
@@ -91,6 +91,21 @@ export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Rou
   });
 }
 
+async function authenticateCaller(ctx: RouteContext, spec: Route, request: FastifyRequest): Promise<{ principal?: Principal; actor: Actor }> {
+  if (spec.access === 'user') {
+    const principal = await authenticate(ctx.db, request.headers.authorization);
+    if (!principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
+    if (spec.method !== 'GET' && principal.role !== 'admin') {
+      throw new ManagerError(403, 'forbidden', `user ${principal.userName} has the ${principal.role} role, which may only read`);
+    }
+    return { principal, actor: actorOf(principal) };
+  }
+  if (spec.access === 'cluster' && !bearerMatches(request.headers.authorization, ctx.clusterToken)) {
+    throw new ManagerError(401, 'unauthorized', 'the cluster token is missing or wrong (Authorization: Bearer <cluster token>)');
+  }
+  return { actor: 'anonymous' };
+}
+
 /** What a route without query parameters accepts: none (an unknown one is a mistake worth naming). */
 const NOTHING = z.object({}).strict();
 
@@ -100,10 +115,4 @@ function validate(schema: Shape | undefined, value: unknown, where: string): any
   const result = schema.safeParse(value);
   if (!result.success) throw new ManagerError(400, 'invalid_request', describeIssues(result.error, where));
   return result.data;
-}
-
-function sameSecret(given: string | undefined, expected: string): boolean {
-  const a = Buffer.from(given ?? '');
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
 }

@@ -1,4 +1,6 @@
 import type { Kysely } from 'kysely';
+import { Agent } from 'undici';
+import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
 import { formatHostPort } from '../../common/net.js';
 import type { Logger } from '../../common/log.js';
 import { parsePlatform } from '../../convert/platform.js';
@@ -10,7 +12,7 @@ import { recordAudit, type Actor } from './audit.js';
 import { isLoopbackRegistry, resolveImage, resolveOrigin } from './images.js';
 import { HeldLease, JobLeases, type TakenOver } from './job-leases.js';
 import { peersInScope } from './members.js';
-import { PreheatRun, type PreheatPlan } from './preheat-run.js';
+import { PreheatRun, type PreheatPlan, type PreheatRunOptions } from './preheat-run.js';
 
 /*
  * Preheat jobs: created through any manager replica, run by one at a time (job-leases.ts). The
@@ -35,6 +37,8 @@ export interface JobEngineOptions {
   livenessMs: number;
   insecureRegistries: string[];
   clusterToken?: string;
+  /** Reach the peers' upload ports over TLS (a preheat carries the job's registry credentials). */
+  tls?: ClientTls;
   /** This replica's name in the jobs it holds: unique per process. */
   replica: string;
   /** How long a job stays this replica's without a renewal. */
@@ -110,7 +114,11 @@ export class JobEngine {
     private readonly log: Logger,
   ) {
     this.leases = new JobLeases(db, dialect, options.replica, options.leaseMs);
+    this.runOptions = { ...options, peerDispatcher: options.tls ? new Agent({ connect: clientTlsOptions(options.tls) }) : undefined };
   }
+
+  /** What each job's run needs, with the one connection pool to the peers (TLS when the cluster uses it). */
+  private readonly runOptions: PreheatRunOptions;
 
   /**
    * Takes over the jobs whose lease has run out (those a crashed or stopped replica left, this
@@ -155,7 +163,7 @@ export class JobEngine {
       this.log.warn({ job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() }, 'took over a job whose lease had run out (its replica died, lost the database or stopped)');
       this.launch(taken.job.id, lease, async () => {
         const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', taken.job.id).orderBy('id').execute();
-        const run = new PreheatRun(jobStart(taken.job), rows, await this.planAfterTakeover(taken, rows), this.leases, lease, this.options, this.log.child({ job: taken.job.id }));
+        const run = new PreheatRun(jobStart(taken.job), rows, await this.planAfterTakeover(taken, rows), this.leases, lease, this.runOptions, this.log.child({ job: taken.job.id }));
         return run.run(false);
       });
     }
@@ -254,7 +262,7 @@ export class JobEngine {
     lease.renewed(sentAt);
     this.launch(job.id, lease, async () => {
       const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', job.id).orderBy('id').execute();
-      return new PreheatRun(jobStart(job), rows, { resolved, origin: image }, this.leases, lease, this.options, this.log.child({ job: job.id })).run(true);
+      return new PreheatRun(jobStart(job), rows, { resolved, origin: image }, this.leases, lease, this.runOptions, this.log.child({ job: job.id })).run(true);
     });
     return this.get(job.id, false);
   }
@@ -292,6 +300,7 @@ export class JobEngine {
     for (const [, run] of runs) run.lease.end(`replica ${this.options.replica} is stopping`);
     await Promise.allSettled(runs.map(([, run]) => run.done));
     await this.leases.release(runs.map(([id]) => id)).catch((error: Error) => this.log.warn({ err: error.message }, 'could not give job leases up; they run out by themselves'));
+    await this.runOptions.peerDispatcher?.close();
   }
 }
 

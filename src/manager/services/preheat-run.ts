@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { request } from 'undici';
+import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
+import { httpScheme, type ClientTls } from '../../common/tls.js';
+import { PREHEAT_PATH } from '../../rpc/upload-api.js';
 import { pieceSizeFor } from '../../storage/piece-plan.js';
 import type { JobState, JobTaskRow } from '../db/schema.js';
 import type { BlobOrigin } from './images.js';
@@ -29,6 +31,9 @@ export interface PreheatRunOptions {
   timeoutMs: number;
   concurrency: number;
   clusterToken?: string;
+  /** With TLS, the peers' upload ports are reached through this (checked against the cluster CA). */
+  tls?: ClientTls;
+  peerDispatcher?: Dispatcher;
 }
 
 /** One (peer, blob) fetch while the job runs. */
@@ -125,13 +130,14 @@ export class PreheatRun {
     for (let attempt = 1; ; attempt++) {
       this.assertHeld();
       try {
-        const res = await request(`http://${f.row.peer_address}/_starling/preheat`, {
+        const res = await request(this.peerUrl(f.row.peer_address, PREHEAT_PATH), {
           method: 'POST',
           headers: { 'content-type': 'application/json', ...this.headers() },
           body: JSON.stringify(body),
           headersTimeout: PEER_TIMEOUT_MS,
           bodyTimeout: PEER_TIMEOUT_MS,
           signal: this.lease.signal,
+          ...(this.options.peerDispatcher ? { dispatcher: this.options.peerDispatcher } : {}),
         });
         const text = await res.body.text();
         if (res.statusCode === 202 || res.statusCode === 200) return this.update(f, { state: 'running' });
@@ -149,11 +155,12 @@ export class PreheatRun {
     this.assertHeld();
     let res;
     try {
-      res = await request(`http://${f.row.peer_address}/_starling/preheat/${f.row.digest}`, {
+      res = await request(this.peerUrl(f.row.peer_address, `${PREHEAT_PATH}/${f.row.digest}`), {
         headers: this.headers(),
         headersTimeout: PEER_TIMEOUT_MS,
         bodyTimeout: PEER_TIMEOUT_MS,
         signal: this.lease.signal,
+        ...(this.options.peerDispatcher ? { dispatcher: this.options.peerDispatcher } : {}),
       });
     } catch (error) {
       this.assertHeld();
@@ -197,6 +204,10 @@ export class PreheatRun {
     const updatedAt = Date.now();
     await this.leases.updateFetch(this.job.id, f.row.id, change, updatedAt);
     f.row = { ...f.row, ...change, updated_at: updatedAt };
+  }
+
+  private peerUrl(address: string, path: string): string {
+    return `${httpScheme(this.options.tls)}://${address}${path}`;
   }
 
   /** The cluster token, and which replica asks (for the peers' logs). */

@@ -1,4 +1,5 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
+import type { ServerLimits } from '../../common/http-server.js';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/log.js';
 import { isLoopbackAddress } from '../../common/net.js';
@@ -67,16 +68,13 @@ export function parseRegistryPath(rawPath: string): Route {
   return { kind: 'manifest', name, reference: target };
 }
 
-/** The registry mirror's HTTP server: the OCI pull API plus /metrics, /healthz and /_starling/. */
-export function createMirrorServer(deps: MirrorDeps): Server {
-  const server = createServer((req, res) => {
-    void handle(deps, req, res);
-  });
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 70_000;
-  server.requestTimeout = 0; // blob streams may run for a long time
-  return server;
+/** The registry mirror's requests: the OCI pull API plus /metrics, /healthz and /_starling/. */
+export function mirrorHandler(deps: MirrorDeps): RequestListener {
+  return (req, res) => void handle(deps, req, res);
 }
+
+/** The mirror's connection limits: containerd keeps its connections for a while between pulls. */
+export const MIRROR_LIMITS: Partial<ServerLimits> = { keepAliveTimeoutMs: 65_000 };
 
 async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const started = performance.now();

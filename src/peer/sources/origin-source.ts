@@ -40,9 +40,9 @@ export class OriginSource implements PieceSource {
     return `origin ${this.url.host}`;
   }
 
-  /** The request as a seed peer would repeat it on this client's behalf. */
-  get request(): { url: string; headers: Record<string, string> } {
-    return { url: this.url.href, headers: { ...this.headers } };
+  /** The blob URL this source reads, and the client credentials it reads it with. */
+  get client(): { url: URL; authorization?: string } {
+    return { url: this.url, authorization: this.headers.authorization };
   }
 
   async fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal, buffers?: PieceBuffers): Promise<void> {

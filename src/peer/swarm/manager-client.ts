@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import type { Logger } from '../../common/log.js';
+import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
 import type { PeerKeepalive, PeerTaskReport } from '../../rpc/manager-api.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
 
@@ -14,11 +15,16 @@ export class ManagerClient {
   private timer?: NodeJS.Timeout;
   private stopped = false;
 
+  private readonly dispatcher?: Agent;
+
   constructor(
     private readonly managerUrl: URL,
-    private readonly clusterToken: string | undefined,
+    private readonly clusterToken: string,
+    tls: ClientTls | undefined,
     private readonly log: Logger,
-  ) {}
+  ) {
+    if (tls) this.dispatcher = new Agent({ connect: clientTlsOptions(tls) });
+  }
 
   /** Registers now (resolving with the first scheduler list), then every few seconds. */
   async start(report: () => PeerKeepalive, onSchedulers: (addresses: string[]) => void): Promise<void> {
@@ -39,10 +45,11 @@ export class ManagerClient {
   private async keepalive(body: PeerKeepalive): Promise<string[]> {
     const response = await request(new URL('/api/v1/peers/keepalive', this.managerUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...(this.clusterToken ? { authorization: `Bearer ${this.clusterToken}` } : {}) },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
       body: JSON.stringify(body),
       headersTimeout: 5_000,
       bodyTimeout: 5_000,
+      ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),
     });
     const text = await response.body.text();
     if (response.statusCode !== 200) throw new Error(`manager answered ${response.statusCode}: ${text.slice(0, 200)}`);
@@ -56,6 +63,7 @@ export class ManagerClient {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    void this.dispatcher?.close();
   }
 }
 

@@ -1,6 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
+import { httpScheme, type ClientTls } from '../../common/tls.js';
+import { bitmapPath, piecePath } from '../../rpc/upload-api.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
@@ -47,12 +49,15 @@ export class ParentLink {
     private readonly taskId: string,
     private readonly pieceCount: number,
     private readonly dispatcher: Dispatcher,
-    private readonly clusterToken: string | undefined,
+    /** Sent with every request: the cluster token, and what lets the parent authorize this child's client. */
+    private readonly requestHeaders: Record<string, string>,
+    private readonly tls: ClientTls | undefined,
     private readonly log: Logger,
     private readonly onUpdate: () => void,
     private readonly onUnreachable: (link: ParentLink, error: Error) => void,
   ) {
-    this.fetcher = new PieceFetcher(info.ip, info.uploadPort, clusterToken ? `authorization: Bearer ${clusterToken}\r\n` : '');
+    const lines = Object.entries(requestHeaders).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+    this.fetcher = new PieceFetcher(info.ip, info.uploadPort, lines, tls);
   }
 
   get id(): string {
@@ -71,11 +76,7 @@ export class ParentLink {
 
   private get base(): string {
     const host = this.info.ip.includes(':') ? `[${this.info.ip}]` : this.info.ip;
-    return `http://${host}:${this.info.uploadPort}`;
-  }
-
-  private headers(): Record<string, string> {
-    return this.clusterToken ? { authorization: `Bearer ${this.clusterToken}` } : {};
+    return `${httpScheme(this.tls)}://${host}:${this.info.uploadPort}`;
   }
 
   /** Follows the parent's piece bitmap until closed. */
@@ -108,8 +109,8 @@ export class ParentLink {
     while (!this.closed) {
       try {
         const response = await request(
-          `${this.base}/_starling/tasks/${this.taskId}/pieces?known=${this.known}&wait=${LONG_POLL_MS}`,
-          { headers: this.headers(), signal: this.stop.signal, dispatcher: this.dispatcher, headersTimeout: LONG_POLL_MS + 5_000 },
+          `${this.base}${bitmapPath(this.taskId)}?known=${this.known}&wait=${LONG_POLL_MS}`,
+          { headers: this.requestHeaders, signal: this.stop.signal, dispatcher: this.dispatcher, headersTimeout: LONG_POLL_MS + 5_000 },
         );
         if (response.statusCode === 404) {
           await response.body.dump();
@@ -170,7 +171,7 @@ export class ParentLink {
     let head: PieceHead;
     try {
       head = await this.fetcher.get(
-        `/_starling/pieces/${this.taskId}/${index}`,
+        piecePath(this.taskId, index),
         (answer) => {
           if (answer.status !== 200) return undefined;
           into = begin();

@@ -1,5 +1,7 @@
 import net from 'node:net';
+import tls from 'node:tls';
 import { formatHostPort } from '../../common/net.js';
+import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
 
 /**
  * Reads piece bodies from one parent's upload server over kept-alive HTTP/1.1 connections,
@@ -71,13 +73,15 @@ class Connection {
   reusable = true;
   private resting = false;
 
-  constructor(host: string, port: number, onClose: (conn: Connection) => void) {
-    this.socket = net.connect({
+  constructor(host: string, port: number, secure: ClientTls | undefined, onClose: (conn: Connection) => void) {
+    // Over TLS the decrypted bytes land in the piece buffer the same way (onread works for both).
+    const options = {
       host,
       port,
       noDelay: true,
       onread: { buffer: () => this.nextBuffer(), callback: (n: number) => (this.onRead(n), true) },
-    });
+    };
+    this.socket = secure ? tls.connect({ ...options, ...clientTlsOptions(secure) }) : net.connect(options);
     this.socket.on('error', () => undefined); // 'close' follows, and reports it
     this.socket.on('close', () => {
       this.reusable = false;
@@ -214,6 +218,8 @@ export class PieceFetcher {
     private readonly port: number,
     /** Extra request header lines (each ending in CRLF), e.g. the cluster token. */
     private readonly extraHeaders = '',
+    /** Reach the parent over TLS, trusting the cluster CA. */
+    private readonly tls?: ClientTls,
   ) {
     this.hostHeader = formatHostPort({ host, port });
   }
@@ -247,7 +253,7 @@ export class PieceFetcher {
   }
 
   private open(): Connection {
-    const conn = new Connection(this.host, this.port, (gone) => {
+    const conn = new Connection(this.host, this.port, this.tls, (gone) => {
       this.all.delete(gone);
       const at = this.idle.indexOf(gone);
       if (at >= 0) this.idle.splice(at, 1);

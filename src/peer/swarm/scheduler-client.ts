@@ -1,6 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
 import { createHash } from 'node:crypto';
 import type { Logger } from '../../common/log.js';
+import type { ClientTls } from '../../common/tls.js';
+import { schedulerCredentials } from '../../rpc/proto.js';
 import { SchedulerService } from '../../rpc/proto.js';
 import type { HostInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
 
@@ -27,7 +29,8 @@ export class SchedulerClient {
 
   constructor(
     addresses: string[],
-    private readonly clusterToken: string | undefined,
+    private readonly clusterToken: string,
+    private readonly tls: ClientTls | undefined,
     private readonly log: Logger,
   ) {
     this.setAddresses(addresses);
@@ -47,7 +50,7 @@ export class SchedulerClient {
       if (kept.some((endpoint) => endpoint.address === address)) continue;
       kept.push({
         address,
-        client: new Service(address, grpc.credentials.createInsecure(), {
+        client: new Service(address, schedulerCredentials(this.tls), {
           'grpc.keepalive_time_ms': 20_000,
           'grpc.max_receive_message_length': 16 * 1024 * 1024,
           'grpc.initial_reconnect_backoff_ms': 200,
@@ -63,7 +66,7 @@ export class SchedulerClient {
 
   private metadata(): grpc.Metadata {
     const metadata = new grpc.Metadata();
-    if (this.clusterToken) metadata.set('authorization', `Bearer ${this.clusterToken}`);
+    metadata.set('authorization', `Bearer ${this.clusterToken}`);
     return metadata;
   }
 

@@ -1,7 +1,10 @@
 import type { Dispatcher } from 'undici';
 import { sha256Hex } from '../../common/hashing.js';
 import type { Logger } from '../../common/log.js';
-import type { FailureReason, ParentInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
+import { blobUrl } from '../../oci/blob-url.js';
+import type { FailureReason, OriginRequest, ParentInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
+import { CLIENT_AUTHORIZATION_HEADER, CLIENT_ORIGIN_HEADER } from '../../rpc/upload-api.js';
+import type { ClientTls } from '../../common/tls.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
@@ -13,7 +16,9 @@ import type { PeerStream, SchedulerClient } from './scheduler-client.js';
 
 export interface SwarmSettings {
   hostId: string;
-  clusterToken?: string;
+  clusterToken: string;
+  /** How to reach other peers' upload servers over TLS, when the cluster uses it. */
+  tls?: ClientTls;
   /** Pieces fetched from parents at once for one task. */
   parallelism: number;
   /** Pieces fetched from one parent at once. */
@@ -232,8 +237,26 @@ export class SwarmDownload {
     void attempt();
   }
 
-  private originRequest() {
-    return this.origin?.request ?? null;
+  /**
+   * Where the blob comes from, as the scheduler may know it: the registry's blob URL (its task is
+   * per registry) and whether the registry gives it to anyone. Never the client's credentials.
+   */
+  private originRequest(): OriginRequest | null {
+    const source = this.task.blob.sources[0];
+    if (!source?.registry) return null;
+    return { url: blobUrl({ ...source, digest: this.task.digest }).href, headers: {}, public: source.public };
+  }
+
+  /**
+   * What a parent needs to give this peer pieces: the blob URL this peer's client named and,
+   * for a private blob (sent over TLS only), that client's credentials for the parent to check.
+   */
+  private clientHeaders(): Record<string, string> {
+    const client = this.origin?.client;
+    if (!client) return {};
+    const headers: Record<string, string> = { [CLIENT_ORIGIN_HEADER]: client.url.href };
+    if (this.settings.tls && client.authorization && !this.task.blob.sources[0]?.public) headers[CLIENT_AUTHORIZATION_HEADER] = client.authorization;
+    return headers;
   }
 
   private report(packet: PeerPacket): void {
@@ -278,7 +301,8 @@ export class SwarmDownload {
         this.task.digest,
         this.task.layout.pieceCount,
         this.dispatcher,
-        this.settings.clusterToken,
+        { authorization: `Bearer ${this.settings.clusterToken}`, ...this.clientHeaders() },
+        this.settings.tls,
         this.log,
         () => this.pump(),
         (dead, error) => this.dropParent(dead, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message),

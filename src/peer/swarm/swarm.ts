@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { Agent } from 'undici';
 import type { Logger } from '../../common/log.js';
+import { clientTlsOptions } from '../../common/tls.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import { parseDigest } from '../../oci/digest.js';
@@ -41,7 +42,7 @@ export function defaultHostId(ip: string, port: number): string {
 export class Swarm {
   private readonly downloads = new Map<string, SwarmDownload>();
   private readonly schedulers: SchedulerClient;
-  private readonly dispatcher = new Agent({ connections: 16, keepAliveTimeout: 30_000, headersTimeout: 30_000, bodyTimeout: 60_000 });
+  private readonly dispatcher: Agent;
 
   constructor(
     private readonly options: SwarmOptions,
@@ -50,7 +51,14 @@ export class Swarm {
     private readonly downloadLimiter: RateLimiter,
     private readonly log: Logger,
   ) {
-    this.schedulers = new SchedulerClient(options.schedulers, options.clusterToken, log);
+    this.schedulers = new SchedulerClient(options.schedulers, options.clusterToken, options.tls, log);
+    this.dispatcher = new Agent({
+      connections: 16,
+      keepAliveTimeout: 30_000,
+      headersTimeout: 30_000,
+      bodyTimeout: 60_000,
+      ...(options.tls ? { connect: clientTlsOptions(options.tls) } : {}),
+    });
   }
 
   private managerClient?: ManagerClient;
@@ -61,7 +69,7 @@ export class Swarm {
   async start(): Promise<void> {
     const manager = this.options.manager;
     if (manager) {
-      this.managerClient = new ManagerClient(manager.url, this.options.clusterToken, this.log);
+      this.managerClient = new ManagerClient(manager.url, this.options.clusterToken, this.options.tls, this.log);
       await this.managerClient.start(
         () =>
           keepaliveFromHost(
@@ -104,6 +112,9 @@ export class Swarm {
 
   /** A piece source that fetches through the swarm, reading the origin with `origin` if it must. */
   sourceFor(task: BlobTask, origin: OriginSource): PieceSource {
+    // A private blob's pieces cross the upload port only with its client's credentials beside
+    // them, which travel over TLS only: without TLS, every peer reads a private blob itself.
+    if (!this.options.tls && !task.blob.sources[0]?.public) return origin;
     const download = () => this.downloadFor(task);
     return {
       kind: 'peer',

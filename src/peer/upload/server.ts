@@ -1,19 +1,29 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { timingSafeEqual } from 'node:crypto';
+import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import { sendFileRange } from '../../common/sendfile.js';
+import { bearerMatches } from '../../common/token.js';
+import { parseBlobUrl } from '../../oci/blob-url.js';
 import { parseDigest } from '../../oci/digest.js';
+import {
+  BITMAP_PATH,
+  CLIENT_AUTHORIZATION_HEADER,
+  CLIENT_ORIGIN_HEADER,
+  PIECE_PATH,
+  PREHEAT_PATH,
+  PREHEAT_STATUS_PATH,
+  SEED_TRIGGER_PATH,
+} from '../../rpc/upload-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import { writeChunk, ClientGoneError } from '../mirror/respond.js';
+import type { AccessChecker } from '../access/checker.js';
+import { ruleFor } from '../access/rule.js';
 import type { BlobTask } from '../blob-task.js';
 import { pieceBuffers } from '../piece-buffers.js';
 import type { TaskManager } from '../task-manager.js';
 import { encodeBitmap, type PieceBoard } from './piece-board.js';
 
-export const PIECE_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)$/;
-export const BITMAP_PATH = /^\/_starling\/tasks\/(sha256:[0-9a-f]{64})\/pieces$/;
-export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 const WRITE_CHUNK = 256 * 1024;
 /** Bytes of a piece still arriving that are relayed at once (the last chunk may be smaller). */
 const RELAY_CHUNK = 64 * 1024;
@@ -25,10 +35,13 @@ export interface UploadServiceDeps {
   board: PieceBoard;
   limiter: RateLimiter;
   slots: number;
-  clusterToken?: string;
+  /** Every request but /healthz must carry it. */
+  clusterToken: string;
+  /** Asks a private blob's registry whether a child's client may read it. */
+  access: AccessChecker;
   log: Logger;
   onUploaded(bytes: number): void;
-  /** Counts a request by kind and how it was answered (a seed or preheat trigger: accepted or refused). */
+  /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
   onRequest?(kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status', outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused'): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (body: unknown) => Promise<void>;
@@ -66,13 +79,13 @@ export class UploadService {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const [path, queryText] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
     if (path === '/healthz') return this.reply(res, 200, { ok: true });
-    if (!this.tokenMatches(req.headers.authorization)) return this.reply(res, 401, { error: 'missing or wrong cluster token' });
+    if (!bearerMatches(req.headers.authorization, this.deps.clusterToken)) return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const piece = PIECE_PATH.exec(path);
-    if (piece && req.method === 'GET') return this.servePiece(res, piece[1]!, Number(piece[2]));
+    if (piece && req.method === 'GET') return this.servePiece(req, res, piece[1]!, Number(piece[2]));
     const bitmap = BITMAP_PATH.exec(path);
     if (bitmap && req.method === 'GET') return this.serveBitmap(req, res, bitmap[1]!, new URLSearchParams(queryText ?? ''));
-    if (path === '/_starling/seed' && req.method === 'POST') return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
-    if (path === '/_starling/preheat' && req.method === 'POST') return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
+    if (path === SEED_TRIGGER_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
+    if (path === PREHEAT_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
     const preheat = PREHEAT_STATUS_PATH.exec(path);
     if (preheat && req.method === 'GET' && this.deps.preheat) {
       const status = this.deps.preheat.status(preheat[1]!);
@@ -82,7 +95,7 @@ export class UploadService {
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
 
-  private async servePiece(res: ServerResponse, digest: string, index: number): Promise<void> {
+  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number): Promise<void> {
     const lease = this.deps.tasks.lease(digest);
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
@@ -90,6 +103,11 @@ export class UploadService {
       if (index >= task.layout.pieceCount || !(task.hasPiece(index) || task.isGrowing(index))) {
         this.deps.onRequest?.('piece', 'missing');
         return this.reply(res, 404, { error: `piece ${index} is not here` });
+      }
+      const refusal = await this.refusePrivatePiece(req, task);
+      if (refusal) {
+        this.deps.onRequest?.('piece', 'refused');
+        return this.reply(res, 403, { error: refusal });
       }
       if (this.inUse >= this.deps.slots) {
         this.deps.onRequest?.('piece', 'busy');
@@ -112,6 +130,31 @@ export class UploadService {
     } finally {
       lease.release();
     }
+  }
+
+  /**
+   * Why a child may not have pieces of this blob, or undefined when it may (access/rule.ts): a
+   * public blob's pieces go to any holder of the cluster token; a private blob's only over TLS,
+   * to a child whose client names one of the blob's source registries, when that registry
+   * accepts the client's credentials the child forwards (asked once a minute per client).
+   */
+  private async refusePrivatePiece(req: IncomingMessage, task: BlobTask): Promise<string | undefined> {
+    const named = req.headers[CLIENT_ORIGIN_HEADER];
+    let url: URL | undefined;
+    try {
+      if (typeof named === 'string' && parseBlobUrl(named).digest === task.digest) url = new URL(named);
+    } catch {
+      url = undefined;
+    }
+    const rule = ruleFor({ complete: task.complete, sources: task.blob.sources }, url?.origin ?? '');
+    if (rule.kind === 'public') return undefined;
+    if (!(req.socket as TLSSocket).encrypted) return `piece of a private blob: served only over TLS, where the client's registry credentials can travel`;
+    if (rule.kind === 'foreign' || !url) {
+      return `piece of a private blob: served only to a child whose client names one of its registries (${CLIENT_ORIGIN_HEADER}: <registry>/v2/<repository>/blobs/${task.digest})`;
+    }
+    const authorization = req.headers[CLIENT_AUTHORIZATION_HEADER];
+    const decision = await this.deps.access.check(url, typeof authorization === 'string' ? authorization : undefined);
+    return decision.allowed ? undefined : `piece of a private blob: registry ${url.origin} answered ${decision.status} for this child's client`;
   }
 
   /**
@@ -230,6 +273,10 @@ export class UploadService {
     } catch (error) {
       return refuse(400, `bad ${kind} request: ${(error as Error).message}`);
     }
+    const headers = (body as { origin?: { headers?: unknown } } | null)?.origin?.headers;
+    if (headers && typeof headers === 'object' && Object.keys(headers).length > 0 && !(req.socket as TLSSocket).encrypted) {
+      return refuse(403, 'a request carrying registry credentials (origin.headers) is accepted only over TLS');
+    }
     try {
       await handler(body);
     } catch (error) {
@@ -237,14 +284,6 @@ export class UploadService {
     }
     this.deps.onRequest?.(kind, 'accepted');
     this.reply(res, 202, { accepted: true });
-  }
-
-  private tokenMatches(header: string | undefined): boolean {
-    const token = this.deps.clusterToken;
-    if (!token) return true;
-    const expected = Buffer.from(`Bearer ${token}`);
-    const given = Buffer.from(header ?? '');
-    return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
   private reply(res: ServerResponse, status: number, body: unknown): void {

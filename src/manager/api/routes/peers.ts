@@ -16,6 +16,8 @@ export function peerRoutes({ db, livenessMs }: ApiDeps): Route[] {
       method: 'POST', url: '/api/v1/peers/keepalive', tag: 'peers', access: 'cluster',
       summary: 'A peer registers or refreshes itself (every 5 s), reports its tasks, and gets the active schedulers of its cluster',
       body: peerKeepaliveBody, response: peerKeepaliveAnswer,
+      // One entry per blob the peer holds: a big cache reports a few MiB.
+      bodyLimit: 16 * 1024 * 1024,
       handler: ({ body }) => peerKeepalive(db, body, livenessMs),
     }),
     route({
