@@ -6,9 +6,13 @@ import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
+import * as grpc from '@grpc/grpc-js';
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import { SchedulerService } from '../../src/rpc/proto.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
-import { startPeer, type RunningPeerProcess } from '../fixtures/peer.js';
-import { freePort, makeTempDir, type TempDir } from '../fixtures/processes.js';
+import { clusterToken, STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import { freePort, makeTempDir, spawnService, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
 
 describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
   let netns: Netns;
@@ -40,5 +44,187 @@ describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
     const local = await request(`${peer.url}/_starling/tasks`);
     assert.equal(local.statusCode, 200, 'this host may');
     await local.body.dump();
+  });
+});
+
+describe('hostile clients: connections that never send a request', { timeout: 60_000 }, () => {
+  let peer: RunningPeerProcess;
+  before(async () => {
+    peer = await startPeer();
+  });
+  after(async () => {
+    await peer?.stop();
+  });
+
+  it('closes connections that send nothing within the header timeout, and goes on serving', async () => {
+    const [host, port] = peer.host.split(':') as [string, string];
+    const started = Date.now();
+    const closed = await Promise.all(
+      Array.from({ length: 200 }, () => new Promise<number>((resolve, reject) => {
+        const socket = net.connect(Number(port), host);
+        socket.on('error', () => undefined);
+        socket.on('close', () => resolve(Date.now() - started));
+        setTimeout(() => reject(new Error('a silent connection is still open after 40 s')), 40_000).unref();
+      })),
+    );
+    assert.ok(Math.max(...closed) < 30_000, `the last silent connection closed after ${Math.max(...closed)} ms`);
+    const health = await request(`${peer.url}/healthz`);
+    assert.equal(await health.body.text(), 'ok\n');
+  });
+});
+
+describe('hostile clients: the upload port, from another host', { timeout: 120_000 }, () => {
+  let netns: Netns;
+  let scheduler: RunningSchedulerProcess;
+  let peer: RunningPeerProcess;
+  let upload: string;
+  let token: string;
+
+  before(async () => {
+    netns = await createNetns();
+    token = (await clusterToken()).token;
+    scheduler = await startScheduler();
+    peer = await startPeer({ ip: netns.hostIp, schedulers: [scheduler.address] });
+    upload = `http://${netns.hostIp}:${peer.options.uploadPort}`;
+  });
+  after(async () => {
+    await peer?.stop();
+    await scheduler?.stop();
+    await netns?.remove();
+  });
+
+  const curl = (args: string[], input?: string) => netns.exec('curl', ['-s', '-w', '\n%{http_code}', ...args], input === undefined ? {} : { input });
+  const status = (result: { stdout: string }) => result.stdout.split('\n').at(-1);
+
+  it('answers nothing but /healthz without the cluster token: no pieces, no seed or preheat fetch of a URL it is handed', async () => {
+    const body = JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLength: 10, pieceSize: 4194304, origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} } });
+    for (const args of [
+      [`${upload}/_starling/tasks/sha256:${'1'.repeat(64)}/pieces`],
+      [`${upload}/_starling/pieces/sha256:${'1'.repeat(64)}/0`],
+      ['-X', 'POST', '-H', 'content-type: application/json', '-d', body, `${upload}/_starling/preheat`],
+      ['-X', 'POST', '-H', 'authorization: Bearer wrong-token', '-d', body, `${upload}/_starling/seed`],
+    ]) {
+      const result = await curl(args);
+      assert.equal(status(result), '401', args.join(' '));
+      assert.match(result.stdout, /missing or wrong cluster token/);
+    }
+    assert.equal(status(await curl([`${upload}/healthz`])), '200');
+  });
+
+  it('refuses malformed and oversized requests from a token holder with clear answers, and goes on serving', async () => {
+    const auth = ['-H', `authorization: Bearer ${token}`];
+    const huge = `{"pad":"${'x'.repeat(200_000)}"}`;
+    const tooBig = await curl([...auth, '-X', 'POST', '-H', 'content-type: application/json', '--data-binary', '@-', `${upload}/_starling/preheat`], huge);
+    assert.equal(status(tooBig), '400');
+    assert.match(tooBig.stdout, /body larger than 65536 bytes/);
+    const notJson = await curl([...auth, '-X', 'POST', '-d', '{nope', `${upload}/_starling/preheat`]);
+    assert.equal(status(notJson), '400');
+    const notRegistry = await curl([...auth, '-X', 'POST', '-d', JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLength: 10, pieceSize: 4194304, origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} } }), `${upload}/_starling/preheat`]);
+    assert.equal(status(notRegistry), '400');
+    assert.match(notRegistry.stdout, /is not a registry blob path/);
+    const badPath = await curl([...auth, `${upload}/_starling/pieces/sha256:zz/0`]);
+    assert.equal(status(badPath), '404');
+    assert.ok(peer.service.running);
+    assert.equal(status(await curl([`${upload}/healthz`])), '200');
+  });
+});
+
+describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
+  let scheduler: RunningSchedulerProcess;
+  let client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
+  let token: string;
+
+  before(async () => {
+    token = (await clusterToken()).token;
+    scheduler = await startScheduler();
+    const Service = SchedulerService();
+    client = new Service(scheduler.address, grpc.credentials.createInsecure()) as typeof client;
+  });
+  after(async () => {
+    client?.close();
+    await scheduler?.stop();
+  });
+
+  const metadata = (value = `Bearer ${token}`) => {
+    const m = new grpc.Metadata();
+    m.set('authorization', value);
+    return m;
+  };
+  const host = { id: 'h1', hostname: 'h1', ip: '127.0.0.9', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0 };
+  const announce = (body: unknown, m = metadata()) =>
+    new Promise<grpc.ServiceError | null>((resolve) => client.AnnounceHost(body, m, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) => resolve(error)));
+  const register = (packet: unknown) =>
+    new Promise<grpc.ServiceError>((resolve) => {
+      const stream = client.AnnouncePeer(metadata()) as grpc.ClientDuplexStream<unknown, unknown>;
+      stream.on('data', () => undefined);
+      stream.on('error', (error: grpc.ServiceError) => resolve(error));
+      stream.write({ register: packet });
+    });
+
+  it('refuses a wrong token, a malformed host, a task of 10^9 one-byte pieces and a register carrying credentials, naming each, and goes on serving', async () => {
+    assert.equal((await announce({ host }, metadata('Bearer nope')))?.code, grpc.status.UNAUTHENTICATED);
+    const badIp = await announce({ host: { ...host, ip: '../../etc' } });
+    assert.equal(badIp?.code, grpc.status.INVALID_ARGUMENT);
+    assert.match(badIp!.details, /host ip "\.\.\/\.\.\/etc" is not an IP address/);
+    assert.equal(await announce({ host }), null);
+    const digest = `sha256:${'2'.repeat(64)}`;
+    const started = Date.now();
+    const tiny = await register({ peerId: `h1|${digest}`, hostId: 'h1', taskId: digest, contentLength: 1e9, pieceSize: 1, heldPieces: [] });
+    assert.equal(tiny.code, grpc.status.INVALID_ARGUMENT);
+    assert.match(tiny.details, /piece size 1 is not the 4194304 a blob of 1000000000 bytes is cut into/);
+    assert.ok(Date.now() - started < 2_000, 'answered at once, no piece table built');
+    const leaking = await register({
+      peerId: `h1|${digest}`, hostId: 'h1', taskId: digest, contentLength: 10, pieceSize: 4194304, heldPieces: [],
+      origin: { url: `http://127.0.0.1:5000/v2/x/blobs/${digest}`, headers: { authorization: 'Basic c2VjcmV0' } },
+    });
+    assert.match(leaking.details, /registry credentials must not be sent to the scheduler/);
+    const notDigest = await register({ peerId: 'h1|x', hostId: 'h1', taskId: '../../x', contentLength: 10, pieceSize: 4194304, heldPieces: [] });
+    assert.match(notDigest.details, /task id: malformed digest/);
+    assert.equal(await announce({ host }), null, 'still serving');
+  });
+});
+
+describe('hostile clients: the manager', { timeout: 60_000 }, () => {
+  let work: TempDir;
+  let manager: Service;
+  let url: string;
+
+  before(async () => {
+    work = await makeTempDir('starling-hostile-manager-');
+    const port = await freePort();
+    url = `http://127.0.0.1:${port}`;
+    manager = await spawnService({
+      cmd: process.execPath,
+      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', work.path, '--cluster-token-file', (await clusterToken()).file, '--log-level', 'warn'],
+      name: 'hostile-manager',
+    });
+    await waitForHttp(`${url}/healthz`, 20_000, manager);
+  });
+  after(async () => {
+    await manager?.stop();
+    await work?.remove();
+  });
+
+  const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${manager.pid}/status`, 'utf8'))![1]) * 1024;
+
+  it('checks the token before reading a body, and refuses bodies over its limit before parsing them', async () => {
+    const body = Buffer.alloc(32 * 1024 * 1024, 0x20);
+    body.write('{"hostname":"x","ip":"127.0.0.1","port":1,"pad":"', 0);
+    const before = rss();
+    for (let i = 0; i < 10; i++) {
+      const response = await request(`${url}/api/v1/schedulers/keepalive`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      assert.equal(response.statusCode, 401);
+      await response.body.dump();
+    }
+    const grown = rss() - before;
+    assert.ok(grown < 64 * 1024 * 1024, `RSS grew ${Math.round(grown / 2 ** 20)} MB for ten 32 MiB bodies without a token`);
+    const tooBig = await request(`${url}/api/v1/schedulers/keepalive`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${(await clusterToken()).token}` },
+      body: Buffer.alloc(2 * 1024 * 1024, 0x20),
+    });
+    assert.equal(tooBig.statusCode, 413);
+    assert.equal(((await tooBig.body.json()) as { error: { code: string } }).error.code, 'too_large');
+    assert.ok(manager.running);
   });
 });
