@@ -20,6 +20,12 @@ import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
 const HEAD_LIMIT = 8 * 1024;
 /** A read shorter than this, mid-body, makes the socket rest before the next. */
 const BATCH_BYTES = 64 * 1024;
+/**
+ * Over TLS each read is one record, 16 KiB at most however much is waiting: only a shorter one
+ * says the sender paused. (Taking every full record for a trickle made the socket rest 20 ms per
+ * 16 KiB: 7 MB/s on loopback.)
+ */
+const TLS_BATCH_BYTES = 16 * 1024;
 const REST_MS = 20;
 
 export interface PieceHead {
@@ -72,6 +78,7 @@ class Connection {
   exchange?: Exchange;
   reusable = true;
   private resting = false;
+  private readonly batchBytes: number;
 
   constructor(host: string, port: number, secure: ClientTls | undefined, onClose: (conn: Connection) => void) {
     // Over TLS the decrypted bytes land in the piece buffer the same way (onread works for both).
@@ -82,6 +89,7 @@ class Connection {
       onread: { buffer: () => this.nextBuffer(), callback: (n: number) => (this.onRead(n), true) },
     };
     this.socket = secure ? tls.connect({ ...options, ...clientTlsOptions(secure) }) : net.connect(options);
+    this.batchBytes = secure ? TLS_BATCH_BYTES : BATCH_BYTES;
     this.socket.on('error', () => undefined); // 'close' follows, and reports it
     this.socket.on('close', () => {
       this.reusable = false;
@@ -117,7 +125,7 @@ class Connection {
       exchange.filled += n;
       exchange.target.advance(exchange.filled);
       if (exchange.filled === exchange.target.buffer.length) return this.finish();
-      if (n < BATCH_BYTES) this.rest();
+      if (n < this.batchBytes) this.rest();
       return;
     }
     if (exchange.head) {
