@@ -59,7 +59,7 @@ describe('starling manager (CLI)', () => {
     const port = await freePort();
     const service = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(work.path, 'unused'), '--log-level', 'info'],
+      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(work.path, 'unused'), '--cluster-token-file', (await clusterToken()).file, '--log-level', 'info'],
       env: { STARLING_MANAGER_DB: `sqlite:${file}` },
       name: 'manager',
     });
