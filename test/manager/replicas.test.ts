@@ -16,7 +16,7 @@ import pg from 'pg';
 import { chromium } from 'playwright-core';
 import { startBalancer, type Balancer } from '../fixtures/balancer.js';
 import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
-import { STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess } from '../fixtures/peer.js';
+import { clusterToken, STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess } from '../fixtures/peer.js';
 import { freePort, makeTempDir, spawnService, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
 import { startRegistry, type Registry } from '../fixtures/registry.js';
 import { call } from './helpers.js';
@@ -333,9 +333,10 @@ describe('three replicas on one SQLite file, started at the same moment', () => 
     try {
       const db = `sqlite:${path.join(work.path, 'manager.db')}`;
       const ports = await Promise.all([1, 2, 3].map(() => freePort()));
+      const token = (await clusterToken()).file;
       services.push(
         ...(await Promise.all(
-          ports.map((port) => spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--db', db, '--log-level', 'info'], name: 'starling-manager-sqlite' })),
+          ports.map((port) => spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--db', db, '--cluster-token-file', token, '--log-level', 'info'], name: 'starling-manager-sqlite' })),
         )),
       );
       for (const [i, port] of ports.entries()) {
