@@ -35,6 +35,21 @@ describe('starling CLI', () => {
     assert.match(result.stderr, /dataDir: /);
   });
 
+  it('refuses to run a scheduler, or a peer in a swarm, without the cluster token, and TLS files that are half given or do not match', async () => {
+    const scheduler = await starling(['scheduler', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0']);
+    assert.equal(scheduler.code, 2, scheduler.stderr);
+    assert.match(scheduler.stderr, /the scheduler needs the cluster token \(--cluster-token-file/);
+    const peer = await starling(['peer', '--data-dir', `${work.path}/p`, '--scheduler', '127.0.0.1:9', '--mirror-listen', '127.0.0.1:0', '--upload-listen', '127.0.0.1:0']);
+    assert.equal(peer.code, 2, peer.stderr);
+    assert.match(peer.stderr, /a peer in a swarm needs the cluster token \(--cluster-token-file/);
+    const half = await starling(['peer', '--data-dir', `${work.path}/p`, '--tls-cert', '/nonexistent']);
+    assert.equal(half.code, 2);
+    assert.match(half.stderr, /TLS needs --tls-cert, --tls-key and --tls-ca together; missing --tls-key, --tls-ca/);
+    const unreadable = await starling(['peer', '--data-dir', `${work.path}/p`, '--tls-cert', '/nonexistent', '--tls-key', '/nonexistent', '--tls-ca', '/nonexistent']);
+    assert.equal(unreadable.code, 2);
+    assert.match(unreadable.stderr, /cannot read the TLS certificate \/nonexistent/);
+  });
+
   it('writes hosts.toml files for containerd, per registry and _default', async () => {
     const hostsDir = `${work.path}/certs.d`;
     const result = await starling([
