@@ -68,9 +68,9 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       labelNames: ['result'] as const,
       registers,
     }),
-    unverifiedRangeReads: new Counter({
-      name: 'starling_peer_unverified_range_reads_total',
-      help: 'Range requests passed to the registry because stored bytes they cover are not verified yet',
+    unverifiedRangeBytes: new Counter({
+      name: 'starling_peer_unverified_range_bytes_total',
+      help: 'Bytes of range requests read again from the registry because the pieces stored for them were not verified yet',
       registers,
     }),
     evictedBytes: new Counter({

@@ -58,8 +58,8 @@ export class BlobStreamer {
         // Another request's fetch brings this piece, or brought it unverified: verified bytes only.
         await task.waitForPiece(index);
         if (!task.pieceVerified(index)) {
-          this.deps.metrics.unverifiedRangeReads.inc();
           await plan.fromRegistry(position, stop);
+          this.deps.metrics.unverifiedRangeBytes.inc(stop - position + 1);
           continue;
         }
       }
