@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { UserError } from '../common/errors.js';
+import { registerCertsCommand } from './commands/certs.js';
 import { registerEstargzCommands } from './commands/estargz.js';
 import { registerContainerdConfigCommand } from './commands/containerd-config.js';
 import { registerConvertCommand } from './commands/convert.js';
@@ -36,6 +37,7 @@ registerNodeLabelsCommand(program);
 registerGetCommand(program);
 registerStatCommand(program);
 registerUpCommand(program);
+registerCertsCommand(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -20,7 +20,7 @@ export const tlsFilesSchema = z
     cert: z.string().min(1),
     /** PEM private key of that certificate. */
     key: z.string().min(1),
-    /** PEM certificate of the cluster CA: others' certificates must chain to it. */
+    /** PEM certificate of the cluster CA (or several, while one replaces another): others' certificates must chain to one. */
     ca: z.string().min(1),
   })
   .strict();
@@ -60,14 +60,16 @@ export function loadTls(files: TlsFiles | undefined): ClusterTls | undefined {
   const key = read(files.key, 'key');
   const ca = read(files.ca, 'CA certificate');
   let leaf: X509Certificate;
-  let authority: X509Certificate;
+  let authorities: X509Certificate[];
   try {
     leaf = new X509Certificate(cert);
   } catch (error) {
     throw new UserError(`TLS certificate ${files.cert} is not a PEM certificate: ${(error as Error).message}`);
   }
   try {
-    authority = new X509Certificate(ca);
+    // A bundle of several CAs is trusted whole: while a CA is replaced, the old and the new one.
+    authorities = pemCertificates(ca).map((pem) => new X509Certificate(pem));
+    if (!authorities.length) authorities = [new X509Certificate(ca)];
   } catch (error) {
     throw new UserError(`TLS CA certificate ${files.ca} is not a PEM certificate: ${(error as Error).message}`);
   }
@@ -76,13 +78,25 @@ export function loadTls(files: TlsFiles | undefined): ClusterTls | undefined {
   } catch (error) {
     throw new UserError(`TLS key ${files.key} does not go with ${files.cert}: ${(error as Error).message}`);
   }
-  // The file may hold the chain: one of its certificates must be the CA's or signed by it.
-  const chain = (cert.toString('latin1').match(/-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g) ?? []).map((pem) => new X509Certificate(pem));
-  if (!chain.some((member) => member.fingerprint256 === authority.fingerprint256 || member.verify(authority.publicKey))) {
+  // The file may hold the chain: one of its certificates must be a CA's or signed by one.
+  const chain = pemCertificates(cert).map((pem) => new X509Certificate(pem));
+  const signedBy = (member: X509Certificate, authority: X509Certificate) => {
+    try {
+      return member.fingerprint256 === authority.fingerprint256 || member.verify(authority.publicKey);
+    } catch {
+      return false; // a key of another kind
+    }
+  };
+  if (!chain.some((member) => authorities.some((authority) => signedBy(member, authority)))) {
     throw new UserError(`TLS certificate ${files.cert} is not signed by the CA in ${files.ca}`);
   }
   if (Date.parse(leaf.validTo) < Date.now()) throw new UserError(`TLS certificate ${files.cert} expired on ${leaf.validTo}`);
   return { cert, key, ca };
+}
+
+/** Each PEM certificate in a file's text, in order. */
+export function pemCertificates(pem: Buffer): string[] {
+  return pem.toString('latin1').match(/-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g) ?? [];
 }
 
 /** Options for a TLS server of the cluster (node:https, tls). */
