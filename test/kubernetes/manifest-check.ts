@@ -33,11 +33,21 @@ export function schemaErrors(object: KubeObject): string[] {
     return [`${where}: no Kubernetes model for ${object.apiVersion} ${object.kind}`];
   }
   try {
-    new Model(object).validate();
+    new Model(unwrapSecretData(object)).validate();
     return [];
   } catch (error) {
     return [`${where}: ${(error as Error).message}`];
   }
+}
+
+/**
+ * A Secret's data as the API server reads it: kustomize wraps long base64 values at 70 columns,
+ * and Go's base64 decoder skips the line breaks, where kubernetes-models' "byte" check does not.
+ */
+function unwrapSecretData(object: KubeObject): KubeObject {
+  if (object.kind !== 'Secret' || typeof object.data !== 'object' || object.data === null) return object;
+  const data = Object.fromEntries(Object.entries(object.data as Record<string, unknown>).map(([key, value]) => [key, typeof value === 'string' ? value.replace(/[\r\n]/g, '') : value]));
+  return { ...object, data };
 }
 
 /**

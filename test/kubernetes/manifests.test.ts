@@ -2,11 +2,14 @@
 // validates against the Kubernetes OpenAPI schema (kubernetes-models) and a strict pass that
 // fails on misspelt fields, and the objects say what the design asks of them.
 import assert from 'node:assert/strict';
+import { X509Certificate, createPrivateKey } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
+import { kubernetesLeafNames } from '../../src/cli/commands/certs.js';
+import { writeClusterCertificates } from '../../src/common/tls-files.js';
 import { makeTempDir, run, type TempDir } from '../fixtures/processes.js';
 import { schemaErrors, unknownFieldErrors, type KubeObject } from './manifest-check.js';
 
@@ -33,14 +36,17 @@ describe('deploy/kubernetes', () => {
     for (const file of ['base/secrets/cluster-token', 'base/secrets/admin-token', 'overlays/ha/secrets/postgres-url', 'overlays/ha-trial/secrets/postgres-password']) {
       await fsp.writeFile(path.join(tmp.path, file), 'generated-by-the-test');
     }
-    // The lazy component on top of each overlay, as the README says to add it.
+    // The certificates as the README makes them.
+    await writeClusterCertificates(path.join(tmp.path, 'components/tls-files/secrets'), { leaves: kubernetesLeafNames('starling'), days: 365, ca: 'keep' });
+    // The lazy component added to each overlay as the README says: its line there uncommented.
     for (const overlay of ['default', 'ha']) {
       const dir = path.join(tmp.path, 'overlays', `${overlay}-lazy`);
-      await fsp.mkdir(dir);
-      await fsp.writeFile(
-        path.join(dir, 'kustomization.yaml'),
-        `apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../${overlay}\ncomponents:\n  - ../../components/lazy\n`,
-      );
+      await fsp.cp(path.join(tmp.path, 'overlays', overlay), dir, { recursive: true });
+      const file = path.join(dir, 'kustomization.yaml');
+      const text = await fsp.readFile(file, 'utf8');
+      const lazy = text.replace(/^ {2}# - \.\.\/\.\.\/components\/lazy$/m, '  - ../../components/lazy');
+      assert.notEqual(lazy, text, `${overlay}: a commented line for the lazy component`);
+      await fsp.writeFile(file, lazy);
     }
     for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy']) rendered[overlay] = await render(`overlays/${overlay}`);
     rendered.uninstall = await render('uninstall');
@@ -118,7 +124,10 @@ describe('deploy/kubernetes', () => {
     // The tokens carry their content's hash, so pods roll when one changes; the database Secrets keep
     // a fixed name (kustomize does not rename references that a patch adds).
     const names = all().filter((o) => o.kind === 'Secret').map((o) => o.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>'));
-    assert.deepEqual([...new Set(names)].sort(), ['starling-admin-token-<hash>', 'starling-cluster-token-<hash>', 'starling-manager-db', 'starling-postgres']);
+    assert.deepEqual([...new Set(names)].sort(), [
+      'starling-admin-token-<hash>', 'starling-cluster-token-<hash>', 'starling-manager-db', 'starling-manager-tls-<hash>', 'starling-peer-tls-<hash>',
+      'starling-postgres', 'starling-scheduler-tls-<hash>',
+    ]);
     const sources = (await fsp.readdir(DEPLOY, { recursive: true })).filter((f) => f.endsWith('.yaml'));
     for (const file of sources) assert.doesNotMatch(await fsp.readFile(path.join(DEPLOY, file), 'utf8'), /^kind: Secret$/m, file);
   });
@@ -179,6 +188,117 @@ describe('deploy/kubernetes', () => {
       assert.ok(setup.args.includes('--snapshotter-socket=/run/starling/snapshotter.sock'));
     }
     assert.equal(rendered.default!.some((o) => o.metadata.name === 'starling-snapshotter'), false);
+  });
+
+  /** The workloads of Starling's own components and their main container, in every overlay. */
+  const components = () =>
+    Object.entries(rendered)
+      .filter(([overlay]) => overlay !== 'uninstall')
+      .flatMap(([overlay, objects]) =>
+        [['Deployment', 'starling-manager', 'manager'], ['StatefulSet', 'starling-scheduler', 'scheduler'], ['StatefulSet', 'starling-seed', 'seed'], ['DaemonSet', 'starling-peer', 'peer']].map(
+          ([kind, name, main]) => ({ overlay, object: find(overlay, kind!, name!), main: container(find(overlay, kind!, name!), main!) }),
+        ),
+      );
+  const flag = (c: any, name: string): string | undefined => (c.args ?? []).find((a: string) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+  const decode = (secret: Obj, key: string) => Buffer.from(secret.data[key], 'base64');
+
+  test('TLS between components: each has the three flags, its own Secret mounted where they point, and a certificate the cluster CA signed', () => {
+    const cas = new Set<string>();
+    for (const { overlay, object, main } of components()) {
+      const where = `${overlay} ${object.metadata.name}`;
+      const secretOf = { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name as string] ?? 'starling-peer-tls';
+      for (const name of ['--tls-cert', '--tls-key', '--tls-ca']) {
+        const file = flag(main, name);
+        assert.ok(file, `${where}: ${name}`);
+        const mount = main.volumeMounts.find((m: any) => m.mountPath === path.dirname(file));
+        assert.ok(mount, `${where}: ${file} is in a mounted volume`);
+        const volume = podSpec(object).volumes.find((v: any) => v.name === mount.name);
+        assert.match(volume.secret?.secretName ?? '', new RegExp(`^${secretOf}-[a-z0-9]{10}$`), `${where}: ${name} from the generated Secret ${secretOf}`);
+        const secret = find(overlay, 'Secret', volume.secret.secretName);
+        assert.equal(secret.type, 'kubernetes.io/tls');
+        assert.ok(secret.data[path.basename(file)], `${where}: ${secret.metadata.name} has ${path.basename(file)}`);
+      }
+      const secret = find(overlay, 'Secret', podSpec(object).volumes.find((v: any) => v.name === 'tls').secret.secretName);
+      const ca = new X509Certificate(decode(secret, 'ca.crt'));
+      assert.ok(new X509Certificate(decode(secret, 'tls.crt')).verify(ca.publicKey), `${where}: tls.crt signed by ca.crt`);
+      assert.ok(new X509Certificate(decode(secret, 'tls.crt')).checkPrivateKey(createPrivateKey(decode(secret, 'tls.key'))), `${where}: tls.key is tls.crt's`);
+      cas.add(ca.fingerprint256);
+    }
+    assert.equal(cas.size, 1, 'one cluster CA');
+  });
+
+  test('no plain http:// URL between components: --manager is https://, and http:// reaches only the node\'s own loopback', () => {
+    for (const object of all().filter((o) => o.spec?.template?.spec)) {
+      for (const c of [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers]) {
+        for (const arg of c.args ?? []) {
+          const manager = /^--manager=(.*)$/.exec(arg);
+          if (manager) assert.match(manager[1]!, /^https:\/\//, `${object.metadata.name} ${c.name}: ${arg}`);
+          for (const url of String(arg).match(/http:\/\/[^\s,]+/g) ?? []) {
+            assert.match(new URL(url).hostname, /^(127\.0\.0\.1|localhost|\[::1\])$/, `${object.metadata.name} ${c.name}: ${arg}`);
+          }
+        }
+      }
+    }
+  });
+
+  /** Ports a container listens on, from its --*listen flags: which are on loopback, which speak TLS. */
+  const listening = (c: any) =>
+    (c.args ?? []).flatMap((arg: string) => {
+      const match = /^--([a-z]+-)?listen=(.*):(\d+)$/.exec(arg);
+      if (!match) return [];
+      const [, kind, host, port] = match;
+      // TLS on the manager's API, the scheduler's gRPC and the upload port; the mirror and metrics stay plain.
+      const tls = Boolean(flag(c, '--tls-cert')) && (kind === undefined || kind === 'upload-');
+      return [{ port: Number(port), loopback: host === '127.0.0.1', tls }];
+    });
+
+  test('probes use the scheme of the port they reach: HTTPS on the manager\'s API and a seed\'s upload port, HTTP on the loopback mirror and the scheduler\'s metrics', () => {
+    for (const { overlay, object, main } of components()) {
+      for (const probe of [main.readinessProbe, main.livenessProbe]) {
+        const port = typeof probe.httpGet.port === 'number' ? probe.httpGet.port : main.ports.find((p: any) => p.name === probe.httpGet.port)?.containerPort;
+        const listener = listening(main).find((l: any) => l.port === port);
+        assert.ok(listener, `${overlay} ${object.metadata.name}: the probe's port ${probe.httpGet.port} is one it listens on`);
+        assert.equal(probe.httpGet.scheme ?? 'HTTP', listener.tls ? 'HTTPS' : 'HTTP', `${overlay} ${object.metadata.name}: probe on ${port}`);
+        // kubelet probes a pod's IP, unless the pod is on the host network and the probe names 127.0.0.1.
+        if (listener.loopback) assert.equal(podSpec(object).hostNetwork && probe.httpGet.host, '127.0.0.1', `${object.metadata.name}: a loopback probe from the host network`);
+      }
+    }
+    assert.equal(container(find('default', 'Deployment', 'starling-manager'), 'manager').readinessProbe.httpGet.scheme, 'HTTPS');
+    assert.equal(container(find('default', 'StatefulSet', 'starling-seed'), 'seed').livenessProbe.httpGet.port, 'upload');
+  });
+
+  test('a seed\'s mirror stays on its loopback, and Services and NetworkPolicies open only ports a pod listens on beyond it', () => {
+    assert.equal(flag(container(find('default', 'StatefulSet', 'starling-seed'), 'seed'), '--mirror-listen'), '127.0.0.1:65001');
+    for (const [overlay, objects] of Object.entries(rendered)) {
+      const pods = objects.filter((o) => o.spec?.template?.spec);
+      /** Ports the pods that `selector` picks listen on, apart from their loopback. */
+      const open = (selector: Record<string, string>) =>
+        pods
+          .filter((o) => Object.entries(selector).every(([k, v]) => o.spec.template.metadata.labels?.[k] === v))
+          .flatMap((o) => podSpec(o).containers)
+          .flatMap((c: any) => {
+            const listeners = listening(c);
+            const loopback = listeners.filter((l: any) => l.loopback).map((l: any) => l.port);
+            return [...listeners.filter((l: any) => !l.loopback).map((l: any) => l.port), ...(c.ports ?? []).map((p: any) => p.containerPort)].filter((p) => !loopback.includes(p));
+          });
+      for (const policy of objects.filter((o) => o.kind === 'NetworkPolicy')) {
+        const ports = open(policy.spec.podSelector.matchLabels);
+        for (const rule of policy.spec.ingress) for (const { port } of rule.ports) assert.ok(ports.includes(port), `${overlay} NetworkPolicy ${policy.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`);
+      }
+      for (const service of objects.filter((o) => o.kind === 'Service')) {
+        const ports = open(service.spec.selector);
+        for (const { port } of service.spec.ports) assert.ok(ports.includes(port), `${overlay} Service ${service.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`);
+      }
+    }
+  });
+
+  test('every namespaced object lands in the starling namespace, generated ones included', () => {
+    const clusterWide = ['Namespace', 'ClusterRole', 'ClusterRoleBinding'];
+    for (const [overlay, objects] of Object.entries(rendered)) {
+      for (const object of objects.filter((o) => !clusterWide.includes(o.kind))) {
+        assert.equal(object.metadata.namespace, 'starling', `${overlay}: ${object.kind}/${object.metadata.name}`);
+      }
+    }
   });
 
   test('uninstall runs node-setup --undo on every node', () => {
