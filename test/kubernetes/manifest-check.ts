@@ -18,9 +18,17 @@ export interface KubeObject {
   [key: string]: unknown;
 }
 
-/** kubernetes-models' module for a kind: `apps/v1` + `DaemonSet` → kubernetes-models/apps/v1/DaemonSet. */
+/** Packages with the models of custom resources the manifests use, by API group. */
+const CUSTOM_RESOURCE_MODELS: Record<string, string> = { 'cert-manager.io': '@kubernetes-models/cert-manager' };
+
+/**
+ * kubernetes-models' module for a kind: `apps/v1` + `DaemonSet` → kubernetes-models/apps/v1/DaemonSet;
+ * a custom resource's from its own package (`cert-manager.io/v1` + `Certificate` →
+ * @kubernetes-models/cert-manager/cert-manager.io/v1/Certificate).
+ */
 function modelModule(object: KubeObject): string {
-  return `kubernetes-models/${object.apiVersion}/${object.kind}`;
+  const models = CUSTOM_RESOURCE_MODELS[object.apiVersion.split('/')[0]!] ?? 'kubernetes-models';
+  return `${models}/${object.apiVersion}/${object.kind}`;
 }
 
 /** Schema errors of one object (none: []), as "kind/name: message" lines. */

@@ -48,7 +48,17 @@ describe('deploy/kubernetes', () => {
       assert.notEqual(lazy, text, `${overlay}: a commented line for the lazy component`);
       await fsp.writeFile(file, lazy);
     }
-    for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy']) rendered[overlay] = await render(`overlays/${overlay}`);
+    // cert-manager instead of the certificate files, as the README says: one component for the other.
+    {
+      const dir = path.join(tmp.path, 'overlays', 'default-cert-manager');
+      await fsp.cp(path.join(tmp.path, 'overlays', 'default'), dir, { recursive: true });
+      const file = path.join(dir, 'kustomization.yaml');
+      const text = await fsp.readFile(file, 'utf8');
+      const swapped = text.replace(/^ {2}- \.\.\/\.\.\/components\/tls-files$/m, '  - ../../components/cert-manager');
+      assert.notEqual(swapped, text, 'default: a line for the tls-files component');
+      await fsp.writeFile(file, swapped);
+    }
+    for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy', 'default-cert-manager']) rendered[overlay] = await render(`overlays/${overlay}`);
     rendered.uninstall = await render('uninstall');
   });
 
@@ -204,7 +214,7 @@ describe('deploy/kubernetes', () => {
 
   test('TLS between components: each has the three flags, its own Secret mounted where they point, and a certificate the cluster CA signed', () => {
     const cas = new Set<string>();
-    for (const { overlay, object, main } of components()) {
+    for (const { overlay, object, main } of components().filter((c) => c.overlay !== 'default-cert-manager')) {
       const where = `${overlay} ${object.metadata.name}`;
       const secretOf = { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name as string] ?? 'starling-peer-tls';
       for (const name of ['--tls-cert', '--tls-key', '--tls-ca']) {
@@ -225,6 +235,28 @@ describe('deploy/kubernetes', () => {
       cas.add(ca.fingerprint256);
     }
     assert.equal(cas.size, 1, 'one cluster CA');
+  });
+
+  test('cert-manager instead of files: a Certificate for each TLS Secret the workloads mount, with the names starling certs gives, from the cluster CA', () => {
+    const objects = rendered['default-cert-manager']!;
+    assert.equal(objects.some((o) => o.kind === 'Secret' && /-tls-/.test(o.metadata.name)), false, 'no generated TLS Secret');
+    const certificates = objects.filter((o) => o.kind === 'Certificate');
+    const leaves = kubernetesLeafNames('starling');
+    for (const { object, main } of components().filter((c) => c.overlay === 'default-cert-manager')) {
+      const secretName = podSpec(object).volumes.find((v: any) => v.name === 'tls').secret.secretName;
+      assert.ok(flag(main, '--tls-cert')?.startsWith('/etc/starling/tls/'));
+      const certificate = certificates.find((c) => c.spec.secretName === secretName);
+      assert.ok(certificate, `${object.metadata.name}: a Certificate writes ${secretName}`);
+      const names = leaves[secretName.replace(/^starling-|-tls$/g, '')]!;
+      assert.equal(certificate.spec.commonName, names.commonName);
+      assert.deepEqual(certificate.spec.dnsNames ?? [], names.dns, `${secretName}: the names starling certs gives`);
+      assert.deepEqual(certificate.spec.ipAddresses ?? [], names.ips);
+      assert.deepEqual([...certificate.spec.usages].sort(), ['client auth', 'digital signature', 'key encipherment', 'server auth']);
+      const issuer = objects.find((o) => o.kind === 'Issuer' && o.metadata.name === certificate.spec.issuerRef.name);
+      assert.ok(issuer?.spec.ca, `${secretName}: signed by a CA Issuer`);
+      const ca = certificates.find((c) => c.spec.secretName === issuer.spec.ca.secretName);
+      assert.equal(ca?.spec.isCA, true, 'whose CA cert-manager makes');
+    }
   });
 
   test('no plain http:// URL between components: --manager is https://, and http:// reaches only the node\'s own loopback', () => {
