@@ -1,23 +1,25 @@
 // Starling's own image (scripts/image/build-image.ts, cached under /var/tmp between runs): it is
-// reproducible and small, every component starts from it with podman, and the peer DaemonSet's
-// pod template from deploy/kubernetes runs with `podman kube play` next to the host's containerd,
-// whose pulls then go through it: verified, and the registry sends one copy.
+// reproducible and small, every component starts from it with podman, and the pod templates of
+// deploy/kubernetes (manager, scheduler, seed, and the peer DaemonSet next to the host's containerd)
+// run with `podman kube play`, talking TLS with the token and certificates of their Secrets; a
+// containerd pull then goes through the peer: verified, from the seed, one copy from the registry.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import fsp from 'node:fs/promises';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
+import { Agent, request } from 'undici';
 import { parseAllDocuments, stringify } from 'yaml';
 import { buildStarlingImage, IMAGE_USER, type BuiltStarlingImage } from '../../scripts/image/build-image.js';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
 import { buildImage, imageInfo, pushImage } from '../fixtures/images.js';
 import { TOC_DIGEST_ANNOTATION } from '../../src/estargz/index.js';
 import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
-import { freePort, makeTempDir, onExitCleanup, run, runOk, waitFor, waitForHttp, type TempDir } from '../fixtures/processes.js';
-import { blobRequests, makeServerCertificate, startRegistry, type Registry } from '../fixtures/registry.js';
+import { freePort, makeTempDir, onExitCleanup, run, runOk, waitFor, waitForHttp, type RunResult, type TempDir } from '../fixtures/processes.js';
+import { blobBytesSent, blobRequests, makeServerCertificate, startRegistry, type Registry } from '../fixtures/registry.js';
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
 const BUILD_SCRIPT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../scripts/image/build-image.ts');
@@ -32,12 +34,13 @@ describe("Starling's image", () => {
   let image: BuiltStarlingImage;
   let imageName: string;
   let env: Record<string, string>;
+  let cluster: ClusterFiles;
   const containers: string[] = [];
 
   const podman = (args: string[], timeoutMs = 120_000) => run('podman', args, { env, timeoutMs });
   /** Waits for `url` to answer, quoting the container's log if it does not. */
-  const waitForComponent = (url: string, id: string) =>
-    waitForHttp(url, 30_000).catch(async (error) => {
+  const waitForComponent = (url: string, id: string, dispatcher?: Agent) =>
+    waitForHttp(url, 30_000, undefined, dispatcher).catch(async (error) => {
       throw new Error(`${(error as Error).message}\n${await logsOf(id)}`);
     });
   /** `podman run -d` on the host network; returns the container id (removed after the tests). */
@@ -61,6 +64,7 @@ describe("Starling's image", () => {
     imageName = `localhost/starling-test:${image.manifestDigest.slice(7, 19)}`;
     // skopeo, not podman pull: podman would name the image after its folder as well.
     await runOk('skopeo', ['copy', '--quiet', image.ociRef, `containers-storage:${imageName}`], { env });
+    cluster = await prepareCluster(tmp.path, podman, imageName);
     onExitCleanup(() => {
       // best effort when a test crashes: the containers and the tag this file made
       for (const id of containers) void run('podman', ['rm', '-f', id]);
@@ -70,6 +74,7 @@ describe("Starling's image", () => {
   after(async () => {
     for (const id of containers) await podman(['rm', '-f', '-t', '2', id]);
     await podman(['rmi', imageName]);
+    await cluster?.agent.close();
     await tmp?.remove();
   });
 
@@ -130,14 +135,17 @@ describe("Starling's image", () => {
     assert.equal(version.stdout.trim(), '0.1.0', version.stderr);
   });
 
-  test('starts each component with podman: the manager and the scheduler as non-root, a seed, the snapshotter', async () => {
+  test('starts each component with podman: the manager and the scheduler as non-root, a seed, the snapshotter, with the cluster token and TLS', async () => {
+    const mounts = ['-v', `${cluster.secrets['starling-cluster-token']}:/etc/starling/cluster:ro`];
+    const tlsOf = (secret: string) => ['-v', `${cluster.secrets[secret]}:/etc/starling/tls:ro`];
+    const tlsFlags = ['--tls-cert=/etc/starling/tls/tls.crt', '--tls-key=/etc/starling/tls/tls.key', '--tls-ca=/etc/starling/tls/ca.crt', '--cluster-token-file=/etc/starling/cluster/token'];
     const managerPort = await freePort();
-    const manager = await startComponent('manager', ['manager', `--listen=127.0.0.1:${managerPort}`, '--data-dir=/var/lib/starling/manager']);
-    await waitForComponent(`http://127.0.0.1:${managerPort}/healthz`, manager);
+    const manager = await startComponent('manager', ['manager', `--listen=127.0.0.1:${managerPort}`, '--data-dir=/var/lib/starling/manager', ...tlsFlags], [...mounts, ...tlsOf('starling-manager-tls')]);
+    await waitForComponent(`https://127.0.0.1:${managerPort}/healthz`, manager, cluster.agent);
     const [schedulerPort, schedulerMetrics] = [await freePort(), await freePort()];
     const scheduler = await startComponent('scheduler', [
-      'scheduler', `--listen=127.0.0.1:${schedulerPort}`, `--metrics-listen=127.0.0.1:${schedulerMetrics}`, `--manager=http://127.0.0.1:${managerPort}`,
-    ]);
+      'scheduler', `--listen=127.0.0.1:${schedulerPort}`, `--metrics-listen=127.0.0.1:${schedulerMetrics}`, `--manager=https://127.0.0.1:${managerPort}`, ...tlsFlags,
+    ], [...mounts, ...tlsOf('starling-scheduler-tls')]);
     await waitForComponent(`http://127.0.0.1:${schedulerMetrics}/healthz`, scheduler);
     for (const id of [manager, scheduler]) {
       const user = await podman(['exec', id, 'id', '-u']);
@@ -146,8 +154,8 @@ describe("Starling's image", () => {
     const [seedMirror, seedUpload] = [await freePort(), await freePort()];
     const seed = await startComponent('seed', [
       'peer', '--seed', '--data-dir=/var/lib/starling/seed', `--mirror-listen=127.0.0.1:${seedMirror}`, `--upload-listen=127.0.0.1:${seedUpload}`,
-      `--scheduler=127.0.0.1:${schedulerPort}`, `--manager=http://127.0.0.1:${managerPort}`,
-    ], ['--user', '0']);
+      `--scheduler=127.0.0.1:${schedulerPort}`, `--manager=https://127.0.0.1:${managerPort}`, ...tlsFlags,
+    ], ['--user', '0', ...mounts, ...tlsOf('starling-peer-tls')]);
     await waitForComponent(`http://127.0.0.1:${seedMirror}/healthz`, seed);
     const snDir = path.join(tmp.path, 'snapshotter');
     await fsp.mkdir(snDir);
@@ -162,15 +170,16 @@ describe("Starling's image", () => {
     });
   });
 
-  describe("the peer DaemonSet's pod template with podman kube play, next to the host's containerd", () => {
+  describe('the pod templates of the default overlay with podman kube play — the manager, the scheduler, a seed and the peer DaemonSet next to the host\'s containerd — with the token and certificates of their Secrets', () => {
     let registry: Registry;
     let containerd: Containerd;
     let apiServer: https.Server;
-    let podName: string;
-    let podFile: string;
+    const podFiles: string[] = [];
     const initLogs: string[] = [];
+    const ports = { manager: 0, scheduler: 0, schedulerMetrics: 0, seedMirror: 0, seedUpload: 0, mirror: 0, upload: 0 };
 
     before(async () => {
+      for (const key of Object.keys(ports) as Array<keyof typeof ports>) ports[key] = await freePort();
       registry = await startRegistry();
       // A node whose containerd already names config_path (inside its config folder, which the pod
       // mounts): node-setup then only writes hosts.toml, and no restart is needed.
@@ -181,43 +190,115 @@ describe("Starling's image", () => {
     });
 
     after(async () => {
-      if (podFile) await podman(['kube', 'down', podFile]);
+      for (const file of podFiles.reverse()) await podman(['kube', 'down', file]);
       apiServer?.close();
       await containerd?.stop();
       await registry?.stop();
     });
 
-    test('runs node-setup and node-labels, then the peer; a containerd pull through it verifies and costs the registry one copy', async () => {
-      const rendered = await renderDefaultOverlay(tmp.path);
-      const daemonSet = rendered.find((o: any) => o.kind === 'DaemonSet' && o.metadata.name === 'starling-peer');
-      const configMap = rendered.find((o: any) => o.kind === 'ConfigMap' && o.metadata.name === 'starling-node');
-      const ports = { mirror: await freePort(), upload: await freePort() };
-      const nodeDir = path.dirname(containerd.configFile);
-      const dirs = { data: path.join(tmp.path, 'peer-data'), token: path.join(tmp.path, 'token'), serviceAccount: path.join(tmp.path, 'serviceaccount') };
-      for (const dir of Object.values(dirs)) await fsp.mkdir(dir, { recursive: true });
-      await fsp.writeFile(path.join(dirs.token, 'token'), 'kube-play-cluster-token');
-      podName = `starling-peer-${process.pid}`;
-      const pod = podFromTemplate(daemonSet, {
-        name: podName,
-        image: imageName,
-        nodeDir,
-        ports,
-        dirs,
-        apiServer: `127.0.0.1:${(apiServer.address() as AddressInfo).port}`,
-        registry: registry.host,
+    /** `podman kube play` of one pod; returns after it started (its file is taken down after the tests). */
+    async function play(pod: any): Promise<void> {
+      const file = path.join(tmp.path, `${pod.metadata.name}.yaml`);
+      await fsp.writeFile(file, stringify(pod));
+      podFiles.push(file);
+      const played = await podman(['kube', 'play', file], 300_000);
+      assert.equal(played.code, 0, `podman kube play ${pod.metadata.name}: ${played.stderr}${played.stdout}`);
+    }
+    /** Waits for `url`, quoting the pod's logs if it does not answer. */
+    const waitForPod = (url: string, pod: string, dispatcher?: Agent) =>
+      waitForHttp(url, 60_000, undefined, dispatcher).catch(async (error) => {
+        const logs = await podman(['pod', 'logs', pod]);
+        throw new Error(`${(error as Error).message}\n${logs.stdout}${logs.stderr}`);
       });
-      // podman 4.3 starts a pod's init containers without waiting for them to end (and then fails to
-      // remove a "once" init container still running, or lets the peer start before its labels
-      // exist): each init container runs here as its own pod, in order, to completion.
-      const { initContainers, ...mainSpec } = pod.spec;
+
+    test('they find each other over TLS with the cluster token; a containerd pull through the peer verifies, its pieces come from the seed, and the registry sends one copy', async () => {
+      const workload = (kind: string, name: string) => {
+        const object = cluster.objects.find((o: any) => o.kind === kind && o.metadata.name === name);
+        assert.ok(object, `${kind}/${name} in the default overlay`);
+        return object;
+      };
+      const services = {
+        'starling-manager:8080': `127.0.0.1:${ports.manager}`,
+        'starling-scheduler-0.starling-scheduler:8002': `127.0.0.1:${ports.scheduler}`,
+      };
+      const folder = async (name: string, owner = 0) => {
+        const dir = path.join(tmp.path, 'volumes', name);
+        await fsp.mkdir(dir, { recursive: true });
+        await fsp.chown(dir, owner, owner);
+        return dir;
+      };
+      const pid = process.pid;
+
+      // The manager (SQLite on its volume) and the scheduler, as non-root as their manifests say.
+      const managerPod = podFromTemplate(workload('Deployment', 'starling-manager'), {
+        name: `starling-manager-${pid}`, image: imageName, services, secrets: cluster.secrets, env: {},
+        flags: { '--listen': `127.0.0.1:${ports.manager}` },
+        folders: { data: await folder('manager', IMAGE_USER.uid) },
+        probePort: ports.manager,
+      });
+      await play(managerPod);
+      // The manager's certificate names 127.0.0.1 (a port-forward): checked in full here, names included.
+      await waitForPod(`https://127.0.0.1:${ports.manager}/healthz`, managerPod.metadata.name, new Agent({ connect: { ca: cluster.ca } }));
+      await assert.rejects(request(`http://127.0.0.1:${ports.manager}/healthz`, { headersTimeout: 5_000 }), 'no plain HTTP on the manager\'s port');
+
+      const schedulerPod = podFromTemplate(workload('StatefulSet', 'starling-scheduler'), {
+        name: `starling-scheduler-${pid}`, image: imageName, services, secrets: cluster.secrets,
+        env: { POD_IP: '127.0.0.1' },
+        flags: { '--listen': `127.0.0.1:${ports.scheduler}`, '--metrics-listen': `127.0.0.1:${ports.schedulerMetrics}` },
+        folders: {},
+        probePort: ports.schedulerMetrics,
+      });
+      await play(schedulerPod);
+      const schedulerMetrics = `http://127.0.0.1:${ports.schedulerMetrics}`;
+      await waitForPod(`${schedulerMetrics}/healthz`, schedulerPod.metadata.name);
+
+      // A seed on its volume, reading the test's plain-HTTP registry.
+      const seedPod = podFromTemplate(workload('StatefulSet', 'starling-seed'), {
+        name: `starling-seed-${pid}`, image: imageName, services, secrets: cluster.secrets,
+        env: { POD_IP: '127.0.0.1', POD_NAME: 'starling-seed-0' },
+        flags: { '--mirror-listen': `127.0.0.1:${ports.seedMirror}`, '--upload-listen': `127.0.0.1:${ports.seedUpload}`, '--quota': '1GiB' },
+        extraArgs: { seed: [`--insecure-registry=${registry.host}`] },
+        folders: { data: await folder('seed', IMAGE_USER.uid) },
+        probePort: ports.seedUpload,
+      });
+      await play(seedPod);
+      await waitForPod(`https://127.0.0.1:${ports.seedUpload}/healthz`, seedPod.metadata.name, cluster.agent);
+
+      // The peer: its init containers first, each as a pod of its own run to completion (podman 4.3
+      // starts a pod's init containers without waiting for them to end), then the peer.
+      const nodeDir = path.dirname(containerd.configFile);
+      const serviceAccount = path.join(tmp.path, 'serviceaccount');
+      const peerPod = podFromTemplate(workload('DaemonSet', 'starling-peer'), {
+        name: `starling-peer-${pid}`, image: imageName, services, secrets: cluster.secrets,
+        env: { NODE_IP: '127.0.0.1', NODE_NAME: 'kubeplay-node', STARLING_REGISTRIES: registry.host, RACK_LABEL: 'topology.kubernetes.io/rack' },
+        flags: {
+          '--containerd-config': `${nodeDir}/config.toml`,
+          '--mirror': `http://127.0.0.1:${ports.mirror}`,
+          '--mirror-listen': `127.0.0.1:${ports.mirror}`,
+          '--upload-listen': `127.0.0.1:${ports.upload}`,
+          '--quota': '1GiB',
+        },
+        extraArgs: { peer: [`--insecure-registry=${registry.host}`] },
+        folders: { data: await folder('peer'), 'containerd-config': nodeDir, 'node-labels': await folder('node-labels', IMAGE_USER.uid) },
+        probePort: ports.mirror,
+      });
+      const { initContainers, ...mainSpec } = peerPod.spec;
+      // node-setup edits the node's config where the node has it (the same path inside and out).
+      initContainers.find((c: any) => c.name === 'node-setup').volumeMounts.find((m: any) => m.name === 'containerd-config').mountPath = nodeDir;
+      // node-labels reaches the test's API server with the service account a pod is given.
+      const labels = initContainers.find((c: any) => c.name === 'node-labels');
+      const [apiHost, apiPort] = [(apiServer.address() as AddressInfo).address, String((apiServer.address() as AddressInfo).port)];
+      labels.env.push({ name: 'KUBERNETES_SERVICE_HOST', value: apiHost }, { name: 'KUBERNETES_SERVICE_PORT', value: apiPort });
+      labels.volumeMounts.push({ name: 'service-account', mountPath: '/var/run/secrets/kubernetes.io/serviceaccount', readOnly: true });
+      mainSpec.volumes.push({ name: 'service-account', hostPath: { path: serviceAccount, type: 'Directory' } });
       for (const init of initContainers) {
-        const initPod = { ...pod, metadata: { ...pod.metadata, name: `${podName}-${init.name}` }, spec: { ...mainSpec, restartPolicy: 'Never', containers: [init] } };
+        const initPod = { ...peerPod, metadata: { ...peerPod.metadata, name: `${peerPod.metadata.name}-${init.name}` }, spec: { ...mainSpec, restartPolicy: 'Never', containers: [init] } };
         const file = path.join(tmp.path, `${init.name}.yaml`);
-        await fsp.writeFile(file, [stringify(configMap), stringify(initPod)].join('---\n'));
+        await fsp.writeFile(file, stringify(initPod));
         try {
           const played = await podman(['kube', 'play', file], 300_000);
           assert.equal(played.code, 0, `podman kube play ${init.name}: ${played.stderr}${played.stdout}`);
-          const container = `${podName}-${init.name}-${init.name}`;
+          const container = `${initPod.metadata.name}-${init.name}`;
           const exit = await podman(['wait', container], 120_000);
           const logs = await podman(['logs', container]);
           initLogs.push(logs.stdout + logs.stderr);
@@ -226,114 +307,171 @@ describe("Starling's image", () => {
           await podman(['kube', 'down', file]);
         }
       }
-      podFile = path.join(tmp.path, 'pod.yaml');
-      await fsp.writeFile(podFile, [stringify(configMap), stringify({ ...pod, spec: mainSpec })].join('---\n'));
-      const played = await podman(['kube', 'play', podFile], 300_000);
-      assert.equal(played.code, 0, `podman kube play: ${played.stderr}${played.stdout}`);
+      await play({ ...peerPod, spec: mainSpec });
       const mirror = `http://127.0.0.1:${ports.mirror}`;
-      await waitForHttp(`${mirror}/healthz`, 60_000).catch(async (error) => {
-        const logs = await podman(['pod', 'logs', podName]);
-        throw new Error(`${(error as Error).message}\n${logs.stdout}${logs.stderr}`);
-      });
+      await waitForPod(`${mirror}/healthz`, peerPod.metadata.name);
 
       // node-setup put the mirror into the node's hosts.toml; node-labels gave the peer its zone and rack.
       const hostsToml = await fsp.readFile(path.join(containerd.hostsDir, registry.host, 'hosts.toml'), 'utf8');
       assert.match(hostsToml, new RegExp(`\\[host\\."${mirror}"\\]`));
       assert.match(initLogs[0]!, /containerd config unchanged: no restart needed/);
       assert.match(initLogs[1]!, /labels of node kubeplay-node \(rack rack-7\)/);
+      // The seed and the peer announced themselves over the scheduler's TLS port, with the token.
+      await waitFor(async () => (await scrapeMetric(`${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 2, 30_000, 'the seed and the peer announced to the scheduler').catch(async (error) => {
+        const logs = await podman(['pod', 'logs', schedulerPod.metadata.name]);
+        throw new Error(`${(error as Error).message}\n${logs.stdout}${logs.stderr}`);
+      });
+
+      // ...and keep alive with the manager over HTTPS: it lists them to its admin (the admin token of its Secret).
+      const listed = async (what: string) => {
+        const response = await request(`https://127.0.0.1:${ports.manager}/api/v1/${what}`, { headers: { authorization: `Bearer ${cluster.adminToken}` }, dispatcher: cluster.agent });
+        assert.equal(response.statusCode, 200, `GET /api/v1/${what}`);
+        return JSON.stringify(await response.body.json());
+      };
+      await waitFor(async () => {
+        const peers = await listed('peers');
+        return peers.includes('"kubeplay-node"') && peers.includes('"starling-seed-0"');
+      }, 30_000, 'the manager lists the peer and the seed');
+      assert.match(await listed('schedulers'), new RegExp(`127\\.0\\.0\\.1:${ports.scheduler}`), 'and the scheduler');
 
       const built = await buildImage({ layers: [{ sizeBytes: 6 * MiB, seed: 'kube-play' }] });
       const { ref } = await pushImage(built.layoutDir, built.tag, registry.host, 'app/kubeplay:v1');
       await containerd.pull(ref); // ctr checks every blob against its digest
-      const layer = built.layers[0]!.digest;
-      const gets = blobRequests(registry.requests(), layer).filter((r) => r.status === 200);
-      assert.equal(gets.length, 1, 'the registry sent the layer once');
-      assert.doesNotMatch(gets[0]!.userAgent, /containerd/, 'to the peer in the pod');
-      const stored = (await containerd.ctr(['content', 'get', layer], { timeoutMs: 30_000 })).stdout;
+      const layer = built.layers[0]!;
+      // One copy in bytes (the seed reads the last piece on a request of its own), and none to containerd.
+      assert.equal(blobBytesSent(registry.requests(), layer.digest), layer.size, 'the registry sent the layer once');
+      for (const get of blobRequests(registry.requests(), layer.digest)) assert.doesNotMatch(get.userAgent, /containerd/, 'to Starling, not to containerd');
+      const stored = (await containerd.ctr(['content', 'get', layer.digest], { timeoutMs: 30_000 })).stdout;
       assert.ok(stored.length > 0);
-      assert.equal(await scrapeMetric(`${mirror}/metrics`, 'starling_peer_downloaded_bytes_total', { source: 'origin' }) >= built.layers[0]!.size, true);
+      // The peer read the layer from the seed's upload port (TLS), not from the registry.
+      const from = async (source: string) => scrapeMetric(`${mirror}/metrics`, 'starling_peer_downloaded_bytes_total', { source });
+      assert.equal(await from('origin'), 0, 'the peer read nothing from the registry');
+      assert.ok((await from('seed')) >= layer.size, `the peer's pieces came from the seed (${await from('seed')} bytes)`);
     });
   });
 });
 
-/** The default overlay rendered from a copy of deploy/kubernetes with the secret files it needs. */
-async function renderDefaultOverlay(dir: string): Promise<any[]> {
-  const copy = path.join(dir, 'deploy');
-  await fsp.cp(DEPLOY, copy, { recursive: true });
-  for (const file of ['base/secrets/cluster-token', 'base/secrets/admin-token']) await fsp.writeFile(path.join(copy, file), 'test');
-  const result = await runOk('kubectl', ['kustomize', path.join(copy, 'overlays/default')]);
-  return parseAllDocuments(result.stdout).map((doc) => doc.toJSON());
-}
-
-interface PodInputs {
-  name: string;
-  image: string;
-  /** The folder holding the test node's containerd config.toml (its /etc/containerd). */
-  nodeDir: string;
-  ports: { mirror: number; upload: number };
-  dirs: { data: string; token: string; serviceAccount: string };
-  apiServer: string;
-  registry: string;
+interface ClusterFiles {
+  /** The default overlay rendered with the secret files an operator makes. */
+  objects: any[];
+  /** Each rendered Secret as a folder of its keys, by the name the manifests use (without kustomize's hash). */
+  secrets: Record<string, string>;
+  /** The cluster CA, and an undici dispatcher that trusts it without checking names (as components do). */
+  ca: Buffer;
+  agent: Agent;
+  /** The console's first admin token. */
+  adminToken: string;
 }
 
 /**
- * The DaemonSet's pod template as a Pod, changed only where a single test machine differs from a
- * Kubernetes node: host paths are test folders (mounted at the same path inside, as on a node),
- * ports are free ones (and not declared: podman refuses that on the host network), the scheduler
- * and manager are absent (the peer works alone), the API server is a local one, the downward API's
- * values are given (podman has no node or pod IP), and $(VAR) in args is expanded as kubelet does.
+ * The default overlay rendered from a copy of deploy/kubernetes with its secret files made as the
+ * README says: random tokens, and certificates written by the image's own `starling certs`.
  */
-function podFromTemplate(daemonSet: any, inputs: PodInputs): any {
-  const spec = structuredClone(daemonSet.spec.template.spec);
-  const byName = (list: any[], name: string) => list.find((c) => c.name === name);
-  const setup = byName(spec.initContainers, 'node-setup');
-  const labels = byName(spec.initContainers, 'node-labels');
-  const peer = byName(spec.containers, 'peer');
-  for (const c of [...spec.initContainers, ...spec.containers]) c.image = inputs.image;
+async function prepareCluster(dir: string, podman: (args: string[]) => Promise<RunResult>, image: string): Promise<ClusterFiles> {
+  const copy = path.join(dir, 'deploy');
+  await fsp.cp(DEPLOY, copy, { recursive: true });
+  const adminToken = randomBytes(32).toString('base64');
+  await fsp.writeFile(path.join(copy, 'base/secrets/cluster-token'), `${randomBytes(32).toString('base64')}\n`);
+  await fsp.writeFile(path.join(copy, 'base/secrets/admin-token'), `${adminToken}\n`);
+  const certs = path.join(copy, 'components/tls-files/secrets');
+  const made = await podman(['run', '--rm', '--user', '0', ...ULIMITS, '-v', `${certs}:/out`, image, 'certs', '--out', '/out']);
+  assert.equal(made.code, 0, `starling certs in the image: ${made.stderr}`);
+  const result = await runOk('kubectl', ['kustomize', path.join(copy, 'overlays/default')]);
+  const objects = parseAllDocuments(result.stdout).map((doc) => doc.toJSON());
+  const secrets: Record<string, string> = {};
+  for (const secret of objects.filter((o: any) => o.kind === 'Secret')) {
+    const folder = path.join(dir, 'secrets', secret.metadata.name);
+    await materializeSecret(secret, folder, IMAGE_USER.gid);
+    secrets[secret.metadata.name] = folder;
+    secrets[secret.metadata.name.replace(/-[a-z0-9]{10}$/, '')] = folder;
+  }
+  const ca = await fsp.readFile(path.join(certs, 'ca.crt'));
+  return { objects, secrets, ca, agent: new Agent({ connect: { ca, checkServerIdentity: () => undefined } }), adminToken };
+}
 
-  setup.args = setup.args.map((a: string) =>
-    a
-      .replace('--containerd-config=/etc/containerd/config.toml', `--containerd-config=${inputs.nodeDir}/config.toml`)
-      .replace('--mirror=http://127.0.0.1:65001', `--mirror=http://127.0.0.1:${inputs.ports.mirror}`)
-      .replace('--registry=$(STARLING_REGISTRIES)', `--registry=${inputs.registry}`),
-  );
-  byName(setup.volumeMounts, 'containerd-config').mountPath = inputs.nodeDir;
-  labels.env = [
-    { name: 'NODE_NAME', value: 'kubeplay-node' },
-    { name: 'RACK_LABEL', value: 'topology.kubernetes.io/rack' },
-    { name: 'KUBERNETES_SERVICE_HOST', value: inputs.apiServer.split(':')[0] },
-    { name: 'KUBERNETES_SERVICE_PORT', value: inputs.apiServer.split(':')[1] },
-  ];
-  labels.volumeMounts.push({ name: 'service-account', mountPath: '/var/run/secrets/kubernetes.io/serviceaccount', readOnly: true });
-  peer.env = [
-    { name: 'NODE_IP', value: '127.0.0.1' },
-    { name: 'NODE_NAME', value: 'kubeplay-node' },
-  ];
-  peer.args = peer.args
-    .filter((a: string) => !a.startsWith('--scheduler=') && !a.startsWith('--manager='))
-    .map((a: string) =>
-      a
-        .replace('--mirror-listen=127.0.0.1:65001', `--mirror-listen=127.0.0.1:${inputs.ports.mirror}`)
-        .replace('--upload-listen=$(NODE_IP):65002', `--upload-listen=$(NODE_IP):${inputs.ports.upload}`)
-        .replace('--quota=50GiB', '--quota=1GiB'),
-    );
-  peer.args.push(`--insecure-registry=${inputs.registry}`);
-  for (const probe of [peer.readinessProbe, peer.livenessProbe]) probe.httpGet.port = inputs.ports.mirror;
-  // podman refuses port declarations on the host network (Kubernetes takes them as documentation there).
-  delete peer.ports;
-  spec.volumes = spec.volumes.map((v: any) => {
-    if (v.name === 'containerd-config') return { name: v.name, hostPath: { path: inputs.nodeDir, type: 'Directory' } };
-    if (v.name === 'data') return { name: v.name, hostPath: { path: inputs.dirs.data, type: 'Directory' } };
-    if (v.name === 'cluster-token') return { name: v.name, hostPath: { path: inputs.dirs.token, type: 'Directory' } };
+/**
+ * A Secret as kubelet mounts it: a file per key, mode 0440 (the manifests' defaultMode), owned by
+ * root with the non-root pods' fsGroup as group, so those read their key only through the group.
+ */
+async function materializeSecret(secret: any, folder: string, group: number): Promise<void> {
+  await fsp.mkdir(folder, { recursive: true });
+  for (const [key, value] of Object.entries(secret.data as Record<string, string>)) {
+    const file = path.join(folder, key);
+    await fsp.writeFile(file, Buffer.from(value, 'base64'));
+    await fsp.chown(file, 0, group);
+    await fsp.chmod(file, 0o440);
+  }
+}
+
+interface PodPlan {
+  name: string;
+  image: string;
+  /** Values kubelet would give the env vars that come from the downward API or a ConfigMap. */
+  env: Record<string, string>;
+  /** `--flag=value` in any container's args replaced: ports free here, test paths. */
+  flags: Record<string, string>;
+  /** Args added to a container, by its name. */
+  extraArgs?: Record<string, string[]>;
+  /** Service DNS names (with their port) and the 127.0.0.1 address that stands for them here. */
+  services: Record<string, string>;
+  /**
+   * Host folders for the pod's volumes (hostPath, PVC, volumeClaimTemplates), by volume name; and
+   * for an emptyDir that init containers fill, since each runs here as a pod of its own.
+   */
+  folders: Record<string, string>;
+  /** Folders holding each Secret's keys, by Secret name. */
+  secrets: Record<string, string>;
+  /** The port the main container's probes reach here. */
+  probePort: number;
+}
+
+/**
+ * A workload's pod template as a Pod for `podman kube play`, changed only where one test machine
+ * differs from a Kubernetes cluster: every pod on the host network (so that they reach each other
+ * at 127.0.0.1), free ports instead of the fixed ones, Service names replaced by those addresses,
+ * the downward API's values given, Secrets and volumes as host folders (mounted where the manifest
+ * says), and $(VAR) in args expanded as kubelet does. Everything else — the args, the mounts, the
+ * security contexts — is the manifest's.
+ */
+function podFromTemplate(workload: any, plan: PodPlan): any {
+  const spec = structuredClone(workload.spec.template.spec);
+  spec.hostNetwork = true;
+  const folder = (name: string) => {
+    const dir = plan.folders[name];
+    assert.ok(dir, `${workload.metadata.name}: the test gives no folder for the volume ${name}`);
+    return { name, hostPath: { path: dir, type: 'Directory' } };
+  };
+  spec.volumes = (spec.volumes ?? []).map((v: any) => {
+    if (v.secret) {
+      const dir = plan.secrets[v.secret.secretName];
+      assert.ok(dir, `${workload.metadata.name}: no Secret ${v.secret.secretName} was rendered`);
+      return { name: v.name, hostPath: { path: dir, type: 'Directory' } };
+    }
+    if (v.persistentVolumeClaim || v.hostPath || plan.folders[v.name]) return folder(v.name);
     return v;
   });
-  spec.volumes.push({ name: 'service-account', hostPath: { path: inputs.dirs.serviceAccount, type: 'Directory' } });
-  // kubelet expands $(VAR) in args from the container's env; podman does not.
-  for (const c of [...spec.initContainers, ...spec.containers]) {
-    const values = Object.fromEntries((c.env ?? []).filter((e: any) => e.value !== undefined).map((e: any) => [e.name, e.value]));
-    c.args = c.args.map((a: string) => a.replace(/\$\((\w+)\)/g, (whole, name: string) => values[name] ?? whole));
+  for (const claim of workload.spec.volumeClaimTemplates ?? []) spec.volumes.push(folder(claim.metadata.name));
+  const serviceNames = Object.keys(plan.services).sort((a, b) => b.length - a.length);
+  for (const c of [...(spec.initContainers ?? []), ...spec.containers]) {
+    c.image = plan.image;
+    c.env = (c.env ?? []).map((e: any) => {
+      if (!e.valueFrom) return e;
+      assert.ok(plan.env[e.name] !== undefined, `${workload.metadata.name} ${c.name}: the test gives no value for ${e.name}`);
+      return { name: e.name, value: plan.env[e.name] };
+    });
+    const values = Object.fromEntries(c.env.map((e: any) => [e.name, e.value]));
+    c.args = [...(c.args ?? []), ...(plan.extraArgs?.[c.name] ?? [])].map((arg: string) => {
+      const name = arg.split('=')[0]!;
+      let out = plan.flags[name] !== undefined ? `${name}=${plan.flags[name]}` : arg;
+      for (const service of serviceNames) out = out.split(service).join(plan.services[service]!);
+      // kubelet expands $(VAR) in args from the container's env; podman does not.
+      return out.replace(/\$\((\w+)\)/g, (whole, variable: string) => values[variable] ?? whole);
+    });
+    for (const probe of [c.readinessProbe, c.livenessProbe].filter(Boolean)) probe.httpGet.port = plan.probePort;
+    // podman refuses port declarations on the host network (Kubernetes takes them as documentation there).
+    delete c.ports;
   }
-  return { apiVersion: 'v1', kind: 'Pod', metadata: { name: inputs.name, labels: daemonSet.spec.template.metadata.labels }, spec };
+  return { apiVersion: 'v1', kind: 'Pod', metadata: { name: plan.name, labels: workload.spec.template.metadata.labels }, spec };
 }
 
 /** A Kubernetes API server that knows one node, over TLS with a CA of its own, as a pod sees it. */
