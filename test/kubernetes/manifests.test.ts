@@ -201,13 +201,15 @@ describe('deploy/kubernetes', () => {
   });
 
   /** The workloads of Starling's own components and their main container, in every overlay. */
+  const workloads = [['Deployment', 'starling-manager', 'manager'], ['StatefulSet', 'starling-scheduler', 'scheduler'], ['StatefulSet', 'starling-seed', 'seed'], ['DaemonSet', 'starling-peer', 'peer']] as const;
   const components = () =>
-    Object.entries(rendered)
-      .filter(([overlay]) => overlay !== 'uninstall')
-      .flatMap(([overlay, objects]) =>
-        [['Deployment', 'starling-manager', 'manager'], ['StatefulSet', 'starling-scheduler', 'scheduler'], ['StatefulSet', 'starling-seed', 'seed'], ['DaemonSet', 'starling-peer', 'peer']].map(
-          ([kind, name, main]) => ({ overlay, object: find(overlay, kind!, name!), main: container(find(overlay, kind!, name!), main!) }),
-        ),
+    Object.keys(rendered)
+      .filter((overlay) => overlay !== 'uninstall')
+      .flatMap((overlay) =>
+        workloads.map(([kind, name, main]) => {
+          const object = find(overlay, kind, name);
+          return { overlay, object, main: container(object, main) };
+        }),
       );
   const flag = (c: any, name: string): string | undefined => (c.args ?? []).find((a: string) => a.startsWith(`${name}=`))?.slice(name.length + 1);
   const decode = (secret: Obj, key: string) => Buffer.from(secret.data[key], 'base64');
