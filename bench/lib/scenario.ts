@@ -54,7 +54,7 @@ export function scenarioArgs(
     ].join('\n');
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ options, strict: true }).values as Record<string, string | boolean | undefined>;
+    values = parseArgs({ options, strict: true }).values;
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);

@@ -194,7 +194,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
 
   test('a read fetches only the chunks it needs', async () => {
     const small = built.reader.lookup('data/small.txt')!.chunks[0]!;
-    let bytes = source.counters.bytes;
+    const bytes = source.counters.bytes;
     const cat = await sh('cat', [path.join(mnt, 'data/small.txt')]);
     assert.equal(cat.stdout, 'hello lazy layer\n');
     assert.equal(source.counters.bytes - bytes, small.end - small.offset);

@@ -54,7 +54,7 @@ export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B exten
 
 /** Keeps the handler's input typed by the route's own schemas. */
 export function route<P extends Shape = z.ZodObject<{}>, Q extends Shape = z.ZodObject<{}>, B extends Shape = z.ZodUndefined>(spec: Route<P, Q, B>): Route {
-  return spec as unknown as Route;
+  return spec;
 }
 
 export interface RouteContext {

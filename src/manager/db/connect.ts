@@ -32,9 +32,9 @@ const NUMERIC_OID = 1700;
 const pgTypes = {
   getTypeParser(oid: number, format?: 'text' | 'binary') {
     if (oid === INT8_OID || oid === NUMERIC_OID) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format as 'text');
+    return pg.types.getTypeParser(oid, format);
   },
-} as pg.CustomTypesConfig;
+};
 
 /** A session-level PostgreSQL advisory lock key of the manager's own (Kysely's migrator holds another). */
 const STARTUP_LOCK_KEY = 0x5374_6172; // "Star"
