@@ -623,7 +623,7 @@ function countersOf(link: LinkJson): Counters {
 }
 
 async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: { shaper: Shaper; queueMs: number; mtu: number }): Promise<void> {
-  if (shaper !== 'tbf' && shaper !== 'htb-ack') throw new Error(`unknown shaper "${shaper}" (tbf, htb-ack)`);
+  if (shaper !== 'tbf' && shaper !== 'htb-ack') throw new Error(`unknown shaper "${String(shaper)}" (tbf, htb-ack)`);
   if (!(queueMs > 0)) throw new Error(`queueMs must be positive, got ${queueMs}`);
   if (!Number.isInteger(mtu) || mtu < 576 || mtu > 9000) throw new Error(`mtu must be an integer from 576 to 9000, got ${mtu}`);
   const hosts = c.hosts;

@@ -71,7 +71,7 @@ export class ChunkFetcher {
     const fetched = new Map<ChunkRef, Buffer>();
     if (missing.length > 0) (await this.ensure(missing, 'demand')).forEach((data, i) => fetched.set(missing[i]!, data));
     const parts = await Promise.all(
-      needed.map((c) => {
+      needed.map(async (c) => {
         const from = Math.max(offset, c.chunkOffset) - c.chunkOffset;
         const to = Math.min(end, c.chunkOffset + c.chunkSize) - c.chunkOffset;
         const data = fetched.get(c);

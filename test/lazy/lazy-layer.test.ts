@@ -206,7 +206,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     assert.equal(dd.code, 0, dd.stderr);
     await sleep(200); // let read-ahead settle
     const cached = multi.map((c) => fs.existsSync(chunkPath(layer.cacheDir, c.digest)));
-    assert.deepEqual([cached[0], cached[1], cached[2], cached[5]], [false, false, true, false], `cached chunks: ${cached}`);
+    assert.deepEqual([cached[0], cached[1], cached[2], cached[5]], [false, false, true, false], `cached chunks: ${cached.join(', ')}`);
   });
 
   test('every file reads back with its original sha256 (sha256sum through the mount)', async () => {

@@ -47,8 +47,8 @@ export interface UploadServiceDeps {
   seedTrigger?: (body: unknown) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
   preheat?: {
-    start(body: unknown): Promise<void>;
-    status(digest: string): unknown;
+    start: (body: unknown) => Promise<void>;
+    status: (digest: string) => unknown;
   };
 }
 
