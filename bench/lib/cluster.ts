@@ -485,7 +485,9 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
     async counters(h) {
       const host = resolve(h);
       const res = await must('ip', ['-n', host.ns, '-s', '-j', 'link', 'show', 'dev', host.iface]);
-      return countersOf(JSON.parse(res.stdout)[0]);
+      const [link] = JSON.parse(res.stdout) as LinkJson[]; // `ip -j link show dev X`: one link
+      if (!link) throw new Error(`ip -j link show dev ${host.iface} in ${host.ns} listed no link`);
+      return countersOf(link);
     },
     async allCounters() {
       const res = await must('ip', ['-n', hubNs, '-s', '-j', 'link', 'show']);

@@ -34,6 +34,14 @@ export function blobUrlThroughPeer(target: string, peer: URL): { url: URL; diges
   return { url, digest: ref.digest };
 }
 
+/** The flags of `starling get` as commander parses them. */
+interface GetFlags {
+  output: string;
+  peer: string;
+  creds?: string;
+  progress: boolean;
+}
+
 export function registerGetCommand(program: Command): void {
   program
     .command('get')
@@ -43,7 +51,7 @@ export function registerGetCommand(program: Command): void {
     .option('--peer <url>', 'the local peer mirror', 'http://127.0.0.1:65001')
     .option('--creds <user:password>', 'registry credentials (sent as Basic auth through the peer)')
     .option('--no-progress', 'no progress bar')
-    .action(async (target: string, options) => {
+    .action(async (target: string, options: GetFlags) => {
       const { url, digest } = blobUrlThroughPeer(target, new URL(options.peer));
       const headers: Record<string, string> = {};
       if (options.creds) headers.authorization = `Basic ${Buffer.from(options.creds).toString('base64')}`;

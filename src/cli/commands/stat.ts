@@ -4,13 +4,19 @@ import { UserError } from '../../common/errors.js';
 import { formatBytes } from '../../common/units.js';
 import type { TaskStatus } from '../../peer/daemon.js';
 
+/** The flags of `starling stat` as commander parses them. */
+interface StatFlags {
+  peer: string;
+  json?: boolean;
+}
+
 export function registerStatCommand(program: Command): void {
   program
     .command('stat')
     .description("show the peer's tasks: how much of each blob is stored and where its bytes came from")
     .option('--peer <url>', 'the local peer mirror', 'http://127.0.0.1:65001')
     .option('--json', 'print JSON')
-    .action(async (options) => {
+    .action(async (options: StatFlags) => {
       let tasks: TaskStatus[];
       try {
         const response = await request(new URL('/_starling/tasks', options.peer));

@@ -9,6 +9,15 @@ import { managerConfigSchema } from '../../manager/config.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { collect, invokedAs, waitForShutdown } from '../shared.js';
 
+/** The flags of `starling up` as commander parses them. */
+interface UpFlags {
+  dataDir: string;
+  insecureRegistry: string[];
+  registryDefault?: string;
+  quota: string;
+  logLevel: string;
+}
+
 /**
  * Everything on one machine with defaults: the manager (SQLite), a scheduler, a seed peer and
  * the peer mirror that containerd pulls through, all keeping their state under one data directory.
@@ -22,7 +31,7 @@ export function registerUpCommand(program: Command): void {
     .option('--registry-default <url>', 'upstream for clients that name no registry (skopeo, podman)')
     .option('--quota <size>', 'disk quota of the peer mirror', '20GiB')
     .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
-    .action(async (options) => {
+    .action(async (options: UpFlags) => {
       const dataDir = resolve(options.dataDir);
       const log = createLogger({ level: options.logLevel, name: 'starling' });
       const [{ startManager }, { startScheduler }, { startPeer }, { ensureClusterToken, ensureTlsFiles }] = await Promise.all([

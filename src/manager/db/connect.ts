@@ -29,10 +29,11 @@ export interface Store {
 // manager reads them as numbers, the same as SQLite gives, in this one place.
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
+type TypeParser = (value: string) => unknown;
 const pgTypes = {
-  getTypeParser(oid: number, format?: 'text' | 'binary') {
+  getTypeParser(oid: number, format?: 'text' | 'binary'): TypeParser {
     if (oid === INT8_OID || oid === NUMERIC_OID) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format);
+    return pg.types.getTypeParser(oid, format) as TypeParser; // pg-types declares its parsers as any
   },
 };
 
