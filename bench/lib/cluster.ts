@@ -127,10 +127,6 @@ export function lowerBound({ F, us, ui, dmin }: LowerBoundInput): LowerBound {
   return { seconds: terms[binding], binding, terms };
 }
 
-export function bytesPerSecond(rate: Rate): number {
-  return parseRate(rate) / 8;
-}
-
 /** T* for sending F bytes from `source` to `receivers` with the caps the cluster gave them. */
 export function clusterLowerBound(F: number, source: ClusterHost, receivers: ClusterHost[]): LowerBound {
   const need = (v: number | undefined, what: string) => {
@@ -820,15 +816,5 @@ export function softnetDrops(): number {
       .reduce((sum, line) => sum + parseInt(line.trim().split(/\s+/)[1] ?? '0', 16), 0);
   } catch {
     return 0;
-  }
-}
-
-/** Run `fn` with a cluster that is destroyed afterwards, whatever happens. */
-export async function withCluster<T>(opts: ClusterOptions, fn: (c: Cluster) => Promise<T>): Promise<T> {
-  const c = await createCluster(opts);
-  try {
-    return await fn(c);
-  } finally {
-    await c.destroy();
   }
 }

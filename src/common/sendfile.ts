@@ -19,10 +19,6 @@ const MIN_SENDFILE_BYTES = 256 * 1024;
 /** Without the addon, every caller copies. */
 const loadAddon = () => optionalAddon<SendfileAddon>('sendfile', 'starling_sendfile');
 
-export function sendfileAvailable(): boolean {
-  return loadAddon() !== null;
-}
-
 /**
  * Sends bytes [offset, offset + count) of the open file `fileFd` as (part of) the body of `res`,
  * whose headers have been set. Resolves false, having sent nothing, when it cannot be done here;

@@ -1,7 +1,7 @@
 /* Shared fixtures for the eStargz tests: generated layers, an independent tar oracle (tar-stream),
    blob surgery for bad-input cases, and the Go reference harness. */
 import { execFile } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -185,4 +185,3 @@ export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<
 /** A tiny deterministic PRNG (mulberry32) for the fuzz test: the simulator's. */
 export { rng as prng } from '../../sim/event-queue.js';
 
-export { randomBytes };

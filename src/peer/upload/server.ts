@@ -304,9 +304,3 @@ async function readBody(req: IncomingMessage, limit: number): Promise<string> {
   }
   return Buffer.concat(chunks).toString('utf8');
 }
-
-/** Validates a digest from a peer-facing path or body. */
-export function checkTaskId(value: unknown): string {
-  if (typeof value !== 'string') throw new Error('taskId must be a string');
-  return parseDigest(value).value;
-}
