@@ -44,7 +44,8 @@ export class LayoutStore implements ImageStore {
   /** The tag to use when SRC names none: the only tagged manifest (or the only one at all). */
   async defaultReference(): Promise<string> {
     const index = await this.readIndex();
-    if (index.manifests.length === 1) return index.manifests[0]!.annotations?.[REF_NAME] ?? index.manifests[0]!.digest;
+    const [only, ...others] = index.manifests;
+    if (only && others.length === 0) return only.annotations?.[REF_NAME] ?? only.digest;
     throw new UserError(`${this.name} holds ${index.manifests.length} manifests; name one as oci:DIR:TAG`);
   }
 

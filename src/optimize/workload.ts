@@ -100,7 +100,7 @@ export function buildWorkload(config: ImageConfig, overrides: WorkloadOverrides)
  */
 export async function resolveUser(spec: string, readImageFile: (path: string) => Promise<string | undefined>): Promise<ResolvedUser> {
   if (spec === '') return { uid: 0, gid: 0 };
-  const [userPart, groupPart, ...extra] = spec.split(':');
+  const [userPart = '', groupPart, ...extra] = spec.split(':'); // split gives at least one part
   if (extra.length > 0 || userPart === '' || groupPart === '') throw new UserError(`user "${spec}" must be user[:group]`);
   const numeric = (s: string) => /^\d+$/.test(s) && Number(s) < 2 ** 32;
   let passwd: string[][] | undefined;
@@ -108,7 +108,7 @@ export async function resolveUser(spec: string, readImageFile: (path: string) =>
 
   let uid: number;
   let primaryGid: number | undefined;
-  if (numeric(userPart!)) {
+  if (numeric(userPart)) {
     uid = Number(userPart);
     const entry = (await passwdEntries()).find((f) => f[2] === userPart);
     primaryGid = entry && numeric(entry[3] ?? '') ? Number(entry[3]) : undefined;

@@ -6,6 +6,7 @@ import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { request } from 'undici';
 import { UserError } from '../../common/errors.js';
+import { itemAt } from '../../common/indexing.js';
 import { createDigester, parseDigest } from '../../oci/digest.js';
 import { parseImageReference } from '../../oci/reference.js';
 
@@ -17,10 +18,12 @@ export function blobUrlThroughPeer(target: string, peer: URL): { url: URL; diges
     if (!match) {
       throw new UserError(`${target} is not a registry blob URL (expected http(s)://HOST/v2/NAME/blobs/DIGEST)`);
     }
-    parseDigest(match[2]!);
-    const url = new URL(`/v2/${match[1]}/blobs/${match[2]}`, peer);
+    const name = itemAt(match, 1);
+    const digest = itemAt(match, 2);
+    parseDigest(digest);
+    const url = new URL(`/v2/${name}/blobs/${digest}`, peer);
     url.searchParams.set('ns', source.host);
-    return { url, digest: match[2]! };
+    return { url, digest };
   }
   let ref;
   try {

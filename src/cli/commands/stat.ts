@@ -3,6 +3,7 @@ import { request } from 'undici';
 import { UserError } from '../../common/errors.js';
 import { formatBytes } from '../../common/units.js';
 import type { TaskStatus } from '../../peer/daemon.js';
+import { itemAt } from '../../common/indexing.js';
 
 /** The flags of `starling stat` as commander parses them. */
 interface StatFlags {
@@ -36,8 +37,8 @@ export function registerStatCommand(program: Command): void {
         t.public ? 'public' : 'private',
       ]);
       const header = ['TASK', 'SIZE', 'STORED', 'FROM PEERS', 'FROM SEEDS', 'FROM ORIGIN', 'ACCESS'];
-      const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-      for (const row of [header, ...rows]) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  '));
+      const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => itemAt(r, i).length)));
+      for (const row of [header, ...rows]) console.log(row.map((cell, i) => cell.padEnd(itemAt(widths, i))).join('  '));
       const sum = (key: keyof TaskStatus['bytesFrom']) => tasks.reduce((total, t) => total + t.bytesFrom[key], 0);
       console.log(`\nbytes from peers ${formatBytes(sum('peer'))}, seeds ${formatBytes(sum('seed'))}, origin ${formatBytes(sum('origin'))}`);
     });

@@ -85,16 +85,18 @@ export function registerUpCommand(program: Command): void {
           }),
           log.child({ component: role }),
         );
+      let seedPeer: RunningPeer;
+      let mirrorPeer: RunningPeer;
       try {
-        peers.push(await startLocalPeer('seed', 65011, 65012));
-        peers.push(await startLocalPeer('peer', 65001, 65002));
+        peers.push((seedPeer = await startLocalPeer('seed', 65011, 65012)));
+        peers.push((mirrorPeer = await startLocalPeer('peer', 65001, 65002)));
       } catch (error) {
         for (const peer of peers) await peer.close();
         await scheduler.close();
         await manager.close();
         throw error;
       }
-      const mirror = peers[1]!.mirrorAddress;
+      const mirror = mirrorPeer.mirrorAddress;
       process.stdout.write(
         [
           '',
@@ -104,7 +106,7 @@ export function registerUpCommand(program: Command): void {
           `  manager       ${manager.url}   (API: ${manager.url}/api/v1, OpenAPI: ${manager.url}/api/v1/openapi.json)`,
           ...(manager.initialAdminToken ? [`  admin token   ${manager.initialAdminToken}   (shown once: keep it)`] : []),
           `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
-          `  seed peer     http://${peers[0]!.mirrorAddress}`,
+          `  seed peer     http://${seedPeer.mirrorAddress}`,
           `  cluster token ${clusterTokenFile}   (internal endpoints require it; TLS files in ${join(dataDir, 'tls')})`,
           '',
           'Point containerd at the mirror:',
