@@ -40,6 +40,14 @@ export default defineConfig(
     },
   },
   {
+    // An index or a lookup the code knows is there says so with a check or itemAt() (common/indexing.ts),
+    // which names the index if the proof was wrong, not with `!`. Not yet in the folders other branches
+    // are changing now (peer, scheduler, manager), nor in test/, bench/ and sim/, which still hold some.
+    files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}'],
+    ignores: ['src/peer/**', 'src/scheduler/**', 'src/manager/**'],
+    rules: { '@typescript-eslint/no-non-null-assertion': 'error' },
+  },
+  {
     // Plain JavaScript run by Node (a preload for benchmarks, this file).
     files: ['**/*.js', '**/*.mjs'],
     languageOptions: { globals: globals.node },
