@@ -12,6 +12,7 @@ interface ManagerFlags {
   dataDir?: string;
   clusterTokenFile?: string;
   adminTokenFile?: string;
+  jobLeaseMs?: number;
   insecureRegistry: string[];
   consoleDir?: string;
   logLevel?: string;
