@@ -25,8 +25,6 @@ const MiB = 1 << 20;
 // podman here needs limits root can actually set (STACK.md); kube play takes them from containers.conf.
 const ULIMITS = ['--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=4096:4096'];
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- the rendered pod spec is edited as plain JSON */
-
 describe("Starling's image", () => {
   let tmp: TempDir;
   let image: BuiltStarlingImage;

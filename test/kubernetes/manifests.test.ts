@@ -12,7 +12,7 @@ import { schemaErrors, unknownFieldErrors, type KubeObject } from './manifest-ch
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- rendered objects are walked as plain JSON */
+// Rendered objects are walked as plain JSON.
 type Obj = KubeObject & Record<string, any>;
 
 describe('deploy/kubernetes', () => {
