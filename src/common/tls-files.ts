@@ -50,7 +50,7 @@ export async function issueClusterCertificates(names: { dns: string[]; ips: stri
     notBefore: new Date(now - 60_000),
     notAfter: new Date(now + 10 * YEAR_MS),
     signingAlgorithm: ALGORITHM,
-    keys: caKeys as CryptoKeyPair,
+    keys: caKeys,
     extensions: [
       new x509.BasicConstraintsExtension(true, 0, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
@@ -64,8 +64,8 @@ export async function issueClusterCertificates(names: { dns: string[]; ips: stri
     notBefore: new Date(now - 60_000),
     notAfter: new Date(now + 2 * YEAR_MS),
     signingAlgorithm: ALGORITHM,
-    publicKey: (leafKeys as CryptoKeyPair).publicKey,
-    signingKey: (caKeys as CryptoKeyPair).privateKey,
+    publicKey: (leafKeys).publicKey,
+    signingKey: (caKeys).privateKey,
     extensions: [
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
@@ -73,7 +73,7 @@ export async function issueClusterCertificates(names: { dns: string[]; ips: stri
       new x509.SubjectAlternativeNameExtension([...names.dns.map((value) => ({ type: 'dns' as const, value })), ...names.ips.map((value) => ({ type: 'ip' as const, value }))]),
     ],
   });
-  const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', (leafKeys as CryptoKeyPair).privateKey);
+  const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', (leafKeys).privateKey);
   const key = `-----BEGIN PRIVATE KEY-----\n${Buffer.from(pkcs8).toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n?$/, '\n')}-----END PRIVATE KEY-----\n`;
   return { ca: ca.toString('pem') + '\n', cert: leaf.toString('pem') + '\n', key };
 }

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { managerConfigSchema } from '../../manager/config.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 /** The flags of `starling manager` as commander parses them. */
-interface ManagerFlags {
+interface ManagerFlags extends TlsFlags {
   listen?: string;
   db?: string;
   dataDir?: string;

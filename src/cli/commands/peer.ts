@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { peerConfigSchema } from '../../peer/config.js';
 import { parseLabelFlags } from '../../peer/labels.js';
 import { collect, waitForShutdown } from '../shared.js';
 
 /** The flags of `starling peer` as commander parses them. */
-interface PeerFlags {
+interface PeerFlags extends TlsFlags {
   dataDir?: string;
   mirrorListen?: string;
   insecureRegistry: string[];

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { waitForShutdown } from '../shared.js';
 
 /** The flags of `starling scheduler` as commander parses them. */
-interface SchedulerFlags {
+interface SchedulerFlags extends TlsFlags {
   listen?: string;
   metricsListen?: string;
   manager?: string;

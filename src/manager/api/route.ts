@@ -82,7 +82,7 @@ export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Rou
       callers.set(request, await authenticateCaller(ctx, spec, request));
     },
     handler: async (request, reply) => {
-      const { principal, actor } = callers.get(request) ?? { actor: 'anonymous' as Actor };
+      const { principal, actor } = callers.get(request) ?? { actor: 'anonymous' };
       const params = validate(spec.params ?? NOTHING, request.params ?? {}, 'path');
       const query = validate(spec.query ?? NOTHING, request.query ?? {}, 'query');
       const body = spec.body ? validate(spec.body, request.body, 'body') : undefined;

@@ -5,7 +5,6 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { sendFileRange } from '../../common/sendfile.js';
 import { bearerMatches } from '../../common/token.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
-import { parseDigest } from '../../oci/digest.js';
 import {
   BITMAP_PATH,
   CLIENT_AUTHORIZATION_HEADER,
