@@ -35,8 +35,8 @@ const { values: args } = parseArgs({
     'cpu-prof': { type: 'string' },
   },
 });
-const F = parseSize(args.size!);
-const RATES = args.rates!.split(',').map((r) => r.trim());
+const F = parseSize(args.size);
+const RATES = args.rates.split(',').map((r) => r.trim());
 const ROUNDS = Math.max(1, Number(args.rounds));
 const CPU_PROF = args['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(args['cpu-prof'])] : [];
 const log = (message: string) => console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`);

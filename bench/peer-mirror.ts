@@ -51,10 +51,10 @@ const { values: args } = parseArgs({
     'timeout-min': { type: 'string', default: '20' },
   },
 });
-const SIZE = parseSize(args.size!);
+const SIZE = parseSize(args.size);
 const ROUNDS = Math.max(1, Number(args.rounds));
 const STREAMS = Math.max(1, Number(args.streams));
-const ONLY = new Set(args.only!.split(',').map((s) => s.trim()));
+const ONLY = new Set(args.only.split(',').map((s) => s.trim()));
 const CPU_PROF_DIR = args['cpu-prof'] ? path.resolve(args['cpu-prof']) : undefined;
 const CPU_PROF_PRELOAD = fileURLToPath(new URL('./lib/cpu-prof-preload.mjs', import.meta.url));
 

@@ -31,7 +31,7 @@ const peerCount = Number(values.peers);
 const rounds = Number(values.rounds);
 if (!Number.isInteger(peerCount) || peerCount < 1 || peerCount > 60) throw new Error(`--peers must be 1…60, got ${values.peers}`);
 if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a positive integer, got ${values.rounds}`);
-const size = parseSize(values.size!);
+const size = parseSize(values.size);
 
 /** One pull: a fresh scheduler, seed and peers, all asking for the blob at once; seconds until each is done. */
 async function pull(registry: Registry, shape: Shape, round: number): Promise<number[]> {

@@ -28,7 +28,7 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-const size = parseSize(values.size!);
+const size = parseSize(values.size);
 const rounds = Number(values.rounds);
 const atOnce = Number(values['at-once']);
 

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 npm ci --no-audit --no-fund
 npm run build
+# Every area type-checked and linted (ESLint, knip, Prettier) before any test runs; either fails the run.
+npm run typecheck
+npm run lint
 
 # Helper programs the tests drive (built from this repository's own sources).
 if [ -x scripts/build-test-tools.sh ]; then bash scripts/build-test-tools.sh; fi

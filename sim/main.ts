@@ -111,7 +111,7 @@ output
 
 let args: Record<string, string | boolean | undefined>;
 try {
-  args = parseArgs({ options, strict: true }).values as Record<string, string | boolean | undefined>;
+  args = parseArgs({ options, strict: true }).values;
 } catch (error) {
   console.error(`${(error as Error).message}\n${USAGE}`);
   process.exit(2);

@@ -59,7 +59,7 @@ export class Flow {
     this.remaining = bytes;
     this.total = bytes;
     this.last = now;
-    this.slots = new Array(path.length).fill(-1);
+    this.slots = new Array<number>(path.length).fill(-1);
   }
 }
 

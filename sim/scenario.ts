@@ -215,8 +215,8 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   const nodes = nodeNets.map((n) => (scenario === 'direct' ? undefined : world.addHost(n, info(n, false))));
 
   // ---- what each node does
-  const ready: number[] = new Array(setup.nodes).fill(NaN);
-  const writtenAtReady: number[] = new Array(setup.nodes).fill(0);
+  const ready = new Array<number>(setup.nodes).fill(NaN);
+  const writtenAtReady = new Array<number>(setup.nodes).fill(0);
   let readyCount = 0;
   const markReady = (i: number, written: number) => {
     ready[i] = queue.now;
@@ -311,7 +311,7 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   const lb = lowerBound({
     F: neededBytes,
     us: setup.registryUp / 8,
-    ui: new Array(setup.nodes).fill(setup.nodeUp / 8),
+    ui: new Array<number>(setup.nodes).fill(setup.nodeUp / 8),
     dmin: setup.nodeDown / 8,
   });
   const samples = net.samples(registry.up!);

@@ -57,8 +57,8 @@ function row(test: string, capBits: number, mbits: number[]): Row {
 
 async function checkCaps(): Promise<void> {
   const N = Number(args.nodes);
-  const nodeBits = parseRate(args['node-rate']!);
-  const originBits = parseRate(args['origin-rate']!);
+  const nodeBits = parseRate(args['node-rate']);
+  const originBits = parseRate(args['origin-rate']);
   const secs = Number(args.seconds);
   const t0 = Date.now();
   const c = await createCluster({ nodes: N, nodeRate: args['node-rate'], originRate: args['origin-rate'] });
@@ -191,5 +191,5 @@ async function checkLifecycle(sizes: number[]): Promise<void> {
 }
 
 if (!args['skip-caps']) await checkCaps();
-const sizes = args.lifecycle!.split(',').filter(Boolean).map(Number);
+const sizes = args.lifecycle.split(',').filter(Boolean).map(Number);
 if (sizes.length) await checkLifecycle(sizes);

@@ -127,10 +127,6 @@ export function lowerBound({ F, us, ui, dmin }: LowerBoundInput): LowerBound {
   return { seconds: terms[binding], binding, terms };
 }
 
-export function bytesPerSecond(rate: Rate): number {
-  return parseRate(rate) / 8;
-}
-
 /** T* for sending F bytes from `source` to `receivers` with the caps the cluster gave them. */
 export function clusterLowerBound(F: number, source: ClusterHost, receivers: ClusterHost[]): LowerBound {
   const need = (v: number | undefined, what: string) => {
@@ -485,7 +481,9 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
     async counters(h) {
       const host = resolve(h);
       const res = await must('ip', ['-n', host.ns, '-s', '-j', 'link', 'show', 'dev', host.iface]);
-      return countersOf(JSON.parse(res.stdout)[0]);
+      const [link] = JSON.parse(res.stdout) as LinkJson[]; // `ip -j link show dev X`: one link
+      if (!link) throw new Error(`ip -j link show dev ${host.iface} in ${host.ns} listed no link`);
+      return countersOf(link);
     },
     async allCounters() {
       const res = await must('ip', ['-n', hubNs, '-s', '-j', 'link', 'show']);
@@ -623,7 +621,7 @@ function countersOf(link: LinkJson): Counters {
 }
 
 async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: { shaper: Shaper; queueMs: number; mtu: number }): Promise<void> {
-  if (shaper !== 'tbf' && shaper !== 'htb-ack') throw new Error(`unknown shaper "${shaper}" (tbf, htb-ack)`);
+  if (shaper !== 'tbf' && shaper !== 'htb-ack') throw new Error(`unknown shaper "${String(shaper)}" (tbf, htb-ack)`);
   if (!(queueMs > 0)) throw new Error(`queueMs must be positive, got ${queueMs}`);
   if (!Number.isInteger(mtu) || mtu < 576 || mtu > 9000) throw new Error(`mtu must be an integer from 576 to 9000, got ${mtu}`);
   const hosts = c.hosts;
@@ -818,15 +816,5 @@ export function softnetDrops(): number {
       .reduce((sum, line) => sum + parseInt(line.trim().split(/\s+/)[1] ?? '0', 16), 0);
   } catch {
     return 0;
-  }
-}
-
-/** Run `fn` with a cluster that is destroyed afterwards, whatever happens. */
-export async function withCluster<T>(opts: ClusterOptions, fn: (c: Cluster) => Promise<T>): Promise<T> {
-  const c = await createCluster(opts);
-  try {
-    return await fn(c);
-  } finally {
-    await c.destroy();
   }
 }

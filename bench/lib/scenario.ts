@@ -54,7 +54,7 @@ export function scenarioArgs(
     ].join('\n');
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ options, strict: true }).values as Record<string, string | boolean | undefined>;
+    values = parseArgs({ options, strict: true }).values;
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);
@@ -126,8 +126,4 @@ export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: 
   const { egress, ...rest } = result;
   console.log(JSON.stringify(egress ? { ...rest, egress: { ...egress, samples: undefined } } : rest));
   if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
-}
-
-export function sha256Hex(digest: string): string {
-  return digest.replace(/^sha256:/, '');
 }

@@ -6,7 +6,7 @@ import { api, ApiError, tokenStore, type Me } from './api';
 export interface Session {
   me: Me;
   isAdmin: boolean;
-  logout(notice?: string): void;
+  logout: (notice?: string) => void;
 }
 
 const SessionContext = createContext<Session | null>(null);
@@ -23,7 +23,7 @@ export const UNAUTHORIZED_EVENT = 'starling:unauthorized';
 export interface LoginProps {
   /** Why the user is (back) on the login page. */
   notice?: string;
-  onLogin(token: string, me: Me): void;
+  onLogin: (token: string, me: Me) => void;
 }
 
 /**

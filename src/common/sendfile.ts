@@ -19,10 +19,6 @@ const MIN_SENDFILE_BYTES = 256 * 1024;
 /** Without the addon, every caller copies. */
 const loadAddon = () => optionalAddon<SendfileAddon>('sendfile', 'starling_sendfile');
 
-export function sendfileAvailable(): boolean {
-  return loadAddon() !== null;
-}
-
 /**
  * Sends bytes [offset, offset + count) of the open file `fileFd` as (part of) the body of `res`,
  * whose headers have been set. Resolves false, having sent nothing, when it cannot be done here;
@@ -30,7 +26,7 @@ export function sendfileAvailable(): boolean {
  */
 export async function sendFileRange(res: ServerResponse, fileFd: number, offset: number, count: number): Promise<boolean> {
   const native = count >= MIN_SENDFILE_BYTES ? loadAddon() : null;
-  const socket = res.socket as (Socket & { encrypted?: boolean; _handle?: { fd?: number } }) | null;
+  const socket: (Socket & { encrypted?: boolean; _handle?: { fd?: number } }) | null = res.socket;
   const socketFd = socket?._handle?.fd;
   if (!native || !socket || socket.encrypted || typeof socketFd !== 'number' || socketFd < 0) return false;
   // The headers (and anything written before) must be on the wire before the file bytes: the

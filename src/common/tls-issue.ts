@@ -39,7 +39,7 @@ export interface LeafNames {
 export async function createAuthority(days: number): Promise<Authority> {
   const now = Date.now();
   const serial = serialNumber();
-  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify']);
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial,
     name: `CN=Starling cluster CA ${serial.slice(0, 8)}`,
@@ -85,7 +85,7 @@ export async function loadAuthority(certPem: string, keyPem: string, where: { ce
 export async function issueLeaf(authority: Authority, names: LeafNames, days: number): Promise<{ cert: string; key: string }> {
   const now = Date.now();
   const caEnd = authority.certificate.notAfter.getTime();
-  const keys = (await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const keys = await webcrypto.subtle.generateKey(ALGORITHM, true, ['sign', 'verify']);
   const alternativeNames = [
     ...names.dns.map((value) => ({ type: 'dns' as const, value })),
     ...names.ips.map((value) => ({ type: 'ip' as const, value })),
@@ -124,6 +124,6 @@ async function privateKeyPem(key: CryptoKey): Promise<string> {
 /** A positive 64-bit serial (the first byte's high bit clear: DER would read it as negative). */
 function serialNumber(): string {
   const bytes = randomBytes(8);
-  bytes[0] = bytes[0]! & 0x7f;
+  bytes.writeUInt8(bytes.readUInt8(0) & 0x7f, 0);
   return bytes.toString('hex');
 }

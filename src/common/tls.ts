@@ -37,8 +37,15 @@ export interface ClusterTls {
 /** Alias for the side that connects: it trusts `ca` and may present `cert`. */
 export type ClientTls = ClusterTls;
 
+/** The --tls-cert, --tls-key and --tls-ca flags as commander parses them. */
+export interface TlsFlags {
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsCa?: string;
+}
+
 /** Builds the tls section of a config from flags: all three or none, naming what is missing. */
-export function tlsFlags(options: { tlsCert?: string; tlsKey?: string; tlsCa?: string }): TlsFiles | undefined {
+export function tlsFlags(options: TlsFlags): TlsFiles | undefined {
   const given = { cert: options.tlsCert, key: options.tlsKey, ca: options.tlsCa };
   const missing = Object.entries(given).filter(([, value]) => !value).map(([name]) => `--tls-${name}`);
   if (missing.length === 3) return undefined;

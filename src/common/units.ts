@@ -1,3 +1,5 @@
+import { itemAt } from './indexing.js';
+
 const SIZE_UNITS: Record<string, number> = {
   '': 1, b: 1,
   k: 1e3, kb: 1e3, m: 1e6, mb: 1e6, g: 1e9, gb: 1e9, t: 1e12, tb: 1e12,
@@ -11,7 +13,7 @@ export function parseSize(value: string | number): number {
     return Math.floor(value);
   }
   const match = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(value);
-  const unit = match ? SIZE_UNITS[match[2]!.toLowerCase()] : undefined;
+  const unit = match ? SIZE_UNITS[itemAt(match, 2).toLowerCase()] : undefined;
   if (!match || unit === undefined) {
     throw new Error(`invalid size "${value}" (expected a number with an optional unit such as KiB, MiB, GB)`);
   }
@@ -24,7 +26,7 @@ export function parseRate(value: string | number): number {
   const bits = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)bit(?:\/s|ps)?\s*$/i.exec(value);
   if (bits) {
     const scale = bits[3] ? { '': 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 } : { '': 1, k: 1e3, m: 1e6, g: 1e9, t: 1e12 };
-    return Math.floor((Number(bits[1]) * scale[bits[2]!.toLowerCase() as keyof typeof scale]) / 8);
+    return Math.floor((Number(bits[1]) * scale[itemAt(bits, 2).toLowerCase() as keyof typeof scale]) / 8);
   }
   return parseSize(value.replace(/\/s$/i, ''));
 }

@@ -54,7 +54,7 @@ export async function convertImage(src: ImageStore, srcReference: string, dst: I
     const images = index.manifests.filter((m) => isImageManifest(m.mediaType));
     const chosen = options.allPlatforms ? images : [pickPlatform(images, options.platform ?? hostPlatform(), `${src.name}:${srcReference}`)];
     checkRecording(options.recording, chosen.map((m) => m.digest));
-    const convertedDescriptors = new Map<string, Descriptor>();
+    const convertedDescriptors: Descriptor[] = []; // in the index's order
     let missing: string[] | undefined;
     for (const descriptor of chosen) {
       const child = await src.getManifest(descriptor.digest);
@@ -65,12 +65,12 @@ export async function convertImage(src: ImageStore, srcReference: string, dst: I
         return { digest: converted.digest, mediaType: converted.mediaType, missingPrioritized: missing };
       }
       await dst.putManifest(converted.bytes, converted.mediaType); // by digest, before the index names it
-      convertedDescriptors.set(descriptor.digest, { ...descriptor, mediaType: converted.mediaType, digest: converted.digest, size: converted.bytes.length });
+      convertedDescriptors.push({ ...descriptor, mediaType: converted.mediaType, digest: converted.digest, size: converted.bytes.length });
     }
     const newIndex: ImageIndex = {
       schemaVersion: 2,
       mediaType: MediaType.OciIndex,
-      manifests: images.map((m) => convertedDescriptors.get(m.digest)!),
+      manifests: convertedDescriptors,
       ...(index.annotations ? { annotations: index.annotations } : {}),
     };
     const bytes = Buffer.from(JSON.stringify(newIndex));

@@ -34,7 +34,7 @@ export class LayoutStore implements ImageStore {
       if (!descriptor) throw new UserError(`${this.name}: no manifest tagged "${reference}" in index.json`);
     }
     const bytes = await readFile(this.blobPath(descriptor.digest)).catch((error: Error) => {
-      throw new UserError(`${this.name}: manifest ${descriptor!.digest}: ${error.message}`);
+      throw new UserError(`${this.name}: manifest ${descriptor.digest}: ${error.message}`);
     });
     if (digestOf(bytes) !== descriptor.digest) throw new UserError(`${this.name}: blob ${descriptor.digest} does not match its digest`);
     const mediaType = descriptor.mediaType || String((JSON.parse(bytes.toString('utf8')) as { mediaType?: string }).mediaType ?? '');
@@ -44,7 +44,8 @@ export class LayoutStore implements ImageStore {
   /** The tag to use when SRC names none: the only tagged manifest (or the only one at all). */
   async defaultReference(): Promise<string> {
     const index = await this.readIndex();
-    if (index.manifests.length === 1) return index.manifests[0]!.annotations?.[REF_NAME] ?? index.manifests[0]!.digest;
+    const [only, ...others] = index.manifests;
+    if (only && others.length === 0) return only.annotations?.[REF_NAME] ?? only.digest;
     throw new UserError(`${this.name} holds ${index.manifests.length} manifests; name one as oci:DIR:TAG`);
   }
 
@@ -76,7 +77,7 @@ export class LayoutStore implements ImageStore {
     await this.ensureLayout();
     await writeAtomic(this.blobPath(digest), bytes);
     if (tag !== undefined) {
-      const index = await this.readIndex().catch(() => ({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests: [] }) as ImageIndex);
+      const index = await this.readIndex().catch(() => ({ schemaVersion: 2, mediaType: MediaType.OciIndex, manifests: [] }));
       index.manifests = index.manifests.filter((m) => m.annotations?.[REF_NAME] !== tag);
       index.manifests.push({ mediaType, digest, size: bytes.length, annotations: { [REF_NAME]: tag } });
       await writeAtomic(join(this.dir, 'index.json'), Buffer.from(JSON.stringify(index)));

@@ -1,6 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { UserError } from '../common/errors.js';
+import { itemAt } from '../common/indexing.js';
 import type { Manifest } from '../oci/client.js';
 import { digestOf } from '../oci/digest.js';
 import { MediaType } from '../oci/media-types.js';
@@ -60,11 +61,12 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
   const results: LayerResult[] = [];
   try {
     for (const [i, layer] of parsed.layers.entries()) {
+      const diffID = itemAt(diffIDs, i); // as many as layers, checked above
       const missing: string[] = [];
       missingPerLayer.push(missing);
       const result = await convertLayer(
         {
-          source: src, layer, diffID: diffIDs[i]!, label: `layer ${i + 1}/${parsed.layers.length}`,
+          source: src, layer, diffID, label: `layer ${i + 1}/${parsed.layers.length}`,
           prioritized: options.recorded ? options.recorded.get(i) : options.prioritizedFiles,
           missing: options.recorded ? undefined : missing,
         },
@@ -72,8 +74,9 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
       );
       results.push(result);
       // Upload while the next layer converts; a kept layer is mounted or copied from the source.
-      const upload = result.file
-        ? dst.putBlob(result.layer, async () => result.file!)
+      const file = result.file;
+      const upload = file
+        ? dst.putBlob(result.layer, async () => file)
         : dst.putBlob(result.layer, () => downloadBlob(src, layer, join(options.tmpDir, `copy-${layer.digest.slice(7)}`)), src);
       upload.catch(() => undefined); // awaited below
       uploads.push(upload);

@@ -15,10 +15,11 @@ export function hostPlatform(): Platform {
 /** Parses `os/arch[/variant]`, e.g. linux/amd64 or linux/arm64/v8. */
 export function parsePlatform(text: string): Platform {
   const parts = text.split('/');
-  if (parts.length < 2 || parts.length > 3 || parts.some((p) => !/^[a-z0-9_.-]+$/.test(p))) {
+  const [os, architecture, variant] = parts;
+  if (os === undefined || architecture === undefined || parts.length > 3 || parts.some((p) => !/^[a-z0-9_.-]+$/.test(p))) {
     throw new UserError(`--platform "${text}" must be os/architecture[/variant], e.g. linux/amd64`);
   }
-  return { os: parts[0]!, architecture: parts[1]!, variant: parts[2] };
+  return { os, architecture, variant };
 }
 
 export function formatPlatform(p: Partial<Platform> | undefined): string {

@@ -25,13 +25,13 @@ export async function readRecording(file: string): Promise<Recording> {
       throw new UserError(`--record-in ${file} line ${index + 1}: not JSON (${(error as Error).message})`);
     }
     const { path, manifestDigest, layerIndex } = parsed;
-    if (typeof path !== 'string' || typeof manifestDigest !== 'string' || !Number.isInteger(layerIndex) || layerIndex! < 0) {
+    if (typeof path !== 'string' || typeof manifestDigest !== 'string' || typeof layerIndex !== 'number' || !Number.isInteger(layerIndex) || layerIndex < 0) {
       throw new UserError(`--record-in ${file} line ${index + 1}: expected {"path","manifestDigest","layerIndex"}`);
     }
     const layers = recording.get(manifestDigest) ?? new Map<number, string[]>();
     recording.set(manifestDigest, layers);
-    const paths = layers.get(layerIndex!) ?? [];
-    layers.set(layerIndex!, paths);
+    const paths = layers.get(layerIndex) ?? [];
+    layers.set(layerIndex, paths);
     if (!paths.includes(path)) paths.push(path);
   });
   return recording;

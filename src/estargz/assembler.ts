@@ -8,6 +8,7 @@ import { END_OF_ARCHIVE, paddingFor, ustarFileHeader } from './tar.js';
 import { TOC_TAR_NAME } from './toc.js';
 import { zstdCompress } from './zstd.js';
 import { encodeZstdFooter, skippableFrame, SKIPPABLE_HEADER_SIZE } from './zstd-footer.js';
+import { itemAt } from '../common/indexing.js';
 
 export interface AssembledBlob {
   diffID: string;
@@ -170,11 +171,15 @@ export class BlobAssembler {
   }
 
   private async writeOldest(): Promise<void> {
-    const { members, results } = this.inFlight.shift()!;
-    const compressed = await results;
-    for (let i = 0; i < members.length; i++) {
-      const result = compressed[i]!;
-      members[i]!.onPlaced?.(this.written, result.digest!);
+    const batch = this.inFlight.shift();
+    if (!batch) return;
+    const compressed = await batch.results;
+    for (const [i, member] of batch.members.entries()) {
+      const result = itemAt(compressed, i); // the pool answers each member in order
+      if (member.onPlaced) {
+        if (result.digest === undefined) throw new Error('compression worker returned no digest for a chunk');
+        member.onPlaced(this.written, result.digest);
+      }
       await this.write(Buffer.from(result.compressed.buffer, result.compressed.byteOffset, result.compressed.byteLength));
     }
   }

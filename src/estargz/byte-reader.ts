@@ -1,4 +1,5 @@
 import { EstargzError } from './errors.js';
+import { itemAt } from '../common/indexing.js';
 
 /**
  * Pull-style reads of exact byte counts from a stream of Buffers, keeping only the unread
@@ -55,7 +56,7 @@ export class ByteReader {
       if (this.pendingBytes === 0 && !(await this.fill(1))) {
         throw new EstargzError('TAR', `unexpected end of stream at offset ${this.position} reading ${what}`);
       }
-      const head = this.pending[0]!;
+      const head = itemAt(this.pending, 0);
       const piece = head.length <= left ? head : head.subarray(0, left);
       this.consume(piece.length);
       left -= piece.length;
@@ -83,7 +84,7 @@ export class ByteReader {
   }
 
   private take(n: number): Buffer {
-    const head = this.pending[0]!;
+    const head = itemAt(this.pending, 0);
     if (head.length >= n) {
       const out = head.subarray(0, n);
       this.consume(n);
@@ -92,7 +93,7 @@ export class ByteReader {
     const out = Buffer.allocUnsafe(n);
     let copied = 0;
     while (copied < n) {
-      const piece = this.pending[0]!;
+      const piece = itemAt(this.pending, 0);
       const count = Math.min(piece.length, n - copied);
       piece.copy(out, copied, 0, count);
       copied += count;
@@ -105,7 +106,7 @@ export class ByteReader {
     this.position += n;
     this.pendingBytes -= n;
     while (n > 0) {
-      const head = this.pending[0]!;
+      const head = itemAt(this.pending, 0);
       if (head.length <= n) {
         this.pending.shift();
         n -= head.length;

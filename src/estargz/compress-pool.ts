@@ -73,12 +73,12 @@ export class CompressionPool {
     const count = Math.max(1, Math.floor(workers));
     for (let i = 0; i < count; i++) {
       const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { level, format, zstdPath: ZSTD_MODULE_PATH } });
-      worker.on('message', (message: { id: number; results?: MemberResult[]; error?: string }) => {
+      worker.on('message', (message: { id: number; results: MemberResult[] } | { id: number; error: string }) => {
         this.busy.delete(worker);
         const pending = this.pending.get(message.id);
         this.pending.delete(message.id);
-        if (message.error !== undefined) pending?.reject(new Error(`compression failed: ${message.error}`));
-        else pending?.resolve(message.results!);
+        if ('error' in message) pending?.reject(new Error(`compression failed: ${message.error}`));
+        else pending?.resolve(message.results);
         this.idle.push(worker);
         this.dispatch();
       });
@@ -112,9 +112,12 @@ export class CompressionPool {
   }
 
   private dispatch(): void {
-    while (this.idle.length > 0 && this.queue.length > 0) {
-      const worker = this.idle.pop()!;
-      const job = this.queue.shift()!;
+    for (;;) {
+      const worker = this.idle.at(-1);
+      const job = this.queue[0];
+      if (!worker || !job) return;
+      this.idle.pop();
+      this.queue.shift();
       this.busy.set(worker, job.id);
       worker.postMessage(job, job.members.map((m) => m.data.buffer as ArrayBuffer));
     }

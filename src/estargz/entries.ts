@@ -164,8 +164,8 @@ export function orderSpooled(records: SpooledRecord[], prioritized: string[], mi
     move(parentName(name), false);
     const record = remaining.get(name);
     if (record?.typeflag === TYPE_LINK) move(cleanPrioritizedName(record.linkName), true);
-    if (remaining.has(name)) {
-      front.push(record!);
+    if (record && remaining.has(name)) {
+      front.push(record);
       remaining.delete(name);
       moved.add(name);
     }

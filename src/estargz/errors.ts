@@ -34,15 +34,6 @@ export class EstargzError extends UserError {
   }
 }
 
-/** Runs fn and turns any foreign error (zlib, JSON, RangeError...) into an EstargzError. */
-export async function asEstargzError<T>(code: EstargzErrorCode, what: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (error) {
-    throw wrapError(code, what, error);
-  }
-}
-
 export function wrapError(code: EstargzErrorCode, what: string, error: unknown): EstargzError {
   if (error instanceof EstargzError) return error;
   const detail = error instanceof Error ? error.message : String(error);

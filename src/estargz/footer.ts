@@ -26,6 +26,12 @@ export interface Footer {
   tocRawLength?: number;
 }
 
+/** A zstd:chunked footer's compressed TOC length (gzip footers carry none). */
+export function zstdTocLength(footer: Footer): number {
+  if (footer.tocLength === undefined) throw footerError(`a ${footer.format} footer gives no TOC length`);
+  return footer.tocLength;
+}
+
 /** The 51-byte footer pointing at the TOC member that starts at tocOffset. */
 export function encodeFooter(tocOffset: number): Buffer {
   if (!Number.isSafeInteger(tocOffset) || tocOffset < 0) throw new RangeError(`invalid TOC offset ${tocOffset}`);
@@ -90,7 +96,7 @@ function gzipExtraField(footer: Buffer): Buffer {
   if (footer[0] !== 0x1f || footer[1] !== 0x8b) throw footerError('not a gzip member (bad magic)');
   if (footer[2] !== 0x08) throw footerError(`gzip compression method ${footer[2]} is not deflate`);
   // Any other header field (name, comment, header CRC) would not fit the fixed footer size.
-  if (footer[3] !== GZIP_FLAG_EXTRA) throw footerError(`gzip flags 0x${footer[3]!.toString(16)} must be exactly FEXTRA`);
+  if (footer[3] !== GZIP_FLAG_EXTRA) throw footerError(`gzip flags 0x${footer.readUInt8(3).toString(16)} must be exactly FEXTRA`);
   const xlen = footer.readUInt16LE(10);
   if (12 + xlen > footer.length) throw footerError(`gzip Extra length ${xlen} runs past the footer`);
   return footer.subarray(12, 12 + xlen);

@@ -54,13 +54,15 @@ export function goMarshalIndent(value: GoJsonValue, indent = ''): string {
     if (value.length === 0) return '[]';
     return `[\n${value.map((item) => inner + goMarshalIndent(item, inner)).join(',\n')}\n${indent}]`;
   }
-  const keys = Object.keys(value);
-  if (keys.length === 0) return '{}';
-  const fields = keys.map((key) => `${inner}${goQuote(key)}: ${goMarshalIndent(value[key]!, inner)}`);
+  const fields = Object.entries(value).map(([key, field]) => `${inner}${goQuote(key)}: ${goMarshalIndent(field, inner)}`);
+  if (fields.length === 0) return '{}';
   return `{\n${fields.join(',\n')}\n${indent}}`;
 }
 
-/** Go sorts map keys by their UTF-8 bytes; JS sort compares UTF-16 units, which differs above U+FFFF. */
-export function sortKeysLikeGo(keys: string[]): string[] {
-  return keys.sort((a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8')));
+/**
+ * Map entries in the order Go's encoding/json writes a map: by the keys' UTF-8 bytes (JS sort
+ * compares UTF-16 units, which differs above U+FFFF).
+ */
+export function sortEntriesLikeGo<T>(entries: [string, T][]): [string, T][] {
+  return entries.sort(([a], [b]) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8')));
 }

@@ -1,5 +1,6 @@
 import { createGunzip, gunzipSync } from 'node:zlib';
 import { EstargzError } from './errors.js';
+import { itemAt } from '../common/indexing.js';
 
 export const GZIP_MAGIC = [0x1f, 0x8b, 0x08] as const;
 
@@ -26,7 +27,7 @@ export async function inflatePrefix(compressed: Buffer, want: number, what: stri
   } catch (error) {
     throw new EstargzError('GZIP', `${what}: ${(error as Error).message}`, { cause: error });
   }
-  const all = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+  const all = parts.length === 1 ? itemAt(parts, 0) : Buffer.concat(parts);
   return all.subarray(0, Math.min(want, all.length));
 }
 

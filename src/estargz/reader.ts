@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
+import { itemAt } from '../common/indexing.js';
 import { EstargzError, wrapError } from './errors.js';
-import { parseAnyFooter, FOOTER_SIZE, type Footer } from './footer.js';
+import { parseAnyFooter, zstdTocLength, FOOTER_SIZE, type Footer } from './footer.js';
 import { gunzipCapped, inflatePrefix } from './gzip.js';
 import { zstdDecompressCapped, zstdDecompressPrefix } from './zstd.js';
 import { SKIPPABLE_HEADER_SIZE } from './zstd-footer.js';
@@ -59,7 +60,7 @@ async function readGzipToc(source: RangeSource, footer: Footer, maxTocSize: numb
 
 /** zstd:chunked: the footer gives the compressed TOC's place and size; the TOC is bare JSON. */
 async function readZstdToc(source: RangeSource, footer: Footer, maxTocSize: number): Promise<Buffer> {
-  const length = footer.tocLength!;
+  const length = zstdTocLength(footer);
   const trailerStart = source.size - footer.size - SKIPPABLE_HEADER_SIZE;
   if (footer.tocOffset + length > trailerStart) {
     throw new EstargzError('FOOTER', `TOC [${footer.tocOffset}, +${length}) runs past the footer frame at ${trailerStart} of a ${source.size}-byte blob`);
@@ -167,7 +168,7 @@ export class EstargzReader {
     const needed = file.chunks.filter((c) => c.chunkOffset < end && c.chunkOffset + c.chunkSize > offset);
     const parts = await Promise.all(needed.map((c) => this.readChunk(c)));
     const out = Buffer.concat(parts);
-    const start = offset - needed[0]!.chunkOffset;
+    const start = offset - itemAt(needed, 0).chunkOffset; // offset < end: some chunk holds it
     return out.subarray(start, start + (end - offset));
   }
 

@@ -76,7 +76,7 @@ export async function readTarEntry(reader: ByteReader): Promise<TarEntry | null>
     }
     rawBlocks.push(Buffer.from(block)); // copy: the reader's buffer may be reused
     verifyChecksum(block, blockOffset);
-    const typeflag = String.fromCharCode(block[156]!);
+    const typeflag = String.fromCharCode(block.readUInt8(156));
     const size = parseNumeric(block, 124, 12, 'size', blockOffset);
 
     if (typeflag === 'x' || typeflag === 'L' || typeflag === 'K') {
@@ -127,7 +127,7 @@ function parseHeaderBlock(block: Buffer, offset: number, size: number): TarHeade
   return {
     name,
     linkName: cString(block.subarray(157, 257)),
-    typeflag: String.fromCharCode(block[156]!),
+    typeflag: String.fromCharCode(block.readUInt8(156)),
     size,
     mode: parseNumeric(block, 100, 8, 'mode', offset),
     uid: parseNumeric(block, 108, 8, 'uid', offset),
@@ -223,10 +223,11 @@ function mergeMaps(into: Map<string, Buffer> | undefined, from: Map<string, Buff
 /** Tar numeric fields: octal text padded with spaces/NULs, or base-256 when the high bit is set. */
 function parseNumeric(block: Buffer, start: number, length: number, what: string, offset: number, signed = false): number {
   const field = block.subarray(start, start + length);
-  if (field[0]! & 0x80) {
-    const negative = (field[0]! & 0x40) !== 0;
-    let value = BigInt(field[0]! & 0x7f);
-    for (let i = 1; i < field.length; i++) value = (value << 8n) | BigInt(field[i]!);
+  const first = field.readUInt8(0);
+  if (first & 0x80) {
+    const negative = (first & 0x40) !== 0;
+    let value = BigInt(first & 0x7f);
+    for (const byte of field.subarray(1)) value = (value << 8n) | BigInt(byte);
     if (negative) value -= 1n << BigInt(length * 8 - 1);
     if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < -BigInt(Number.MAX_SAFE_INTEGER) || (value < 0n && !signed)) {
       throw tarError(offset, `${what} field is out of range`);
@@ -244,7 +245,7 @@ function verifyChecksum(block: Buffer, offset: number): void {
   let unsigned = 0;
   let signed = 0;
   for (let i = 0; i < BLOCK; i++) {
-    const byte = i >= 148 && i < 156 ? 0x20 : block[i]!;
+    const byte = i >= 148 && i < 156 ? 0x20 : block.readUInt8(i);
     unsigned += byte;
     signed += byte > 127 ? byte - 256 : byte;
   }

@@ -1,6 +1,6 @@
 import { parseDigest } from '../oci/digest.js';
 import { EstargzError } from './errors.js';
-import { goMarshalIndent, sortKeysLikeGo, type GoJsonValue } from './go-json.js';
+import { goMarshalIndent, sortEntriesLikeGo, type GoJsonValue } from './go-json.js';
 import { normalizeEntryName, shorten } from './names.js';
 
 /** Name of the tar entry holding the TOC JSON, and of the landmark files. */
@@ -64,7 +64,7 @@ export function serializeToc(toc: Toc): Buffer {
         const xattrs = value as Record<string, Buffer> | undefined;
         if (!xattrs || Object.keys(xattrs).length === 0) continue;
         const encoded: { [key: string]: GoJsonValue } = {};
-        for (const key of sortKeysLikeGo(Object.keys(xattrs))) encoded[key] = xattrs[key]!.toString('base64');
+        for (const [key, bytes] of sortEntriesLikeGo(Object.entries(xattrs))) encoded[key] = bytes.toString('base64');
         out[field] = encoded;
       } else if (value !== undefined && value !== 0 && value !== '') out[field] = value as string | number;
     }
@@ -302,7 +302,7 @@ function assignChunkEnds(chunks: ChunkRef[], tocOffset: number): void {
       throw new EstargzError('CHUNK', `two chunks share data offset ${chunk.offset} (file "${shorten(chunk.file)}")`);
     }
     seen.add(key);
-    chunk.end = next.get(chunk.offset)!;
+    chunk.end = next.get(chunk.offset) ?? tocOffset; // every chunk's offset is in the map
   }
 }
 

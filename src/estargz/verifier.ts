@@ -2,12 +2,13 @@ import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
+import { itemAt } from '../common/indexing.js';
 import { ByteReader } from './byte-reader.js';
 import { EstargzError } from './errors.js';
 import { gunzipCapped } from './gzip.js';
 import { normalizeEntryName, shorten } from './names.js';
 import { openEstargz, type OpenOptions } from './reader.js';
-import type { Footer } from './footer.js';
+import { zstdTocLength, type Footer } from './footer.js';
 import { zstdDecompressStream } from './zstd.js';
 import { isSkippableHeader, SKIPPABLE_HEADER_SIZE, ZSTD_FOOTER_SIZE } from './zstd-footer.js';
 import { readRangePieces, type RangeSource } from './source.js';
@@ -50,9 +51,10 @@ export async function verifyEstargz(source: RangeSource, options: OpenOptions = 
   let produced = 0;
   async function* uncompressed(): AsyncGenerator<Buffer> {
     for (let i = 0; i + 1 < boundaries.length; i++) {
-      segmentStart.set(boundaries[i]!, produced);
-      if (boundaries[i] === boundaries[i + 1]) continue; // no content before the TOC
-      const segment = zstd ? zstdRange(source, boundaries[i]!, boundaries[i + 1]!) : gunzipRange(source, boundaries[i]!, boundaries[i + 1]!);
+      const [start, end] = [itemAt(boundaries, i), itemAt(boundaries, i + 1)];
+      segmentStart.set(start, produced);
+      if (start === end) continue; // no content before the TOC
+      const segment = zstd ? zstdRange(source, start, end) : gunzipRange(source, start, end);
       for await (const piece of segment) {
         diffHash.update(piece);
         produced += piece.length;
@@ -96,7 +98,8 @@ export async function verifyEstargz(source: RangeSource, options: OpenOptions = 
     }
     await tar.skip(paddingFor(header.size), 'padding');
   }
-  if (index < tocEntries.length) throw mismatch(`TOC entry "${shorten(tocEntries[index]!.name)}" is missing from the tar stream`);
+  const missing = tocEntries[index];
+  if (missing) throw mismatch(`TOC entry "${shorten(missing.name)}" is missing from the tar stream`);
   await tar.drain();
   return { tocDigest: reader.tocDigest, diffID: `sha256:${diffHash.digest('hex')}`, uncompressedSize: produced, entries: tocEntries.length, chunks: chunksChecked };
 }
@@ -127,10 +130,11 @@ function zstdRange(source: RangeSource, start: number, end: number): AsyncGenera
 /** The two skippable frames after the data: the TOC's, then the footer's; nothing else. */
 async function checkZstdTrailer(source: RangeSource, footer: Footer): Promise<void> {
   const tocHeader = await source.read(footer.payloadEnd, SKIPPABLE_HEADER_SIZE);
-  if (!isSkippableHeader(tocHeader, footer.tocLength!)) {
-    throw new EstargzError('FOOTER', `no skippable frame of ${footer.tocLength} bytes holds the TOC at offset ${footer.payloadEnd}`);
+  const tocLength = zstdTocLength(footer);
+  if (!isSkippableHeader(tocHeader, tocLength)) {
+    throw new EstargzError('FOOTER', `no skippable frame of ${tocLength} bytes holds the TOC at offset ${footer.payloadEnd}`);
   }
-  const footerFrame = footer.tocOffset + footer.tocLength!;
+  const footerFrame = footer.tocOffset + tocLength;
   if (footerFrame !== source.size - SKIPPABLE_HEADER_SIZE - ZSTD_FOOTER_SIZE) {
     throw new EstargzError('FOOTER', `the footer frame should start right after the TOC at ${footerFrame}, but the blob is ${source.size} bytes`);
   }
@@ -165,7 +169,8 @@ function compareHeader(header: TarHeader, toc: EstargzEntry, where: string): voi
   const tocXattrs = Object.keys(toc.xattrs).sort();
   differ('xattr names', tarXattrs.join(','), tocXattrs.join(','));
   for (const key of tarXattrs) {
-    if (!header.xattrs[key]!.equals(toc.xattrs[key]!)) throw mismatch(`${where}: xattr "${shorten(key)}" differs`);
+    const [inTar, inToc] = [header.xattrs[key], toc.xattrs[key]]; // the same names, checked just above
+    if (!inTar || !inToc || !inTar.equals(inToc)) throw mismatch(`${where}: xattr "${shorten(key)}" differs`);
   }
 }
 

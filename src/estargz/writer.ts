@@ -108,8 +108,9 @@ export async function buildEstargz(input: Readable, output: Writable, options: B
     const result = await assembler.finish(() => encoder.tocJson());
     output.end();
     await finished(output);
+    if (!encoder.tocDigest) throw new Error('the assembler finished without writing the TOC');
     return {
-      tocDigest: encoder.tocDigest!, diffID: result.diffID, digest: result.digest, size: result.size, uncompressedSize: result.uncompressedSize,
+      tocDigest: encoder.tocDigest, diffID: result.diffID, digest: result.digest, size: result.size, uncompressedSize: result.uncompressedSize,
       ...(result.zstdManifest ? { zstdManifest: result.zstdManifest } : {}),
     };
   } catch (error) {

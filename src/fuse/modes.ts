@@ -1,5 +1,4 @@
 /** File type bits of st_mode (Linux). */
-export const S_IFMT = 0o170000;
 export const S_IFDIR = 0o040000;
 export const S_IFREG = 0o100000;
 export const S_IFLNK = 0o120000;

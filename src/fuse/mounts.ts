@@ -20,8 +20,9 @@ export async function listMounts(under?: string): Promise<MountInfo[]> {
     // id parent major:minor root mountpoint options [optional fields...] - fstype source superopts
     const fields = line.split(' ');
     const dash = fields.indexOf('-');
-    if (fields.length < 5 || dash < 0) continue;
-    const mountpoint = unescapeMountPath(fields[4]!);
+    const field = fields[4];
+    if (field === undefined || dash < 0) continue;
+    const mountpoint = unescapeMountPath(field);
     if (root && mountpoint !== root && !mountpoint.startsWith(root + '/')) continue;
     out.push({ mountpoint, fsType: fields[dash + 1] ?? '', source: unescapeMountPath(fields[dash + 2] ?? '') });
   }

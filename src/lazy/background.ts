@@ -48,8 +48,7 @@ export class BackgroundFetcher {
     const signal = this.abort.signal;
     let next = 0;
     const worker = async () => {
-      while (next < work.length && !signal.aborted) {
-        const span = work[next++]!;
+      for (let span = work[next++]; span && !signal.aborted; span = work[next++]) {
         await this.fetcher.waitForIdle(this.options.idleMs ?? 100, signal);
         if (signal.aborted) return;
         // Chunks an on-demand read fetched meanwhile are skipped by ensure().

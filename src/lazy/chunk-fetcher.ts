@@ -8,6 +8,7 @@ import { zstdDecompressPrefix } from '../estargz/zstd.js';
 import { shorten } from '../estargz/names.js';
 import type { ChunkStore } from './chunk-store.js';
 import type { FileSegments } from '../fuse/index.js';
+import { itemAt } from '../common/indexing.js';
 
 export interface FetchStats {
   /** Compressed bytes fetched for chunks (on demand, prefetch and background). */
@@ -69,16 +70,19 @@ export class ChunkFetcher {
     const missing = needed.filter((c) => !this.store.has(c.digest));
     this.readAhead(chunks, needed, end);
     const fetched = new Map<ChunkRef, Buffer>();
-    if (missing.length > 0) (await this.ensure(missing, 'demand')).forEach((data, i) => fetched.set(missing[i]!, data));
+    if (missing.length > 0) {
+      const data = await this.ensure(missing, 'demand'); // one buffer per chunk, in order
+      missing.forEach((chunk, i) => fetched.set(chunk, itemAt(data, i)));
+    }
     const parts = await Promise.all(
-      needed.map((c) => {
+      needed.map(async (c) => {
         const from = Math.max(offset, c.chunkOffset) - c.chunkOffset;
         const to = Math.min(end, c.chunkOffset + c.chunkSize) - c.chunkOffset;
         const data = fetched.get(c);
         return data ? data.subarray(from, to) : this.readChunk(c, from, to - from);
       }),
     );
-    return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+    return parts.length === 1 ? itemAt(parts, 0) : Buffer.concat(parts);
   }
 
   /**
@@ -91,8 +95,9 @@ export class ChunkFetcher {
     if (needed.length === 0 || !needed.every((c) => this.store.has(c.digest))) return undefined;
     this.readAhead(chunks, needed, end, false);
     const pins = await Promise.all(needed.map((c) => this.store.pin(c.digest, c.chunkSize)));
-    const release = () => pins.forEach((pin) => pin?.release());
-    if (pins.some((pin) => !pin)) {
+    const held = pins.filter((pin) => pin !== undefined);
+    const release = () => held.forEach((pin) => pin.release());
+    if (held.length < pins.length) {
       release();
       return undefined;
     }
@@ -100,7 +105,7 @@ export class ChunkFetcher {
     const segments = needed.map((c, i) => {
       const from = Math.max(offset, c.chunkOffset) - c.chunkOffset;
       const to = Math.min(end, c.chunkOffset + c.chunkSize) - c.chunkOffset;
-      return { fd: pins[i]!.fd, offset: from, length: to - from };
+      return { fd: itemAt(held, i).fd, offset: from, length: to - from };
     });
     return { segments, release };
   }
@@ -129,8 +134,8 @@ export class ChunkFetcher {
       this.stats.cacheHits++;
       return cached;
     }
-    const [data] = await this.ensure([chunk], 'demand');
-    return data!.subarray(offset, offset + length);
+    const data = itemAt(await this.ensure([chunk], 'demand'), 0);
+    return data.subarray(offset, offset + length);
   }
 
   /**
@@ -162,10 +167,13 @@ export class ChunkFetcher {
     }
     for (const span of spans(missing, this.maxSpan)) {
       const fetched = this.fetchSpan(span);
-      span.forEach((chunk, i) => running.set(chunk, fetched[i]!));
+      span.forEach((chunk, i) => running.set(chunk, itemAt(fetched, i)));
     }
     // Chunks sharing a digest with one being fetched wait for that fetch.
-    for (const chunk of missing) if (!running.has(chunk)) running.set(chunk, this.inflight.get(chunk.digest)!);
+    for (const chunk of missing) {
+      const shared = this.inflight.get(chunk.digest);
+      if (shared && !running.has(chunk)) running.set(chunk, shared);
+    }
     return running;
   }
 
@@ -207,13 +215,12 @@ export class ChunkFetcher {
   private async fromStore(chunk: ChunkRef, priority: Priority): Promise<Buffer> {
     const data = await this.store.read(chunk.digest, 0, chunk.chunkSize, chunk.chunkSize);
     if (data) return data;
-    const [fetched] = await this.ensure([chunk], priority); // vanished from disk: fetch again
-    return fetched!;
+    return itemAt(await this.ensure([chunk], priority), 0); // vanished from disk: fetch again
   }
 
   private fetchSpan(span: ChunkRef[]): Array<Promise<Buffer>> {
-    const start = span[0]!.offset;
-    const end = span[span.length - 1]!.end;
+    const start = itemAt(span, 0).offset;
+    const end = itemAt(span, span.length - 1).end;
     const compressed = this.source.read(start, end - start).then((bytes) => {
       this.stats.bytesFetched += bytes.length;
       return bytes;
@@ -235,8 +242,8 @@ export function spans(chunks: readonly ChunkRef[], maxSpan: number): ChunkRef[][
   const out: ChunkRef[][] = [];
   for (const chunk of sorted) {
     const last = out[out.length - 1];
-    const tail = last?.[last.length - 1];
-    if (last && tail && tail.end === chunk.offset && chunk.end - last[0]!.offset <= maxSpan) last.push(chunk);
+    const [head, tail] = [last?.[0], last?.[last.length - 1]];
+    if (last && head && tail && tail.end === chunk.offset && chunk.end - head.offset <= maxSpan) last.push(chunk);
     else out.push([chunk]);
   }
   return out;

@@ -167,7 +167,8 @@ export class ChunkStore {
         await handle.close();
       }
       this.warmed.add(digest);
-      if (this.warmed.size > WARMED_REMEMBERED) this.warmed.delete(this.warmed.values().next().value!);
+      const oldest = this.warmed.values().next();
+      if (this.warmed.size > WARMED_REMEMBERED && !oldest.done) this.warmed.delete(oldest.value);
     })()
       .catch(() => {})
       .finally(() => this.warming.delete(digest));
@@ -187,7 +188,7 @@ export class ChunkStore {
     let loading = this.loading.get(digest);
     if (!loading) {
       loading = this.readRange(digest, 0, chunkSize).then((data) => {
-        if (data) this.memory!.set(digest, data);
+        if (data) this.memory?.set(digest, data);
         return data;
       });
       loading.catch(() => {}).finally(() => this.loading.delete(digest));

@@ -100,7 +100,7 @@ export class LayerTree {
       byName.set(entry.name, target);
     }
     for (const [parent, name, entry] of whiteouts) {
-      if (parent.children!.has(name)) continue;
+      if (parent.children?.has(name)) continue;
       const node = this.newNode(undefined, undefined);
       node.attr = { ...node.attr, mode: S_IFCHR, nlink: 1, uid: 0, gid: 0, rdev: 0, size: 0, ...mtime(entry.modtime) };
       this.link(parent, name, node);
@@ -138,7 +138,8 @@ export class LayerTree {
   }
 
   private link(parent: LayerNode, name: string, node: LayerNode): void {
-    parent.children!.set(name, node);
+    if (!parent.children) throw new Error(`cannot link "${name}" under a node that is not a directory`);
+    parent.children.set(name, node);
     if (node.children) {
       node.parent = parent;
       parent.attr.nlink++;

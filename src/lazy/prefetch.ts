@@ -4,6 +4,7 @@
 import type { ChunkRef, EstargzReader } from '../estargz/index.js';
 import type { ChunkFetcher } from './chunk-fetcher.js';
 import type { StreamingRangeSource } from './http-source.js';
+import { itemAt } from '../common/indexing.js';
 
 export interface PrefetchResult {
   /** Bytes of the blob fetched. */
@@ -36,7 +37,7 @@ export async function prefetch(reader: EstargzReader, source: StreamingRangeSour
   const wanted = uniqueByDigest(reader.chunks.filter((c) => c.end <= length && !fetcher.store.has(c.digest)));
   if (wanted.length === 0) return result;
   // Fetch from the first missing chunk: a warm cache (shared across layers) costs nothing.
-  const start = wanted[0]!.offset;
+  const start = itemAt(wanted, 0).offset;
   const end = Math.max(...wanted.map((c) => c.end));
   let buffered: Buffer[] = [];
   let bufferStart = start; // blob offset of buffered[0][0]
@@ -55,9 +56,9 @@ export async function prefetch(reader: EstargzReader, source: StreamingRangeSour
     fetcher.countFetched(piece.length);
     buffered.push(piece);
     bufferLength += piece.length;
-    while (next < wanted.length && wanted[next]!.end <= bufferStart + bufferLength) {
-      const chunk = wanted[next++]!;
-      const all = buffered.length === 1 ? buffered[0]! : Buffer.concat(buffered);
+    for (let chunk = wanted[next]; chunk && chunk.end <= bufferStart + bufferLength; chunk = wanted[next]) {
+      next++;
+      const all = buffered.length === 1 ? itemAt(buffered, 0) : Buffer.concat(buffered);
       // copy: the slice must not pin the whole buffer while the chunk is decoded
       decode(chunk, Buffer.from(all.subarray(chunk.offset - bufferStart, chunk.end - bufferStart)));
       const keepFrom = (wanted[next]?.offset ?? bufferStart + bufferLength) - bufferStart;

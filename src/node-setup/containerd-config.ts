@@ -4,6 +4,7 @@
 
 import { formatKeyPath, parseToml, setTomlValues, valueAt, type TomlSetting } from './toml-text.js';
 import { NodeSetupError } from './errors.js';
+import { itemAt } from '../common/indexing.js';
 
 export type ContainerdConfigVersion = 2 | 3;
 
@@ -70,7 +71,7 @@ export function planContainerdConfig(text: string | undefined, file: string, opt
   let hostsDir: string;
   if (typeof configPath === 'string' && configPath !== '') {
     // config_path may list several folders (":"-separated); containerd reads the first that has the host.
-    hostsDir = configPath.split(':')[0]!;
+    hostsDir = itemAt(configPath.split(':'), 0);
     if (options.hostsDir !== undefined && options.hostsDir !== hostsDir) {
       throw new NodeSetupError(
         `${file} already sets ${formatKeyPath([...paths.registry, 'config_path'])} = "${configPath}", which is not --hosts-dir ${options.hostsDir}: leave --hosts-dir out or name that folder`,

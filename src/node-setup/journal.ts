@@ -73,7 +73,8 @@ export async function applyWrites(backupDir: string, writes: readonly FileWrite[
   await saveJournal(backupDir, journal);
   for (const write of pending) {
     await makeParents(dirname(resolve(write.path)), journal);
-    const entry = journal.files.find((f) => f.path === resolve(write.path))!;
+    const entry = journal.files.find((f) => f.path === resolve(write.path));
+    if (!entry) throw new Error(`no journal entry for ${write.path}`); // each pending write got one above
     await writeAtomically(write.path, Buffer.from(write.content), entry.existed ? entry : undefined);
     entry.written = sha256(Buffer.from(write.content));
     await saveJournal(backupDir, journal);
@@ -102,7 +103,8 @@ export async function undoWrites(backupDir: string, force: boolean): Promise<str
   const restored: string[] = [];
   for (const entry of [...journal.files].reverse()) {
     if (entry.existed) {
-      const original = await readFile(join(backupDir, entry.backup!));
+      if (!entry.backup) throw new NodeSetupError(`the journal in ${backupDir} names no backup of ${entry.path}; nothing more was undone`);
+      const original = await readFile(join(backupDir, entry.backup));
       await mkdir(dirname(entry.path), { recursive: true });
       await writeAtomically(entry.path, original, entry);
     } else {

@@ -139,7 +139,8 @@ function mirrorOrigin(mirror: string): string {
 }
 
 function defaultBackupDir(options: { containerdConfig?: string; registriesConfDir?: string }): string {
-  const anchor = options.containerdConfig ? dirname(options.containerdConfig) : options.registriesConfDir!;
+  const anchor = options.containerdConfig ? dirname(options.containerdConfig) : options.registriesConfDir;
+  if (anchor === undefined) throw new NodeSetupError('--backup-dir is needed when neither --containerd-config nor --registries-conf-dir is given');
   return join(anchor, '.starling-node-setup');
 }
 
@@ -199,7 +200,9 @@ async function restartIfNeeded(
     return false;
   }
   try {
-    await promisify(execFile)(command[0]!, command.slice(1), { timeout: 120_000 });
+    const [program, ...args] = command;
+    if (program === undefined) throw new NodeSetupError('--restart-command is empty');
+    await promisify(execFile)(program, args, { timeout: 120_000 });
   } catch (error) {
     const stderr = (error as { stderr?: string }).stderr?.trim();
     throw new NodeSetupError(`the files are written, but restarting containerd failed (${command.join(' ')}): ${stderr || (error as Error).message}`);

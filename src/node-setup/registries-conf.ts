@@ -3,6 +3,7 @@
 
 import { isRegistryHost } from '../oci/registry-hosts.js';
 import { NodeSetupError } from './errors.js';
+import { itemAt } from '../common/indexing.js';
 
 export const REGISTRIES_DROP_IN = '50-starling.conf';
 
@@ -16,7 +17,7 @@ export function renderRegistriesDropIn(mirrorUrl: string, registries: readonly s
       `--registries-conf-dir needs exactly one --registry (got ${registries.length}): CRI-O and podman do not tell a mirror which registry they want, so the peer serves them its --registry-default only`,
     );
   }
-  const registry = registries[0]!;
+  const registry = itemAt(registries, 0);
   if (!isRegistryHost(registry)) throw new NodeSetupError(`invalid registry "${registry}" (expected HOST[:PORT])`);
   const mirror = new URL(mirrorUrl);
   return [

@@ -5,6 +5,7 @@
 
 import { parse, TomlError } from 'smol-toml';
 import { isDeepStrictEqual } from 'node:util';
+import { itemAt } from '../common/indexing.js';
 
 export type TomlValue = string | boolean | number;
 type TomlTable = Record<string, unknown>;
@@ -17,7 +18,7 @@ export class TomlEditError extends Error {
 /** Parses `text`, naming the line and column of the first error. */
 export function parseToml(text: string, what: string): TomlTable {
   try {
-    return parse(text) as TomlTable;
+    return parse(text);
   } catch (error) {
     if (error instanceof TomlError) throw new TomlEditError(`${what} is not valid TOML (line ${error.line}, column ${error.column}): ${firstLine(error.message)}`);
     throw error;
@@ -77,7 +78,7 @@ function scan(text: string): Statement[] {
 
   const skipBlank = () => {
     for (;;) {
-      while (i < n && ' \t\r\n'.includes(text[i]!)) i++;
+      while (i < n && ' \t\r\n'.includes(text.charAt(i))) i++;
       if (text[i] === '#') {
         while (i < n && text[i] !== '\n') i++;
         continue;
@@ -111,11 +112,11 @@ function scan(text: string): Statement[] {
       return c === '"' ? (JSON.parse(raw) as string) : raw.slice(1, -1);
     }
     const from = i;
-    while (i < n && /[A-Za-z0-9_-]/.test(text[i]!)) i++;
+    while (i < n && /[A-Za-z0-9_-]/.test(text.charAt(i))) i++;
     return text.slice(from, i);
   };
   const skipString = () => {
-    const quote = text[i]!;
+    const quote = text.charAt(i);
     if (text.startsWith(quote.repeat(3), i)) {
       i += 3;
       while (i < n && !text.startsWith(quote.repeat(3), i)) i += quote === '"' && text[i] === '\\' ? 2 : 1;
@@ -130,7 +131,7 @@ function scan(text: string): Statement[] {
   const skipValue = () => {
     let depth = 0;
     for (; i < n; ) {
-      const c = text[i]!;
+      const c = text.charAt(i);
       if (c === '"' || c === "'") skipString();
       else if (c === '[' || c === '{') {
         depth++;
@@ -195,7 +196,7 @@ export function setTomlValues(text: string, settings: readonly TomlSetting[], wh
   for (const setting of settings) out = setOne(out, setting);
   let after: TomlTable;
   try {
-    after = parse(out) as TomlTable;
+    after = parse(out);
   } catch {
     throw new TomlEditError(`${what}: cannot set ${describe(settings)} without rewriting its structure; set it by hand`);
   }
@@ -226,7 +227,7 @@ function assignAt(doc: TomlTable, path: readonly string[], value: TomlValue): vo
     }
     node = node[key] as TomlTable;
   }
-  node[path[path.length - 1]!] = value;
+  node[itemAt(path, path.length - 1)] = value;
 }
 
 function setOne(text: string, { table, key, value }: TomlSetting): string {
@@ -241,7 +242,7 @@ function setOne(text: string, { table, key, value }: TomlSetting): string {
   const headerIndex = statements.findIndex((s) => s.kind === 'table' && isDeepStrictEqual(s.path, table));
   const eol = text.includes('\r\n') ? '\r\n' : '\n';
   if (headerIndex >= 0) {
-    const header = statements[headerIndex]!;
+    const header = itemAt(statements, headerIndex);
     // The table's own statements run until the next header.
     let last = header;
     let indent: string | undefined;

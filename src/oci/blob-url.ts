@@ -17,7 +17,9 @@ export function blobUrl(location: BlobLocation): URL {
 export function parseBlobUrl(url: URL | string): BlobLocation {
   const parsed = typeof url === 'string' ? new URL(url) : url;
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error(`${parsed.protocol} is not a registry URL scheme`);
-  const match = /^\/v2\/(.+)\/blobs\/([^/]+)$/.exec(parsed.pathname);
-  if (!match || !isRepositoryName(match[1]!)) throw new Error(`${parsed.pathname} is not a registry blob path (/v2/<repository>/blobs/<digest>)`);
-  return { registry: parsed.origin, repository: match[1]!, digest: parseDigest(match[2]!).value };
+  const [, repository, digest] = /^\/v2\/(.+)\/blobs\/([^/]+)$/.exec(parsed.pathname) ?? [];
+  if (repository === undefined || digest === undefined || !isRepositoryName(repository)) {
+    throw new Error(`${parsed.pathname} is not a registry blob path (/v2/<repository>/blobs/<digest>)`);
+  }
+  return { registry: parsed.origin, repository, digest: parseDigest(digest).value };
 }

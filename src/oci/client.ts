@@ -6,6 +6,7 @@ import { digestOf } from './digest.js';
 import { ALL_MANIFEST_TYPES } from './media-types.js';
 import { RegistryHosts } from './registry-hosts.js';
 import { RegistryTransport, type TransportResponse } from './transport.js';
+import { itemAt } from '../common/indexing.js';
 
 /**
  * A registry client for tools (convert, estargz on registry layers): manifests, blobs, ranged
@@ -359,16 +360,16 @@ function mediaTypeOf(bytes: Buffer): string {
 
 /** Parses `Bearer realm="...",service="...",scope="..."` (RFC 7235 auth-params, quoted or not). */
 export function parseChallenge(header: string): Challenge | undefined {
-  const match = /^\s*([A-Za-z]+)\s*(.*)$/s.exec(header);
-  if (!match) return undefined;
+  const [, scheme, rest] = /^\s*([A-Za-z]+)\s*(.*)$/s.exec(header) ?? [];
+  if (scheme === undefined || rest === undefined) return undefined;
   const params: Record<string, string> = {};
   const param = /([A-Za-z_-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))\s*,?\s*/gy;
-  const rest = match[2]!;
   let m: RegExpExecArray | null;
   while ((m = param.exec(rest)) !== null && m[0] !== '') {
-    params[m[1]!.toLowerCase()] = m[2] !== undefined ? m[2].replace(/\\(.)/g, '$1') : m[3]!;
+    const [, , quoted, bare] = m;
+    params[itemAt(m, 1).toLowerCase()] = quoted !== undefined ? quoted.replace(/\\(.)/g, '$1') : (bare ?? '');
   }
-  return { scheme: match[1]!.toLowerCase(), params };
+  return { scheme: scheme.toLowerCase(), params };
 }
 
 async function readError(res: { body: Response['body'] }): Promise<{ detail: string; code?: string }> {

@@ -32,15 +32,6 @@ export function parseDigest(value: string): Digest {
   return { algorithm: algorithm as DigestAlgorithm, hex, value };
 }
 
-export function isDigest(value: string): boolean {
-  try {
-    parseDigest(value);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 export function createDigester(algorithm: DigestAlgorithm = 'sha256'): Hash {
   return createHash(algorithm);
 }

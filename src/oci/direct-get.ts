@@ -163,8 +163,7 @@ class DirectExchange implements BufferBody {
 
   /** Moves leftover bytes into the fill; returns whether reading may go on. */
   private fromLeftover(fill: Fill): boolean {
-    while (fill.filled < fill.target.length && this.leftover.length) {
-      const first = this.leftover[0]!;
+    for (let first = this.leftover[0]; first && fill.filled < fill.target.length; first = this.leftover[0]) {
       const n = first.copy(fill.target, fill.filled, 0, Math.min(first.length, fill.target.length - fill.filled));
       fill.filled += n;
       if (n === first.length) this.leftover.shift();

@@ -78,8 +78,7 @@ const OPAQUE = '.wh..wh..opq';
  */
 export async function readMergedFile(readers: readonly EstargzReader[], name: string): Promise<Buffer | undefined> {
   const parts = name.split('/').filter(Boolean);
-  for (let i = readers.length - 1; i >= 0; i--) {
-    const reader = readers[i]!;
+  for (const reader of [...readers].reverse()) {
     const entry = reader.lookup(parts.join('/'));
     if (entry) {
       let target = entry;

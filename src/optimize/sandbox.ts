@@ -172,18 +172,18 @@ export async function runSandbox(options: SandboxOptions): Promise<SandboxResult
     options.signal?.removeEventListener('abort', watchdog);
   }
   const seconds = (Date.now() - started) / 1000;
-  if (aborted) throw options.signal!.reason;
+  if (aborted) throw options.signal?.reason;
 
   const setupError = /starling-sandbox: (.*)/.exec(stderrTail)?.[1];
   if (result.code === SETUP_FAILED && setupError) throw new Error(`sandbox setup failed: ${setupError}`);
   if (!timedOut) {
-    const command = options.argv[0]!;
+    const command = options.argv[0] ?? '';
     const execFailure = new RegExp(`unshare: failed to execute ${escapeRegExp(command)}: (.*)`).exec(stderrTail)?.[1];
     if ((result.code === 126 || result.code === 127) && execFailure) {
       throw new UserError(`the workload's command "${command}" cannot be run in the image: ${execFailure.trim()} (PATH ${pathOf(options.env)})`);
     }
-    const chdirFailure = /unshare: cannot chdir to '(.*)': (.*)/.exec(stderrTail);
-    if (result.code === 1 && chdirFailure) throw new UserError(`the working directory ${chdirFailure[1]} is not usable in the image: ${chdirFailure[2]!.trim()}`);
+    const [, dir, reason] = /unshare: cannot chdir to '(.*)': (.*)/.exec(stderrTail) ?? [];
+    if (result.code === 1 && reason !== undefined) throw new UserError(`the working directory ${dir} is not usable in the image: ${reason.trim()}`);
   }
   // unshare reports a killed child as its own exit code 128+n (or dies by the signal).
   return { exitCode: timedOut ? null : result.code, timedOut, seconds };

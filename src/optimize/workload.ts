@@ -53,13 +53,13 @@ export function parseJsonArgv(text: string, flag: string): string[] {
   if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) {
     throw new UserError(`${flag} must be a JSON array of strings, such as '["sh","-c","echo hi"]'; got ${text}`);
   }
-  return value as string[];
+  return value;
 }
 
 function stringArray(value: unknown, what: string): string[] {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw new UserError(`the image config's ${what} is not an array of strings`);
-  return value as string[];
+  return value;
 }
 
 function checkEnvEntry(entry: string, where: string): void {
@@ -68,7 +68,7 @@ function checkEnvEntry(entry: string, where: string): void {
 
 /** The command, environment, directory and user to run, from the config and the overrides. */
 export function buildWorkload(config: ImageConfig, overrides: WorkloadOverrides): Workload {
-  const container = ((config as { config?: ContainerConfig }).config ?? {}) as ContainerConfig;
+  const container = ((config as { config?: ContainerConfig }).config ?? {});
   const entrypoint = overrides.entrypoint !== undefined ? parseJsonArgv(overrides.entrypoint, '--entrypoint') : stringArray(container.Entrypoint, 'Entrypoint');
   const args = overrides.args !== undefined ? parseJsonArgv(overrides.args, '--args') : stringArray(container.Cmd, 'Cmd');
   const argv = [...entrypoint, ...args];
@@ -100,7 +100,7 @@ export function buildWorkload(config: ImageConfig, overrides: WorkloadOverrides)
  */
 export async function resolveUser(spec: string, readImageFile: (path: string) => Promise<string | undefined>): Promise<ResolvedUser> {
   if (spec === '') return { uid: 0, gid: 0 };
-  const [userPart, groupPart, ...extra] = spec.split(':');
+  const [userPart = '', groupPart, ...extra] = spec.split(':'); // split gives at least one part
   if (extra.length > 0 || userPart === '' || groupPart === '') throw new UserError(`user "${spec}" must be user[:group]`);
   const numeric = (s: string) => /^\d+$/.test(s) && Number(s) < 2 ** 32;
   let passwd: string[][] | undefined;
@@ -108,7 +108,7 @@ export async function resolveUser(spec: string, readImageFile: (path: string) =>
 
   let uid: number;
   let primaryGid: number | undefined;
-  if (numeric(userPart!)) {
+  if (numeric(userPart)) {
     uid = Number(userPart);
     const entry = (await passwdEntries()).find((f) => f[2] === userPart);
     primaryGid = entry && numeric(entry[3] ?? '') ? Number(entry[3]) : undefined;

@@ -2,6 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { fileURLToPath } from 'node:url';
 import type { ClientTls, ClusterTls } from '../common/tls.js';
+import type { SchedulerServiceClient } from './scheduler-api.js';
 
 /** The repository's proto/ folder: two levels above both src/rpc and dist/rpc. */
 export const PROTO_ROOT = fileURLToPath(new URL('../../proto/', import.meta.url));
@@ -41,3 +42,11 @@ export function schedulerServerCredentials(tls: ClusterTls | undefined): grpc.Se
   if (!tls) return grpc.ServerCredentials.createInsecure();
   return grpc.ServerCredentials.createSsl(tls.ca, [{ private_key: tls.key, cert_chain: tls.cert }], false);
 }
+
+/** The Scheduler service's client class: proto-loader builds it untyped; this names the calls' types. */
+export const SchedulerClientClass = () =>
+  SchedulerService() as unknown as new (
+    address: string,
+    credentials: grpc.ChannelCredentials,
+    options?: grpc.ClientOptions,
+  ) => SchedulerServiceClient;

@@ -2,6 +2,7 @@
  * TypeScript shapes of proto/starling/scheduler/v1/scheduler.proto as @grpc/proto-loader
  * presents them (camelCase fields, int64 as numbers, enums as strings, oneof names in `packet`).
  */
+import type * as grpc from '@grpc/grpc-js';
 
 export interface HostInfo {
   id: string;
@@ -24,6 +25,7 @@ export interface AnnounceHostResponse {
 export interface LeaveHostRequest {
   hostId: string;
 }
+export type LeaveHostResponse = Record<string, never>;
 
 export interface OriginRequest {
   /** The registry's blob URL. */
@@ -115,4 +117,27 @@ export interface TaskStat {
   bytesFromSeeds: number;
   bytesFromOrigin: number;
   cyclesDetected: number;
+}
+
+/** A client of the Scheduler service as proto-loader builds it: the calls the peer makes. */
+export interface SchedulerServiceClient extends grpc.Client {
+  AnnounceHost(
+    request: AnnounceHostRequest,
+    metadata: grpc.Metadata,
+    options: grpc.CallOptions,
+    callback: grpc.requestCallback<AnnounceHostResponse>,
+  ): grpc.ClientUnaryCall;
+  AnnounceHost(request: AnnounceHostRequest, callback: grpc.requestCallback<AnnounceHostResponse>): grpc.ClientUnaryCall;
+  AnnounceHost(
+    request: AnnounceHostRequest,
+    metadata: grpc.Metadata,
+    callback: grpc.requestCallback<AnnounceHostResponse>,
+  ): grpc.ClientUnaryCall;
+  LeaveHost(
+    request: LeaveHostRequest,
+    metadata: grpc.Metadata,
+    options: grpc.CallOptions,
+    callback: grpc.requestCallback<LeaveHostResponse>,
+  ): grpc.ClientUnaryCall;
+  AnnouncePeer(metadata?: grpc.Metadata): grpc.ClientDuplexStream<PeerPacket, SchedulerPacket>;
 }

@@ -35,7 +35,7 @@ function matches(selector: Selector, item: Filterable): boolean {
   if (!selector.op) return actual !== undefined && actual !== '';
   if (selector.op === '==') return actual === selector.value;
   if (selector.op === '!=') return actual !== selector.value;
-  return actual !== undefined && new RegExp(selector.value!).test(actual);
+  return actual !== undefined && new RegExp(selector.value ?? '').test(actual);
 }
 
 function parseFilter(text: string): Selector[] {

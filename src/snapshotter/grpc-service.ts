@@ -20,7 +20,28 @@ interface InfoMessage {
   updatedAt: Timestamp | null;
   labels: Record<string, string>;
 }
-type Req = Record<string, any>; // shapes are defined by the .proto; fields read below are checked
+/*
+ * Request messages as proto-loader presents them (`defaults: true`: every string, map and list
+ * is there, empty when not sent; a message field not sent is null).
+ */
+interface KeyRequest {
+  key: string;
+}
+interface CreateRequest extends KeyRequest {
+  parent: string;
+  labels: Record<string, string>;
+}
+interface CommitRequest extends KeyRequest {
+  name: string;
+  labels: Record<string, string>;
+}
+interface UpdateRequest {
+  info: { name: string; labels: Record<string, string> } | null;
+  updateMask: { paths: string[] } | null;
+}
+interface ListRequest {
+  filters: string[];
+}
 
 const KIND = { active: 'ACTIVE', view: 'VIEW', committed: 'COMMITTED' } as const;
 
@@ -43,7 +64,7 @@ function toMessage(info: SnapshotInfo): InfoMessage {
 /** The handlers, each logging what failed (NOT_FOUND is routine: containerd asks before it creates). */
 export function snapshotsHandlers(sn: Snapshotter, log: Logger): grpc.UntypedServiceImplementation {
   const unary =
-    (name: string, handle: (req: Req) => unknown | Promise<unknown>): grpc.handleUnaryCall<Req, unknown> =>
+    <Req extends object>(name: string, handle: (req: Req) => unknown): grpc.handleUnaryCall<Req, unknown> =>
     (call, callback) => {
       Promise.resolve()
         .then(() => handle(call.request))
@@ -52,26 +73,27 @@ export function snapshotsHandlers(sn: Snapshotter, log: Logger): grpc.UntypedSer
           (error: Error) => {
             const code = grpcStatus(error);
             const routine = error instanceof SnapshotError && (error.code === 'NOT_FOUND' || error.code === 'ALREADY_EXISTS');
-            log[routine ? 'debug' : 'warn']({ rpc: name, key: call.request.key ?? call.request.name, err: error.message }, 'request failed');
+            const { key, name: snapshot } = call.request as { key?: string; name?: string };
+            log[routine ? 'debug' : 'warn']({ rpc: name, key: key ?? snapshot, err: error.message }, 'request failed');
             callback({ code, details: error.message });
           },
         );
     };
 
   return {
-    Prepare: unary('Prepare', async (r) => ({ mounts: await sn.prepare(r.key, r.parent, r.labels ?? {}) })),
-    View: unary('View', async (r) => ({ mounts: await sn.view(r.key, r.parent, r.labels ?? {}) })),
-    Mounts: unary('Mounts', async (r) => ({ mounts: await sn.mounts(r.key) })),
-    Commit: unary('Commit', (r) => sn.commit(r.name, r.key, r.labels ?? {})),
-    Remove: unary('Remove', (r) => sn.remove(r.key)),
-    Stat: unary('Stat', (r) => ({ info: toMessage(sn.stat(r.key)) })),
-    Update: unary('Update', (r) => {
+    Prepare: unary('Prepare', async (r: CreateRequest) => ({ mounts: await sn.prepare(r.key, r.parent, r.labels ?? {}) })),
+    View: unary('View', async (r: CreateRequest) => ({ mounts: await sn.view(r.key, r.parent, r.labels ?? {}) })),
+    Mounts: unary('Mounts', async (r: KeyRequest) => ({ mounts: await sn.mounts(r.key) })),
+    Commit: unary('Commit', (r: CommitRequest) => sn.commit(r.name, r.key, r.labels ?? {})),
+    Remove: unary('Remove', (r: KeyRequest) => sn.remove(r.key)),
+    Stat: unary('Stat', (r: KeyRequest) => ({ info: toMessage(sn.stat(r.key)) })),
+    Update: unary('Update', (r: UpdateRequest) => {
       if (!r.info?.name) throw new SnapshotError('INVALID_ARGUMENT', 'Update needs info.name');
       return { info: toMessage(sn.update({ name: r.info.name, labels: r.info.labels ?? {} }, r.updateMask?.paths ?? [])) };
     }),
-    Usage: unary('Usage', async (r) => sn.usage(r.key)),
+    Usage: unary('Usage', async (r: KeyRequest) => sn.usage(r.key)),
     Cleanup: unary('Cleanup', () => sn.cleanup()),
-    List: (call: grpc.ServerWritableStream<Req, unknown>) => {
+    List: (call: grpc.ServerWritableStream<ListRequest, unknown>) => {
       try {
         const infos = sn.list(call.request.filters ?? []).map(toMessage);
         // Batches keep each message well under gRPC's default 4 MiB limit.

@@ -16,8 +16,9 @@ export function snapshotMounts(layout: Layout, id: string, kind: SnapshotKind, p
   if (parentIds.length === 0) {
     return [{ type: 'bind', source: layout.upper(id), target: '', options: [kind === 'view' ? 'ro' : 'rw', 'rbind'] }];
   }
-  if (kind !== 'active' && parentIds.length === 1) {
-    return [{ type: 'bind', source: layout.upper(parentIds[0]!), target: '', options: ['ro', 'rbind'] }];
+  const [only, ...others] = parentIds;
+  if (kind !== 'active' && only !== undefined && others.length === 0) {
+    return [{ type: 'bind', source: layout.upper(only), target: '', options: ['ro', 'rbind'] }];
   }
   const options: string[] = [];
   if (kind === 'active') options.push(`workdir=${layout.work(id)}`, `upperdir=${layout.upper(id)}`);

@@ -11,7 +11,7 @@ import { alreadyExists, SnapshotError } from './errors.js';
 import { compileFilters } from './filters.js';
 import { REMOTE_LABEL, REMOTE_LABEL_VALUE, remoteLayerFromLabels, TARGET_SNAPSHOT_LABEL, type RemoteLayerSpec } from './labels.js';
 import type { Layout } from './layout.js';
-import type { MetadataStore, SnapshotKind, SnapshotRecord } from './metadata.js';
+import type { MetadataStore, RemoteSource, SnapshotKind, SnapshotRecord } from './metadata.js';
 import { snapshotMounts, type Mount } from './mounts.js';
 import { clearMount, type LayerMounter } from './remote-layers.js';
 
@@ -129,7 +129,7 @@ export class Snapshotter {
     for (const mountpoint of leftovers) await clearMount(mountpoint, this.log);
     for (const [name, record] of this.meta.entries()) {
       if (!record.remote) continue;
-      await this.ensureRemote(record).catch((error) => this.log.warn({ name, err: (error as Error).message }, 'remote layer not restored; retried on use'));
+      await this.ensureRemote(record.id, record.remote).catch((error) => this.log.warn({ name, err: (error as Error).message }, 'remote layer not restored; retried on use'));
     }
   }
 
@@ -160,7 +160,7 @@ export class Snapshotter {
     const source = { registry: spec.image.registry, repository: spec.image.repository, digest: spec.digest, tocDigest: spec.tocDigest, prefetchSize: spec.prefetchSize };
     const started = Date.now();
     try {
-      await this.ensureRemote({ ...record, remote: source });
+      await this.ensureRemote(record.id, source);
     } catch (error) {
       this.log.warn({ key, digest: spec.digest, err: (error as Error).message }, 'remote mount failed: ordinary snapshot');
       return false;
@@ -180,8 +180,8 @@ export class Snapshotter {
     return true;
   }
 
-  private ensureRemote(record: SnapshotRecord): Promise<void> {
-    return this.remote.ensure(record.id, this.layout.upper(record.id), this.layout.cache(record.id), record.remote!);
+  private ensureRemote(id: string, remote: RemoteSource): Promise<void> {
+    return this.remote.ensure(id, this.layout.upper(id), this.layout.cache(id), remote);
   }
 
   /** Mounts for a snapshot; remote layers below it are mounted again first if they are not alive. */
@@ -190,7 +190,7 @@ export class Snapshotter {
     for (const [name, parent] of chain) {
       if (!parent.remote) continue;
       try {
-        await this.ensureRemote(parent);
+        await this.ensureRemote(parent.id, parent.remote);
       } catch (error) {
         throw new SnapshotError('UNAVAILABLE', `layer ${name} unavailable: ${(error as Error).message}`);
       }

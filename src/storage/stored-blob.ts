@@ -83,12 +83,12 @@ export class StoredBlob {
     const blob = new StoredBlob(dir, meta, data, journal, lastAccess);
     let dropped = 0;
     for (const line of journalText.split('\n')) {
-      const match = /^(\d+) (\S+)$/.exec(line);
-      if (!match || !isPieceCheck(match[2]!)) continue; // a torn last line from a crash
-      const index = Number(match[1]);
+      const [, indexText, check] = /^(\d+) (\S+)$/.exec(line) ?? [];
+      if (indexText === undefined || check === undefined || !isPieceCheck(check)) continue; // a torn last line from a crash
+      const index = Number(indexText);
       if (index >= blob.layout.pieceCount || blob.pieces.has(index)) continue;
       // A complete blob was verified as a whole and fsynced; a partial one is checked piece by piece.
-      if (meta.complete || (await blob.pieceMatches(index, match[2]!))) blob.remember(index, match[2]!);
+      if (meta.complete || (await blob.pieceMatches(index, check))) blob.remember(index, check);
       else dropped++;
     }
     if (meta.complete && blob.pieces.size !== blob.layout.pieceCount) {

@@ -1,7 +1,7 @@
 /* Shared fixtures for the eStargz tests: generated layers, an independent tar oracle (tar-stream),
    blob surgery for bad-input cases, and the Go reference harness. */
 import { execFile } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -24,7 +24,11 @@ export async function harness(args: string[]): Promise<string> {
   return stdout;
 }
 
-export type FixtureEntry = tarStream.Headers & { pax?: Record<string, string>; content?: Buffer };
+/** A tar header as tar-stream's pack takes it (every field but the name optional), plus PAX records and content. */
+export type FixtureEntry = Partial<tarStream.Header> & Pick<tarStream.Header, 'name'> & {
+  pax?: Record<string, string>;
+  content?: Buffer;
+};
 
 /** Deterministic pseudo-random bytes (a sha256 counter stream), so fixtures are reproducible. */
 export function seededBytes(seed: string, length: number): Buffer {
@@ -71,16 +75,24 @@ export async function makeTar(entries: FixtureEntry[]): Promise<Buffer> {
   const pack = tarStream.pack();
   const done = collect(pack);
   for (const { content, pax, ...header } of entries) {
-    const h = { mtime: MTIME, uid: 0, gid: 0, ...header, ...(pax ? { pax } : {}) } as tarStream.Headers;
-    await new Promise<void>((ok, fail) => pack.entry(h, content ?? undefined, (error) => (error ? fail(error) : ok())));
+    const h = { mtime: MTIME, uid: 0, gid: 0, ...header, ...(pax ? { pax } : {}) };
+    await new Promise<void>((ok, fail) => {
+      const settle = (error?: Error | null) => (error ? fail(error) : ok());
+      if (content) pack.entry(h, content, settle);
+      else pack.entry(h, settle);
+    });
   }
   pack.finalize();
   return done;
 }
 
-async function collect(stream: AsyncIterable<Buffer>): Promise<Buffer> {
+/** tar-stream's streams (streamx) yield untyped chunks: they are Buffers, checked here. */
+async function collect(stream: AsyncIterable<unknown>): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const part of stream) parts.push(part);
+  for await (const part of stream) {
+    if (!Buffer.isBuffer(part)) throw new TypeError(`tar-stream yielded a ${typeof part}, not a Buffer`);
+    parts.push(part);
+  }
   return Buffer.concat(parts);
 }
 
@@ -114,10 +126,12 @@ export async function readTarOracle(tar: Buffer): Promise<Map<string, OracleEntr
   Readable.from([tar]).pipe(extract);
   const out = new Map<string, OracleEntry>();
   for await (const entry of extract) {
-    const h = entry.header as tarStream.Headers & { pax?: Record<string, string> };
+    const h = entry.header;
     const content = await collect(entry);
     const xattrs: Record<string, string> = {};
-    for (const [k, v] of Object.entries(h.pax ?? {})) if (k.startsWith('SCHILY.xattr.')) xattrs[k.slice(13)] = v;
+    for (const [k, v] of Object.entries(h.pax ?? {})) {
+      if (k.startsWith('SCHILY.xattr.') && typeof v === 'string') xattrs[k.slice(13)] = v;
+    }
     const type = ORACLE_TYPES[h.type ?? 'file'] ?? String(h.type);
     out.set(cleanName(h.name), {
       name: cleanName(h.name), type, size: type === 'reg' ? content.length : 0, linkName: h.linkname ?? '',
@@ -171,4 +185,3 @@ export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<
 /** A tiny deterministic PRNG (mulberry32) for the fuzz test: the simulator's. */
 export { rng as prng } from '../../sim/event-queue.js';
 
-export { randomBytes };

@@ -164,7 +164,7 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
     assert.ok(killed, 'a scheduler was killed');
     const survivor = schedulers.find((s) => s !== killed)!;
     const total = big.size * nodes.length;
-    console.log(`# killed ${killed!.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`);
+    console.log(`# killed ${killed.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`);
     // The task moved: the surviving scheduler knows it now.
     const moved = await request(survivor.metricsUrl.replace('/metrics', `/api/tasks/${big.digest}`));
     await moved.body.dump();

@@ -9,7 +9,8 @@ import { request } from 'undici';
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
-import { SchedulerService } from '../../src/rpc/proto.js';
+import { SchedulerClientClass } from '../../src/rpc/proto.js';
+import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
 import { clusterToken, STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
 import { freePort, makeTempDir, spawnService, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
@@ -131,14 +132,14 @@ describe('hostile clients: the upload port, from another host', { timeout: 120_0
 
 describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
   let scheduler: RunningSchedulerProcess;
-  let client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
+  let client: SchedulerServiceClient;
   let token: string;
 
   before(async () => {
     token = (await clusterToken()).token;
     scheduler = await startScheduler();
-    const Service = SchedulerService();
-    client = new Service(scheduler.address, grpc.credentials.createInsecure()) as typeof client;
+    const Service = SchedulerClientClass();
+    client = new Service(scheduler.address, grpc.credentials.createInsecure());
   });
   after(async () => {
     client?.close();
@@ -152,20 +153,23 @@ describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
   };
   const host = { id: 'h1', hostname: 'h1', ip: '127.0.0.9', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0 };
   const announce = (body: unknown, m = metadata()) =>
-    new Promise<grpc.ServiceError | null>((resolve) => client.AnnounceHost(body, m, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) => resolve(error)));
+    // `as`: a hostile client's body is whatever it likes, which is the point here.
+    new Promise<grpc.ServiceError | null>((resolve) =>
+      client.AnnounceHost(body as AnnounceHostRequest, m, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) => resolve(error)),
+    );
   const register = (packet: unknown) =>
     new Promise<grpc.ServiceError>((resolve) => {
-      const stream = client.AnnouncePeer(metadata()) as grpc.ClientDuplexStream<unknown, unknown>;
+      const stream = client.AnnouncePeer(metadata());
       stream.on('data', () => undefined);
       stream.on('error', (error: grpc.ServiceError) => resolve(error));
-      stream.write({ register: packet });
+      stream.write({ register: packet } as PeerPacket); // as hostile as announce()'s body
     });
 
   it('refuses a wrong token, a malformed host, a task of 10^9 one-byte pieces and a register carrying credentials, naming each, and goes on serving', async () => {
     assert.equal((await announce({ host }, metadata('Bearer nope')))?.code, grpc.status.UNAUTHENTICATED);
     const badIp = await announce({ host: { ...host, ip: '../../etc' } });
     assert.equal(badIp?.code, grpc.status.INVALID_ARGUMENT);
-    assert.match(badIp!.details, /host ip "\.\.\/\.\.\/etc" is not an IP address/);
+    assert.match(badIp.details, /host ip "\.\.\/\.\.\/etc" is not an IP address/);
     assert.equal(await announce({ host }), null);
     const digest = `sha256:${'2'.repeat(64)}`;
     const started = Date.now();

@@ -43,7 +43,7 @@ describe('hostile swarm: private pieces over the upload port', { timeout: 180_00
     }
   });
   after(async () => {
-    for (const stop of [holder?.stop, plain?.peer.stop, scheduler?.stop, plain?.scheduler.stop, registry?.stop, yes?.stop]) await stop?.().catch(() => undefined);
+    for (const running of [holder, plain?.peer, scheduler, plain?.scheduler, registry, yes]) await running?.stop().catch(() => undefined);
   });
 
   const sha = (bytes: Buffer) => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;

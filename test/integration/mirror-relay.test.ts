@@ -46,7 +46,7 @@ async function startPausingOrigin(data: Buffer, digest: string): Promise<Pausing
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   origin.host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
   // Each test pauses afresh.
-  const release = origin.release;
+  const release = origin.release.bind(origin);
   origin.release = () => {
     release();
     gate = new Promise<void>((resolve) => (released = resolve));

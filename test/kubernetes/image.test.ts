@@ -27,8 +27,6 @@ const MiB = 1 << 20;
 // podman here needs limits root can actually set (STACK.md); kube play takes them from containers.conf.
 const ULIMITS = ['--ulimit', 'nofile=20000:20000', '--ulimit', 'nproc=4096:4096'];
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- the rendered pod spec is edited as plain JSON */
-
 describe("Starling's image", () => {
   let tmp: TempDir;
   let image: BuiltStarlingImage;
@@ -463,7 +461,7 @@ function podFromTemplate(workload: any, plan: PodPlan): any {
     c.args = [...(c.args ?? []), ...(plan.extraArgs?.[c.name] ?? [])].map((arg: string) => {
       const name = arg.split('=')[0]!;
       let out = plan.flags[name] !== undefined ? `${name}=${plan.flags[name]}` : arg;
-      for (const service of serviceNames) out = out.split(service).join(plan.services[service]!);
+      for (const service of serviceNames) out = out.split(service).join(plan.services[service]);
       // kubelet expands $(VAR) in args from the container's env; podman does not.
       return out.replace(/\$\((\w+)\)/g, (whole, variable: string) => values[variable] ?? whole);
     });

@@ -15,7 +15,7 @@ import { schemaErrors, unknownFieldErrors, type KubeObject } from './manifest-ch
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- rendered objects are walked as plain JSON */
+// Rendered objects are walked as plain JSON.
 type Obj = KubeObject & Record<string, any>;
 
 describe('deploy/kubernetes', () => {
@@ -218,7 +218,7 @@ describe('deploy/kubernetes', () => {
     const cas = new Set<string>();
     for (const { overlay, object, main } of components().filter((c) => c.overlay !== 'default-cert-manager')) {
       const where = `${overlay} ${object.metadata.name}`;
-      const secretOf = { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name as string] ?? 'starling-peer-tls';
+      const secretOf = { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name] ?? 'starling-peer-tls';
       for (const name of ['--tls-cert', '--tls-key', '--tls-ca']) {
         const file = flag(main, name);
         assert.ok(file, `${where}: ${name}`);

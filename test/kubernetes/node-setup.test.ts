@@ -163,7 +163,8 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     const hostsDir = path.join(dir, 'certs.d');
     await fsp.mkdir(path.join(hostsDir, 'reg.example'), { recursive: true });
     await fsp.writeFile(path.join(hostsDir, 'reg.example', 'hosts.toml'), '[host."https://reg.example"\n  capabilities = ["pull"]\n');
-    const cases: Array<{ config: string | 'dir'; args?: string[]; message: RegExp }> = [
+    // `config` is the file's text, or 'dir' for a folder where the file should be.
+    const cases: Array<{ config: string; args?: string[]; message: RegExp }> = [
       { config: 'version = 2\n[plugins."io.containerd.grpc.v1.cri"\n', message: /config\.toml is not valid TOML \(line 2, column \d+\)/ },
       { config: 'version = 9\n', message: /unknown config version 9 \(expected 2 for containerd 1\.6\/1\.7 or 3 for containerd 2\.x\)/ },
       { config: '[plugins.cri]\n', message: /is a version 1 config/ },

@@ -125,7 +125,3 @@ export async function corruptChunkCopy(layer: BuiltLayer, file: string, out: str
   await fsp.writeFile(out, blob);
   return { digest: `sha256:${createHash('sha256').update(blob).digest('hex')}`, size: blob.length };
 }
-
-export async function sha256File(file: string): Promise<string> {
-  return createHash('sha256').update(await fsp.readFile(file)).digest('hex');
-}

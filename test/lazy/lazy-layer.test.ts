@@ -194,7 +194,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
 
   test('a read fetches only the chunks it needs', async () => {
     const small = built.reader.lookup('data/small.txt')!.chunks[0]!;
-    let bytes = source.counters.bytes;
+    const bytes = source.counters.bytes;
     const cat = await sh('cat', [path.join(mnt, 'data/small.txt')]);
     assert.equal(cat.stdout, 'hello lazy layer\n');
     assert.equal(source.counters.bytes - bytes, small.end - small.offset);
@@ -206,7 +206,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     assert.equal(dd.code, 0, dd.stderr);
     await sleep(200); // let read-ahead settle
     const cached = multi.map((c) => fs.existsSync(chunkPath(layer.cacheDir, c.digest)));
-    assert.deepEqual([cached[0], cached[1], cached[2], cached[5]], [false, false, true, false], `cached chunks: ${cached}`);
+    assert.deepEqual([cached[0], cached[1], cached[2], cached[5]], [false, false, true, false], `cached chunks: ${cached.join(', ')}`);
   });
 
   test('every file reads back with its original sha256 (sha256sum through the mount)', async () => {

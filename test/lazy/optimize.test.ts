@@ -48,7 +48,7 @@ async function assertCleanedUp(dir: string): Promise<void> {
 async function readers(repo: string, tag: string): Promise<EstargzReader[]> {
   const { manifest } = await imageInfo(registry.host, `${repo}:${tag}`);
   const out: EstargzReader[] = [];
-  for (const layer of manifest.layers as Array<{ digest: string; annotations?: Record<string, string> }>) {
+  for (const layer of manifest.layers) {
     const tocDigest = layer.annotations?.[TOC_DIGEST_ANNOTATION];
     assert.ok(tocDigest, `${repo}:${tag} layer ${layer.digest} has a TOC digest`);
     out.push(await openEstargz(await registryBlobSource(client, repo, layer.digest), { tocDigest }));
@@ -124,12 +124,14 @@ test('the optimized TOCs hold the recorded files before the landmark and the oth
 
 test('a lazy mount of the optimized layer prefetches the recorded file and nothing else', async () => {
   const { manifest } = await imageInfo(registry.host, 'dst/opt:optimized');
-  const layer = manifest.layers[1] as { digest: string; annotations: Record<string, string> };
+  const layer = manifest.layers[1];
+  const tocDigest = layer?.annotations?.[TOC_DIGEST_ANNOTATION];
+  assert.ok(layer && tocDigest, 'the optimized image has a second layer with a TOC digest');
   const source = await HttpRangeSource.open(`${registry.url}/v2/dst/opt/blobs/${layer.digest}`);
   const mountpoint = path.join(tmp.path, 'mnt');
   await fsp.mkdir(mountpoint);
   const lazy = await mountLazyLayer({
-    source, tocDigest: layer.annotations[TOC_DIGEST_ANNOTATION]!, mountpoint, cacheDir: path.join(tmp.path, 'cache'),
+    source, tocDigest, mountpoint, cacheDir: path.join(tmp.path, 'cache'),
     backgroundFetch: { enabled: false },
   });
   try {

@@ -18,7 +18,7 @@ let locked: Registry;
 let image: BuiltImage;
 /** What a preheat fetches: the layers, then the config. */
 let blobs: Array<{ digest: string; size: number }>;
-let stubs: StubPeer[] = [];
+const stubs: StubPeer[] = [];
 
 before(async () => {
   [registry, locked] = await Promise.all([startRegistry(), startRegistry({ htpasswd: CREDS })]);

@@ -23,7 +23,7 @@ describe('scheduler-cluster scopes', () => {
     assert.ok(!cidrContains(parseCidr('fd00::/8')!, '10.1.0.1'));
     const bad = clusterScopesSchema.safeParse({ cidrs: ['10.0.0.0/8', 'nope'] });
     assert.equal(bad.success, false);
-    assert.deepEqual(bad.error!.issues[0]!.path, ['cidrs', 1]);
+    assert.deepEqual(bad.error.issues[0]!.path, ['cidrs', 1]);
   });
 
   test('most specific wins: hostname over CIDR over zone; longer prefix, more literal glob; else the default', () => {

@@ -4,7 +4,6 @@
 // chunk, a kill -9 of the snapshotter under a running container, and Remove/Cleanup.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { SnapshotsService } from '../../src/snapshotter/index.js';
 import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
-import { freePort, makeTempDir, mountsUnder, onExitCleanup, spawnService, unmountUnderSync, waitFor, type Service, type TempDir } from '../fixtures/processes.js';
+import { freePort, mountsUnder, onExitCleanup, spawnService, unmountUnderSync, waitFor, type Service } from '../fixtures/processes.js';
 
 export interface SnapshotterProcess {
   socket: string;
@@ -143,8 +143,4 @@ export function list(client: SnapshotsClient, filters: string[] = []): Promise<a
 export function fuseMountsUnder(dir: string): string[] {
   const lines = fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n');
   return mountsUnder(dir).filter((p) => lines.some((l) => l.split(' ')[4] === p && / - fuse/.test(l)));
-}
-
-export async function tempDir(prefix: string): Promise<TempDir> {
-  return makeTempDir(prefix);
 }

@@ -42,8 +42,12 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
     }
   });
 
-  async function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<string> {
-    const server = createServer(handler);
+  async function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void | Promise<void>): Promise<string> {
+    const server = createServer((req, res) => {
+      Promise.resolve()
+        .then(() => handler(req, res))
+        .catch(() => res.destroy()); // a handler that fails cuts its response short, which the test sees
+    });
     servers.push(server);
     return `http://127.0.0.1:${await listen(server)}`;
   }
@@ -85,7 +89,7 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
 
   it('holds reads while onFill waits (a rate limiter) and still delivers every byte', async () => {
     const data = randomBytes(3 * 1024 * 1024);
-    const base = await httpServer((_req, res) => res.end(data));
+    const base = await httpServer((_req, res) => void res.end(data));
     const response = await directGet(new URL(`${base}/blob`), {});
     let waits = 0;
     const body = await readAll(response!.body, data.length, 1024 * 1024, async () => {

@@ -114,7 +114,7 @@ describe('containerd config plan', () => {
   it('replaces a snapshotter already chosen, in place', () => {
     const text = `version = 2\n[${CRI}.containerd]\n  snapshotter = "overlayfs"\n  disable_snapshot_annotations = true\n`;
     const plan = planContainerdConfig(text, 'config.toml', { lazy: { snapshotterSocket: '/s' } });
-    assert.match(plan.text, /\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\]\n  snapshotter = "starling"\n  disable_snapshot_annotations = false\n/);
+    assert.match(plan.text, /\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\]\n {2}snapshotter = "starling"\n {2}disable_snapshot_annotations = false\n/);
   });
 
   it('uses the containerd 2.x names for a version 3 config', () => {

@@ -449,10 +449,10 @@ describe('scheduling: pipeline shape', () => {
   it('rejects an unknown shape or a zero fan-out, naming the key', () => {
     const shape = schedulingSchema.safeParse({ shape: 'ring' });
     assert.equal(shape.success, false);
-    assert.match(formatIssues(shape.error!), /shape/);
+    assert.match(formatIssues(shape.error), /shape/);
     const fanout = schedulingSchema.safeParse({ shape: 'pipeline', pipeline: { fanout: 0 } });
     assert.equal(fanout.success, false);
-    assert.match(formatIssues(fanout.error!), /pipeline\.fanout/);
+    assert.match(formatIssues(fanout.error), /pipeline\.fanout/);
   });
 });
 

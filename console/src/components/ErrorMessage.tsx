@@ -3,7 +3,7 @@ import { ApiError } from '../api';
 /** An error as the manager worded it, announced to screen readers. */
 export function ErrorMessage({ error }: { error: unknown }) {
   if (!error) return null;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = messageOf(error);
   const status = error instanceof ApiError && error.status ? ` (HTTP ${error.status})` : '';
   return (
     <p role="alert" className="error">
@@ -11,4 +11,8 @@ export function ErrorMessage({ error }: { error: unknown }) {
       {status && <span className="muted">{status}</span>}
     </p>
   );
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

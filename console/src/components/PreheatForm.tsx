@@ -43,7 +43,7 @@ export function PreheatForm() {
     onSuccess: (job) => {
       void client.invalidateQueries({ queryKey: ['jobs'] });
       void client.invalidateQueries({ queryKey: ['overview'] });
-      navigate(`/jobs/${job.id}`);
+      void navigate(`/jobs/${job.id}`); // the router shows a failed navigation itself
     },
   });
   const submit = (event: FormEvent) => {

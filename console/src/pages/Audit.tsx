@@ -14,7 +14,7 @@ export function Audit() {
     queryKey: ['audit', filter],
     queryFn: ({ pageParam }) => api.audit({ ...filter, before: pageParam, limit: PAGE }),
     initialPageParam: undefined as number | undefined,
-    getNextPageParam: (last) => (last.length === PAGE ? last[last.length - 1]!.id : undefined),
+    getNextPageParam: (last) => (last.length === PAGE ? last.at(-1)?.id : undefined),
   });
   const entries = audit.data?.pages.flat() ?? [];
   const apply = (event: FormEvent) => {

@@ -27,7 +27,7 @@ export function Login({ notice, onLogin }: LoginProps) {
     <main className="login">
       <h1>Starling console</h1>
       {notice && !error && <p className="notice">{notice}</p>}
-      <form onSubmit={submit}>
+      <form onSubmit={(event) => void submit(event)}>
         <label htmlFor="token">Personal access token</label>
         <input id="token" type="password" autoComplete="off" autoFocus value={token} onChange={(event) => setToken(event.target.value)} placeholder="paste a token" />
         <button type="submit" disabled={!token.trim() || checking}>

@@ -18,6 +18,14 @@ export function kubernetesLeafNames(namespace: string): Record<string, LeafNames
   };
 }
 
+interface CertsFlags {
+  out: string;
+  namespace: string;
+  days: number;
+  newCa?: boolean;
+  retireOldCa?: boolean;
+}
+
 export function registerCertsCommand(program: Command): void {
   program
     .command('certs')
@@ -27,7 +35,7 @@ export function registerCertsCommand(program: Command): void {
     .option('--days <n>', 'how long the components\' certificates are valid', (v) => Number(v), 365)
     .option('--new-ca', 'replace the CA, step 1: a new CA in front of ca.crt, trusted with the old one; certificates unchanged')
     .option('--retire-old-ca', 'replace the CA, step 3: drop the old CA from ca.crt once every certificate is signed by the new one')
-    .action(async (options) => {
+    .action(async (options: CertsFlags) => {
       if (options.newCa && options.retireOldCa) throw new UserError('--new-ca and --retire-old-ca are steps of their own: give one');
       if (!Number.isInteger(options.days) || options.days < 1) throw new UserError(`--days must be a whole number of days, at least 1 (got ${options.days})`);
       if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(options.namespace)) throw new UserError(`--namespace ${options.namespace} is not a Kubernetes namespace name`);

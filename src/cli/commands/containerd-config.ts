@@ -3,6 +3,15 @@ import { UserError } from '../../common/errors.js';
 import { writeHostsToml } from '../../peer/containerd-hosts.js';
 import { collect } from '../shared.js';
 
+/** The flags of `starling containerd-config` as commander parses them. */
+interface ContainerdConfigFlags {
+  hostsDir: string;
+  mirror: string;
+  registry: string[];
+  insecureRegistry: string[];
+  default: boolean;
+}
+
 export function registerContainerdConfigCommand(program: Command): void {
   program
     .command('containerd-config')
@@ -12,8 +21,8 @@ export function registerContainerdConfigCommand(program: Command): void {
     .option('--registry <host:port>', 'a registry to route through the mirror (repeatable)', collect, [])
     .option('--insecure-registry <host:port>', 'a registry that containerd reaches over plain HTTP (repeatable)', collect, [])
     .option('--no-default', 'do not write _default/hosts.toml (only the named registries use the mirror)')
-    .action(async (options) => {
-      const registries: string[] = [...new Set<string>([...options.registry, ...options.insecureRegistry])];
+    .action(async (options: ContainerdConfigFlags) => {
+      const registries = [...new Set([...options.registry, ...options.insecureRegistry])];
       if (!registries.length && !options.default) throw new UserError('nothing to write: name a --registry or keep _default');
       let files: string[];
       try {

@@ -6,6 +6,7 @@ import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { request } from 'undici';
 import { UserError } from '../../common/errors.js';
+import { itemAt } from '../../common/indexing.js';
 import { createDigester, parseDigest } from '../../oci/digest.js';
 import { parseImageReference } from '../../oci/reference.js';
 
@@ -17,10 +18,12 @@ export function blobUrlThroughPeer(target: string, peer: URL): { url: URL; diges
     if (!match) {
       throw new UserError(`${target} is not a registry blob URL (expected http(s)://HOST/v2/NAME/blobs/DIGEST)`);
     }
-    parseDigest(match[2]!);
-    const url = new URL(`/v2/${match[1]}/blobs/${match[2]}`, peer);
+    const name = itemAt(match, 1);
+    const digest = itemAt(match, 2);
+    parseDigest(digest);
+    const url = new URL(`/v2/${name}/blobs/${digest}`, peer);
     url.searchParams.set('ns', source.host);
-    return { url, digest: match[2]! };
+    return { url, digest };
   }
   let ref;
   try {
@@ -34,6 +37,14 @@ export function blobUrlThroughPeer(target: string, peer: URL): { url: URL; diges
   return { url, digest: ref.digest };
 }
 
+/** The flags of `starling get` as commander parses them. */
+interface GetFlags {
+  output: string;
+  peer: string;
+  creds?: string;
+  progress: boolean;
+}
+
 export function registerGetCommand(program: Command): void {
   program
     .command('get')
@@ -43,7 +54,7 @@ export function registerGetCommand(program: Command): void {
     .option('--peer <url>', 'the local peer mirror', 'http://127.0.0.1:65001')
     .option('--creds <user:password>', 'registry credentials (sent as Basic auth through the peer)')
     .option('--no-progress', 'no progress bar')
-    .action(async (target: string, options) => {
+    .action(async (target: string, options: GetFlags) => {
       const { url, digest } = blobUrlThroughPeer(target, new URL(options.peer));
       const headers: Record<string, string> = {};
       if (options.creds) headers.authorization = `Basic ${Buffer.from(options.creds).toString('base64')}`;

@@ -1,9 +1,23 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { managerConfigSchema } from '../../manager/config.js';
 import { collect, waitForShutdown } from '../shared.js';
+
+/** The flags of `starling manager` as commander parses them. */
+interface ManagerFlags extends TlsFlags {
+  listen?: string;
+  db?: string;
+  dataDir?: string;
+  clusterTokenFile?: string;
+  adminTokenFile?: string;
+  jobLeaseMs?: number;
+  insecureRegistry: string[];
+  consoleDir?: string;
+  logLevel?: string;
+  config?: string;
+}
 
 export function registerManagerCommand(program: Command): void {
   program
@@ -22,7 +36,7 @@ export function registerManagerCommand(program: Command): void {
     .option('--tls-ca <file>', 'PEM certificate of the cluster CA: peers must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
-    .action(async (options) => {
+    .action(async (options: ManagerFlags) => {
       const config = loadConfig(managerConfigSchema, {
         file: options.config,
         flags: {

@@ -5,6 +5,34 @@ import { fetchNodeLabels, writeNodeLabels } from '../../node-setup/node-labels.j
 import { setUpNode, undoNodeSetup, type NodeSetupReport } from '../../node-setup/node-setup.js';
 import { collect } from '../shared.js';
 
+/** The flags of `starling node-setup` as commander parses them (`--no-restart` defaults to true). */
+interface NodeSetupFlags {
+  containerdConfig?: string;
+  hostsDir?: string;
+  mirror: string;
+  registry: string[];
+  insecureRegistry: string[];
+  lazy?: boolean;
+  snapshotterSocket: string;
+  registriesConfDir?: string;
+  configVersion?: string;
+  backupDir?: string;
+  restartCommand?: string;
+  restart: boolean;
+  undo?: boolean;
+  force?: boolean;
+}
+
+/** The flags of `starling node-labels` as commander parses them. */
+interface NodeLabelsFlags {
+  node: string;
+  out: string;
+  rackLabel?: string;
+  apiServer?: string;
+  tokenFile?: string;
+  caFile?: string;
+}
+
 /** `starling node-setup`: the peer DaemonSet's init container (what Dragonfly's dfinit does). */
 export function registerNodeSetupCommand(program: Command): void {
   program
@@ -24,8 +52,8 @@ export function registerNodeSetupCommand(program: Command): void {
     .option('--no-restart', 'never restart containerd; say when it is needed')
     .option('--undo', 'restore every file node-setup changed, byte for byte')
     .option('--force', 'with --undo: restore even files someone changed since node-setup wrote them')
-    .action(async (options) => {
-      const restartCommand = options.restartCommand ? String(options.restartCommand).split(/\s+/).filter(Boolean) : undefined;
+    .action(async (options: NodeSetupFlags) => {
+      const restartCommand = options.restartCommand ? options.restartCommand.split(/\s+/).filter(Boolean) : undefined;
       let report: NodeSetupReport;
       try {
         if (options.undo) {
@@ -82,7 +110,7 @@ export function registerNodeLabelsCommand(program: Command): void {
     .option('--api-server <url>', 'the Kubernetes API (default: the in-cluster service)')
     .option('--token-file <file>', 'bearer token (default: the pod\'s service account token)')
     .option('--ca-file <file>', 'CA of the API server (default: the pod\'s service account ca.crt)')
-    .action(async (options) => {
+    .action(async (options: NodeLabelsFlags) => {
       try {
         const labels = await fetchNodeLabels({
           node: options.node,

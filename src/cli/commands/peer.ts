@@ -1,10 +1,34 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { peerConfigSchema } from '../../peer/config.js';
 import { parseLabelFlags } from '../../peer/labels.js';
 import { collect, waitForShutdown } from '../shared.js';
+
+/** The flags of `starling peer` as commander parses them. */
+interface PeerFlags extends TlsFlags {
+  dataDir?: string;
+  mirrorListen?: string;
+  insecureRegistry: string[];
+  registryDefault?: string;
+  quota?: string;
+  downloadRateLimit?: string;
+  scheduler?: string;
+  manager?: string;
+  uploadListen?: string;
+  advertiseIp?: string;
+  hostId?: string;
+  seed?: boolean;
+  label: string[];
+  labelsFile?: string;
+  clusterTokenFile?: string;
+  uploadRateLimit?: string;
+  uploadSlots?: number;
+  pieceParallelism?: number;
+  logLevel?: string;
+  config?: string;
+}
 
 export function registerPeerCommand(program: Command): void {
   program
@@ -33,7 +57,7 @@ export function registerPeerCommand(program: Command): void {
     .option('--tls-ca <file>', 'PEM certificate of the cluster CA: schedulers, peers and the manager must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
-    .action(async (options) => {
+    .action(async (options: PeerFlags) => {
       const config = loadConfig(peerConfigSchema, {
         file: options.config,
         flags: {
@@ -46,7 +70,7 @@ export function registerPeerCommand(program: Command): void {
           storage: { quota: options.quota },
           download: { rateLimit: options.downloadRateLimit },
           swarm: {
-            schedulers: options.scheduler ? String(options.scheduler).split(',').map((s: string) => s.trim()).filter(Boolean) : undefined,
+            schedulers: options.scheduler ? options.scheduler.split(',').map((s) => s.trim()).filter(Boolean) : undefined,
             manager: options.manager,
             uploadListen: options.uploadListen,
             advertiseIp: options.advertiseIp,

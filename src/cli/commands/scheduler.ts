@@ -1,9 +1,25 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { tlsFlags } from '../../common/tls.js';
+import { tlsFlags, type TlsFlags } from '../../common/tls.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { waitForShutdown } from '../shared.js';
+
+/** The flags of `starling scheduler` as commander parses them. */
+interface SchedulerFlags extends TlsFlags {
+  listen?: string;
+  metricsListen?: string;
+  manager?: string;
+  clusterName?: string;
+  clusterTokenFile?: string;
+  shape?: string;
+  fanout?: number;
+  seedFanout?: number;
+  candidateParentLimit?: number;
+  backToSourceLimit?: number;
+  logLevel?: string;
+  config?: string;
+}
 
 export function registerSchedulerCommand(program: Command): void {
   program
@@ -24,7 +40,7 @@ export function registerSchedulerCommand(program: Command): void {
     .option('--tls-ca <file>', 'PEM certificate of the cluster CA: seeds and the manager must present certificates it signed')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
-    .action(async (options) => {
+    .action(async (options: SchedulerFlags) => {
       const config = loadConfig(schedulerConfigSchema, {
         file: options.config,
         flags: {

@@ -6,6 +6,19 @@ import { createLogger } from '../../common/log.js';
 import { requireFuseAddon } from '../../fuse/index.js';
 import { waitForShutdown } from '../shared.js';
 
+/** The flags of `starling snapshotter` as commander parses them (`--no-X` flags default to true). */
+interface SnapshotterFlags {
+  socket?: string;
+  root?: string;
+  peer?: string;
+  metricsListen?: string;
+  prefetch: boolean;
+  backgroundFetch: boolean;
+  fuseServer: boolean;
+  logLevel?: string;
+  config?: string;
+}
+
 /** `starling snapshotter`: containerd's remote snapshotter (`[proxy_plugins.starling] type = "snapshot"`). */
 export function registerSnapshotterCommand(program: Command): void {
   program
@@ -20,7 +33,7 @@ export function registerSnapshotterCommand(program: Command): void {
     .option('--no-fuse-server', 'serve the FUSE mounts in this process (they end with it) instead of a separate `starling fuse-server`')
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--config <file>', 'YAML configuration file; flags override it')
-    .action(async (options) => {
+    .action(async (options: SnapshotterFlags) => {
       requireFuseAddon();
       const { snapshotterConfigSchema, startSnapshotter } = await import('../../snapshotter/index.js');
       const config = loadConfig(snapshotterConfigSchema, {

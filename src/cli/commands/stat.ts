@@ -3,6 +3,13 @@ import { request } from 'undici';
 import { UserError } from '../../common/errors.js';
 import { formatBytes } from '../../common/units.js';
 import type { TaskStatus } from '../../peer/daemon.js';
+import { itemAt } from '../../common/indexing.js';
+
+/** The flags of `starling stat` as commander parses them. */
+interface StatFlags {
+  peer: string;
+  json?: boolean;
+}
 
 export function registerStatCommand(program: Command): void {
   program
@@ -10,7 +17,7 @@ export function registerStatCommand(program: Command): void {
     .description("show the peer's tasks: how much of each blob is stored and where its bytes came from")
     .option('--peer <url>', 'the local peer mirror', 'http://127.0.0.1:65001')
     .option('--json', 'print JSON')
-    .action(async (options) => {
+    .action(async (options: StatFlags) => {
       let tasks: TaskStatus[];
       try {
         const response = await request(new URL('/_starling/tasks', options.peer));
@@ -30,8 +37,8 @@ export function registerStatCommand(program: Command): void {
         t.public ? 'public' : 'private',
       ]);
       const header = ['TASK', 'SIZE', 'STORED', 'FROM PEERS', 'FROM SEEDS', 'FROM ORIGIN', 'ACCESS'];
-      const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-      for (const row of [header, ...rows]) console.log(row.map((cell, i) => cell.padEnd(widths[i]!)).join('  '));
+      const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => itemAt(r, i).length)));
+      for (const row of [header, ...rows]) console.log(row.map((cell, i) => cell.padEnd(itemAt(widths, i))).join('  '));
       const sum = (key: keyof TaskStatus['bytesFrom']) => tasks.reduce((total, t) => total + t.bytesFrom[key], 0);
       console.log(`\nbytes from peers ${formatBytes(sum('peer'))}, seeds ${formatBytes(sum('seed'))}, origin ${formatBytes(sum('origin'))}`);
     });

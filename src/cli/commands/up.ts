@@ -9,6 +9,15 @@ import { managerConfigSchema } from '../../manager/config.js';
 import { schedulerConfigSchema } from '../../scheduler/config.js';
 import { collect, invokedAs, waitForShutdown } from '../shared.js';
 
+/** The flags of `starling up` as commander parses them. */
+interface UpFlags {
+  dataDir: string;
+  insecureRegistry: string[];
+  registryDefault?: string;
+  quota: string;
+  logLevel: string;
+}
+
 /**
  * Everything on one machine with defaults: the manager (SQLite), a scheduler, a seed peer and
  * the peer mirror that containerd pulls through, all keeping their state under one data directory.
@@ -22,7 +31,7 @@ export function registerUpCommand(program: Command): void {
     .option('--registry-default <url>', 'upstream for clients that name no registry (skopeo, podman)')
     .option('--quota <size>', 'disk quota of the peer mirror', '20GiB')
     .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
-    .action(async (options) => {
+    .action(async (options: UpFlags) => {
       const dataDir = resolve(options.dataDir);
       const log = createLogger({ level: options.logLevel, name: 'starling' });
       const [{ startManager }, { startScheduler }, { startPeer }, { ensureClusterToken, ensureTlsFiles }] = await Promise.all([
@@ -76,16 +85,18 @@ export function registerUpCommand(program: Command): void {
           }),
           log.child({ component: role }),
         );
+      let seedPeer: RunningPeer;
+      let mirrorPeer: RunningPeer;
       try {
-        peers.push(await startLocalPeer('seed', 65011, 65012));
-        peers.push(await startLocalPeer('peer', 65001, 65002));
+        peers.push((seedPeer = await startLocalPeer('seed', 65011, 65012)));
+        peers.push((mirrorPeer = await startLocalPeer('peer', 65001, 65002)));
       } catch (error) {
         for (const peer of peers) await peer.close();
         await scheduler.close();
         await manager.close();
         throw error;
       }
-      const mirror = peers[1]!.mirrorAddress;
+      const mirror = mirrorPeer.mirrorAddress;
       process.stdout.write(
         [
           '',
@@ -95,7 +106,7 @@ export function registerUpCommand(program: Command): void {
           `  manager       ${manager.url}   (API: ${manager.url}/api/v1, OpenAPI: ${manager.url}/api/v1/openapi.json)`,
           ...(manager.initialAdminToken ? [`  admin token   ${manager.initialAdminToken}   (shown once: keep it)`] : []),
           `  scheduler     ${scheduler.address}   (metrics: http://${scheduler.metricsAddress}/metrics)`,
-          `  seed peer     http://${peers[0]!.mirrorAddress}`,
+          `  seed peer     http://${seedPeer.mirrorAddress}`,
           `  cluster token ${clusterTokenFile}   (internal endpoints require it; TLS files in ${join(dataDir, 'tls')})`,
           '',
           'Point containerd at the mirror:',

@@ -33,8 +33,9 @@ export function apiRoutes(deps: ApiDeps): Route[] {
 
 export function buildApi(deps: ApiDeps, metrics: ManagerMetrics, log: Logger): FastifyInstance {
   // Keep-alives arrive every few seconds from every peer: requests are counted, not logged.
+  const loggerInstance: FastifyBaseLogger = log; // as Fastify's own type, or its instance type carries pino's
   const app = Fastify({
-    loggerInstance: log as FastifyBaseLogger,
+    loggerInstance,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: API_BODY_LIMIT,
     // The limits every Starling port keeps (common/http-server.ts), and HTTPS when the cluster uses TLS.

@@ -52,9 +52,12 @@ export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B exten
   handler(input: RouteInput<P, Q, B>): Promise<unknown>;
 }
 
+/** A route's path or query schema when it declares none. */
+type NoFields = z.ZodObject<Record<never, never>>;
+
 /** Keeps the handler's input typed by the route's own schemas. */
-export function route<P extends Shape = z.ZodObject<{}>, Q extends Shape = z.ZodObject<{}>, B extends Shape = z.ZodUndefined>(spec: Route<P, Q, B>): Route {
-  return spec as unknown as Route;
+export function route<P extends Shape = NoFields, Q extends Shape = NoFields, B extends Shape = z.ZodUndefined>(spec: Route<P, Q, B>): Route {
+  return spec;
 }
 
 export interface RouteContext {
@@ -79,7 +82,7 @@ export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Rou
       callers.set(request, await authenticateCaller(ctx, spec, request));
     },
     handler: async (request, reply) => {
-      const { principal, actor } = callers.get(request) ?? { actor: 'anonymous' as Actor };
+      const { principal, actor } = callers.get(request) ?? { actor: 'anonymous' };
       const params = validate(spec.params ?? NOTHING, request.params ?? {}, 'path');
       const query = validate(spec.query ?? NOTHING, request.query ?? {}, 'query');
       const body = spec.body ? validate(spec.body, request.body, 'body') : undefined;
@@ -109,7 +112,7 @@ async function authenticateCaller(ctx: RouteContext, spec: Route, request: Fasti
 /** What a route without query parameters accepts: none (an unknown one is a mistake worth naming). */
 const NOTHING = z.object({}).strict();
 
-function validate(schema: Shape | undefined, value: unknown, where: string): any {
+function validate(schema: Shape | undefined, value: unknown, where: string): unknown {
   if (!schema) return {};
   if (where === 'body' && value === undefined) throw new ManagerError(400, 'invalid_request', 'body: a JSON body is required');
   const result = schema.safeParse(value);

@@ -29,12 +29,13 @@ export interface Store {
 // manager reads them as numbers, the same as SQLite gives, in this one place.
 const INT8_OID = 20;
 const NUMERIC_OID = 1700;
+type TypeParser = (value: string) => unknown;
 const pgTypes = {
-  getTypeParser(oid: number, format?: 'text' | 'binary') {
+  getTypeParser(oid: number, format?: 'text' | 'binary'): TypeParser {
     if (oid === INT8_OID || oid === NUMERIC_OID) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format as 'text');
+    return pg.types.getTypeParser(oid, format) as TypeParser; // pg-types declares its parsers as any
   },
-} as pg.CustomTypesConfig;
+};
 
 /** A session-level PostgreSQL advisory lock key of the manager's own (Kysely's migrator holds another). */
 const STARTUP_LOCK_KEY = 0x5374_6172; // "Star"

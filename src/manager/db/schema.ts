@@ -1,4 +1,4 @@
-import type { Generated, Insertable, Selectable } from 'kysely';
+import type { Generated, Selectable } from 'kysely';
 
 /*
  * The tables as Kysely sees them. Portable column types only, so one query layer serves SQLite
@@ -141,4 +141,3 @@ export type JobTaskRow = Selectable<JobTaskTable>;
 export type UserRow = Selectable<UserTable>;
 export type TokenRow = Selectable<TokenTable>;
 export type AuditRow = Selectable<AuditTable>;
-export type NewJobTask = Insertable<JobTaskTable>;

@@ -139,7 +139,7 @@ export async function updateCluster(
 export async function updateClusterConfig(db: Kysely<Database>, actor: Actor, id: number, patch: Record<string, unknown>): Promise<Cluster> {
   return db.transaction().execute(async (trx) => {
     const current = await getCluster(trx, id);
-    const config = parseConfig(mergeDeep(current.config as unknown as Record<string, unknown>, patch));
+    const config = parseConfig(mergeDeep(current.config, patch));
     const row = await trx
       .updateTable('scheduler_clusters')
       .set({ config: JSON.stringify(config), config_version: await nextConfigVersion(trx), updated_at: Date.now() })

@@ -57,7 +57,7 @@ export class ManagerClient {
     if (!Array.isArray(parsed.schedulers) || !parsed.schedulers.every((s) => typeof s === 'string')) {
       throw new Error('manager keep-alive answer has no scheduler list');
     }
-    return parsed.schedulers as string[];
+    return parsed.schedulers;
   }
 
   stop(): void {

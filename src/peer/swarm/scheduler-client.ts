@@ -2,16 +2,15 @@ import * as grpc from '@grpc/grpc-js';
 import { createHash } from 'node:crypto';
 import type { Logger } from '../../common/log.js';
 import type { ClientTls } from '../../common/tls.js';
-import { schedulerCredentials } from '../../rpc/proto.js';
-import { SchedulerService } from '../../rpc/proto.js';
-import type { HostInfo, PeerPacket, SchedulerPacket } from '../../rpc/scheduler-api.js';
+import { SchedulerClientClass, schedulerCredentials } from '../../rpc/proto.js';
+import type { HostInfo, PeerPacket, SchedulerPacket, SchedulerServiceClient } from '../../rpc/scheduler-api.js';
 
 /** A bidirectional AnnouncePeer stream as the peer sees it. */
 export type PeerStream = grpc.ClientDuplexStream<PeerPacket, SchedulerPacket>;
 
 interface SchedulerEndpoint {
   address: string;
-  client: grpc.Client & Record<string, (...args: unknown[]) => unknown>;
+  client: SchedulerServiceClient;
   healthy: boolean;
   /** The scheduler accepted this host's latest announcement (so it may open task streams). */
   announced: boolean;
@@ -45,21 +44,22 @@ export class SchedulerClient {
     const wanted = new Set(addresses);
     for (const endpoint of this.endpoints) if (!wanted.has(endpoint.address)) endpoint.client.close();
     const kept = this.endpoints.filter((endpoint) => wanted.has(endpoint.address));
-    const Service = SchedulerService();
+    const Service = SchedulerClientClass();
     for (const address of wanted) {
       if (kept.some((endpoint) => endpoint.address === address)) continue;
-      kept.push({
+      const endpoint: SchedulerEndpoint = {
         address,
         client: new Service(address, schedulerCredentials(this.tls), {
           'grpc.keepalive_time_ms': 20_000,
           'grpc.max_receive_message_length': 16 * 1024 * 1024,
           'grpc.initial_reconnect_backoff_ms': 200,
           'grpc.max_reconnect_backoff_ms': 2_000,
-        }) as SchedulerEndpoint['client'],
+        }),
         healthy: true,
         announced: false,
-      });
-      if (this.host) void this.announce(kept[kept.length - 1]!, this.host());
+      };
+      kept.push(endpoint);
+      if (this.host) void this.announce(endpoint, this.host());
     }
     this.endpoints = kept;
   }
@@ -129,7 +129,7 @@ export class SchedulerClient {
   openStream(address: string): PeerStream {
     const endpoint = this.endpoints.find((e) => e.address === address);
     if (!endpoint) throw new Error(`unknown scheduler ${address}`);
-    return endpoint.client.AnnouncePeer(this.metadata()) as PeerStream;
+    return endpoint.client.AnnouncePeer(this.metadata());
   }
 
   /** A stream on this scheduler failed: it may have restarted and forgotten the host. */

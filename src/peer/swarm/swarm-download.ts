@@ -224,12 +224,12 @@ export class SwarmDownload {
           origin,
           heldPieces: [...Array(this.task.layout.pieceCount).keys()].filter((i) => this.task.hasPiece(i)),
         },
-      } as PeerPacket);
+      });
       const pending = this.unsent.splice(0);
       for (const packet of pending) stream.write(packet);
       // Moved to another scheduler after finishing: it should know this peer holds the blob whole.
       if (this.finished && !pending.some((p) => p.packet === 'downloadFinished')) {
-        stream.write({ packet: 'downloadFinished', downloadFinished: {} } as PeerPacket);
+        stream.write({ packet: 'downloadFinished', downloadFinished: {} });
       }
     };
     this.watchdog ??= setInterval(() => this.checkProgress(), 1_000);

@@ -20,7 +20,7 @@ export class PieceBoard {
       const done = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', done);
-        set!.delete(done);
+        set.delete(done);
         resolve();
       };
       const timer = setTimeout(done, timeoutMs);

@@ -5,7 +5,6 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { sendFileRange } from '../../common/sendfile.js';
 import { bearerMatches } from '../../common/token.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
-import { parseDigest } from '../../oci/digest.js';
 import {
   BITMAP_PATH,
   CLIENT_AUTHORIZATION_HEADER,
@@ -47,8 +46,8 @@ export interface UploadServiceDeps {
   seedTrigger?: (body: unknown) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
   preheat?: {
-    start(body: unknown): Promise<void>;
-    status(digest: string): unknown;
+    start: (body: unknown) => Promise<void>;
+    status: (digest: string) => unknown;
   };
 }
 
@@ -303,10 +302,4 @@ async function readBody(req: IncomingMessage, limit: number): Promise<string> {
     chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
-}
-
-/** Validates a digest from a peer-facing path or body. */
-export function checkTaskId(value: unknown): string {
-  if (typeof value !== 'string') throw new Error('taskId must be a string');
-  return parseDigest(value).value;
 }

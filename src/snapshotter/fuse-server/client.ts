@@ -63,7 +63,7 @@ export class FuseServerClient implements LayerMounter {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      writeMessage(socket, { ...request, id } as FuseServerRequest);
+      writeMessage(socket, { ...request, id });
     });
   }
 
