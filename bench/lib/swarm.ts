@@ -32,6 +32,8 @@ export interface Swarm {
   /** The scheduler's metrics and API address (host:port). */
   schedulerApi: string;
   services: Service[];
+  /** A peer's data directory (its piece store). */
+  dataDir(host: ClusterHost): string;
   /** Every process's log file. */
   logFiles(): string[];
   /** The scheduler's view of a task (GET /api/tasks/<digest>). */
@@ -64,6 +66,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
   if (!c.seed) throw new Error('the cluster needs a seed host');
   const tag = options.tag ? `${options.tag}-` : '';
   const log = (name: string) => path.join(options.workDir, `${tag}${name}.log`);
+  const dataDir = (host: ClusterHost) => path.join(options.workDir, `${tag}data-${host.name}`);
   const services: Service[] = [];
   const scheduler = `${sched.ip}:8002`;
   const schedulerApi = `${sched.ip}:8003`;
@@ -87,7 +90,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
         host,
         process.execPath,
         [
-          CLI, 'peer', '--data-dir', path.join(options.workDir, `${tag}data-${host.name}`), '--mirror-listen', MIRROR,
+          CLI, 'peer', '--data-dir', dataDir(host), '--mirror-listen', MIRROR,
           '--insecure-registry', options.registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
           '--host-id', host.name, '--log-level', 'warn', ...token, ...(seed ? ['--seed'] : []),
           ...((seed ? options.seedArgs : options.peerArgs) ?? []),
@@ -106,6 +109,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
     schedulerHost: sched,
     schedulerApi,
     services,
+    dataDir,
     logFiles: () => services.map((s) => s.logFile),
     async task(digest) {
       const res = await c.exec(sched, 'curl', ['-s', '--noproxy', '*', `http://${schedulerApi}/api/tasks/${digest}`], { allowFail: true });

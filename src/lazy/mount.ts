@@ -80,6 +80,8 @@ export interface MountTimings {
 export interface LazyLayerStats extends FetchStats {
   /** Bytes received by the source, including footer and TOC (when the source counts them). */
   sourceBytes?: number;
+  /** Distinct chunks of the layer not in the cache yet: 0 once the node holds the whole layer. */
+  chunksMissing: number;
   sourceRequests?: number;
   prefetch: PrefetchResult;
   background?: BackgroundProgress;
@@ -197,6 +199,8 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     : undefined;
 
   const counters = (options.source as { counters?: { bytes: number; requests: number } }).counters;
+  const chunkDigests = [...new Set(reader.chunks.map((chunk) => chunk.digest))];
+  let chunksMissing = chunkDigests;
   return {
     mountpoint: mount.mountpoint,
     tocDigest: reader.tocDigest,
@@ -211,6 +215,8 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
     stats: () => ({
       ...fetcher.stats,
       sourceBytes: counters?.bytes,
+      // Only shrinks (the cache never drops a chunk of a mounted layer): recount what was missing.
+      chunksMissing: (chunksMissing = chunksMissing.filter((digest) => !store.has(digest))).length,
       sourceRequests: counters?.requests,
       prefetch: prefetched,
       background: background ? { ...background.progress } : undefined,

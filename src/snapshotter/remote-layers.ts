@@ -22,7 +22,7 @@ export interface MountedLayer {
   mountpoint: string;
   source: RemoteSource;
   size: number;
-  stats: { sourceBytes: number; cacheHits: number; chunksFetched: number; digestMismatches: number };
+  stats: { sourceBytes: number; cacheHits: number; chunksFetched: number; digestMismatches: number; chunksMissing: number };
 }
 
 /** Who mounts remote layers for the snapshotter: in this process, or a FUSE server process. */
@@ -93,7 +93,13 @@ export class RemoteLayers implements LayerMounter {
         mountpoint: s.layer.mountpoint,
         source: s.source,
         size: s.blob.size,
-        stats: { sourceBytes: stats.sourceBytes ?? 0, cacheHits: stats.cacheHits, chunksFetched: stats.chunksFetched, digestMismatches: stats.digestMismatches },
+        stats: {
+          sourceBytes: stats.sourceBytes ?? 0,
+          cacheHits: stats.cacheHits,
+          chunksFetched: stats.chunksFetched,
+          digestMismatches: stats.digestMismatches,
+          chunksMissing: stats.chunksMissing,
+        },
       };
     });
   }

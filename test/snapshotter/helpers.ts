@@ -5,8 +5,9 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { SnapshotsService } from '../../src/snapshotter/index.js';
-import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
-import { freePort, mountsUnder, onExitCleanup, spawnService, unmountUnderSync, waitFor, type Service } from '../fixtures/processes.js';
+import { request } from 'undici';
+import { STARLING_CLI, sumMetric } from '../fixtures/peer.js';
+import { freePort, mountsUnder, onExitCleanup, runOk, spawnService, unmountUnderSync, waitFor, type Service } from '../fixtures/processes.js';
 
 export interface SnapshotterProcess {
   socket: string;
@@ -21,6 +22,8 @@ export interface SnapshotterProcess {
   fuseServerPid(): number | undefined;
   /** Sum of a metric's samples, optionally only those with `digest`. */
   metric(name: string, digest?: string): Promise<number>;
+  /** The whole /metrics page. */
+  metricsText(): Promise<string>;
 }
 
 export interface SnapshotterOptions {
@@ -29,6 +32,13 @@ export interface SnapshotterOptions {
   /** YAML written to <dir>/snapshotter.yaml and passed with --config. */
   configYaml?: string;
   port?: number;
+  /** Default debug. */
+  logLevel?: string;
+  /**
+   * An argv prefix that runs it in another network namespace (`nsenter --net=… --`), where
+   * `peerUrl` and the metrics port are reached (metrics are then read with curl run there).
+   */
+  netns?: string[];
 }
 
 export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise<SnapshotterProcess> {
@@ -41,7 +51,8 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
     unmountUnderSync(root);
   });
   const port = opts.port ?? (await freePort());
-  const args = [STARLING_CLI, 'snapshotter', '--socket', socket, '--root', root, '--peer', opts.peerUrl, '--metrics-listen', `127.0.0.1:${port}`, '--log-level', 'debug'];
+  const netns = opts.netns ?? [];
+  const args = [STARLING_CLI, 'snapshotter', '--socket', socket, '--root', root, '--peer', opts.peerUrl, '--metrics-listen', `127.0.0.1:${port}`, '--log-level', opts.logLevel ?? 'debug'];
   if (opts.configYaml) {
     const file = path.join(opts.dir, 'snapshotter.yaml');
     await fsp.writeFile(file, opts.configYaml);
@@ -49,7 +60,8 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
   }
   const logFile = path.join(opts.dir, 'snapshotter.log');
   const logStart = fs.existsSync(logFile) ? fs.statSync(logFile).size : 0; // a restart appends to the same log
-  const service = await spawnService({ cmd: process.execPath, args, name: 'starling-snapshotter', logFile });
+  const [cmd, ...prefix] = [...netns, process.execPath];
+  const service = await spawnService({ cmd: cmd!, args: [...prefix, ...args], name: 'starling-snapshotter', logFile });
   await waitFor(
     () => {
       if (!service.running) throw Object.assign(new Error(`snapshotter exited: ${service.logTail()}`), { fatal: true });
@@ -61,6 +73,11 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
     (error) => Boolean((error as { fatal?: boolean }).fatal),
   );
   const metricsUrl = `http://127.0.0.1:${port}/metrics`;
+  const metricsText = async () => {
+    if (!netns.length) return (await request(metricsUrl)).body.text();
+    const [curl, ...curlArgs] = [...netns, 'curl', '-sS', '--fail', '--noproxy', '*', metricsUrl];
+    return (await runOk(curl!, curlArgs)).stdout;
+  };
   return {
     socket,
     root,
@@ -72,7 +89,8 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
       await stopFuseServer(root);
     },
     fuseServerPid: () => fuseServerPid(root),
-    metric: (name, digest) => scrapeMetric(metricsUrl, name, digest ? { digest } : {}),
+    metricsText,
+    metric: async (name, digest) => sumMetric(await metricsText(), name, digest ? { digest } : {}),
   };
 }
 
