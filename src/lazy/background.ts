@@ -1,13 +1,13 @@
 // Background fetch: brings the rest of the layer into the cache while the workload is not
-// reading, so later reads (and the node going offline) cost nothing. It yields to on-demand
-// reads — every span waits until no on-demand fetch has run for `idleMs` — and runs at most
-// `concurrency` requests at once.
+// reading, so later reads (and the node going offline) cost nothing. It yields to on-demand work
+// through the fetcher's FetchPriority — every span waits until no mount, prefetch or on-demand
+// fetch has run for a quiet period, and the node runs only a few spans at once, for all its layers.
 import type { ChunkRef } from '../estargz/index.js';
 import { spans, type ChunkFetcher } from './chunk-fetcher.js';
 
 export interface BackgroundFetchOptions {
   enabled: boolean;
-  /** Parallel requests (default 2). */
+  /** Parallel requests (default 2), for every layer sharing this layer's FetchPriority. */
   concurrency?: number;
   /** Quiet time on the on-demand path before each background request (default 100 ms). */
   idleMs?: number;
@@ -47,14 +47,13 @@ export class BackgroundFetcher {
   private async run(work: ChunkRef[][]): Promise<void> {
     const signal = this.abort.signal;
     let next = 0;
+    // The shared FetchPriority decides when each span may go, and caps the node's spans in flight.
     const worker = async () => {
       for (let span = work[next++]; span && !signal.aborted; span = work[next++]) {
-        await this.fetcher.waitForIdle(this.options.idleMs ?? 100, signal);
-        if (signal.aborted) return;
-        // Chunks an on-demand read fetched meanwhile are skipped by ensure().
+        // Chunks an on-demand read fetched meanwhile are skipped by fill().
         try {
-          await this.fetcher.fill(span, 'background');
-          this.progress.done += span.length;
+          const fetched = await this.fetcher.priority.background(() => this.fetcher.fill(span, 'background').then(() => true), signal);
+          if (fetched) this.progress.done += span.length;
         } catch (error) {
           this.progress.failed += span.length;
           this.onError(error);

@@ -9,6 +9,7 @@ import { shorten } from '../estargz/names.js';
 import type { ChunkStore } from './chunk-store.js';
 import type { FileSegments } from '../fuse/index.js';
 import { itemAt } from '../common/indexing.js';
+import { FetchPriority } from './fetch-priority.js';
 
 export interface FetchStats {
   /** Compressed bytes fetched for chunks (on demand, prefetch and background). */
@@ -31,6 +32,8 @@ export interface ChunkFetcherOptions {
    * second half of a chunk: sequential readers then find the next chunk on its way. Default 2; 0 disables.
    */
   readAheadChunks?: number;
+  /** On-demand fetches register here, so that background fetches (of every layer sharing it) yield to them. */
+  priority?: FetchPriority;
   /**
    * Chunks of the same file already in the store read into memory ahead (the same trigger):
    * several disk reads in flight keep a sequential reader fed (one 4 MiB read at a time reached
@@ -43,8 +46,7 @@ export class ChunkFetcher {
   readonly stats: FetchStats = { bytesFetched: 0, chunksFetched: 0, cacheHits: 0, digestMismatches: 0 };
   /** In-flight fetches by chunk digest: one fetch per chunk, however many readers wait. */
   private readonly inflight = new Map<string, Promise<Buffer>>();
-  private demandActive = 0;
-  private lastDemandEnd = 0;
+  readonly priority: FetchPriority;
   private readonly maxSpan: number;
   private readonly readAheadChunks: number;
   private readonly preloadChunks: number;
@@ -56,6 +58,7 @@ export class ChunkFetcher {
     options: ChunkFetcherOptions = {},
   ) {
     this.maxSpan = options.maxSpan ?? 8 << 20;
+    this.priority = options.priority ?? new FetchPriority({ backgroundSlots: 2, quietMs: 100 });
     this.readAheadChunks = options.readAheadChunks ?? 2;
     this.preloadChunks = options.preloadChunks ?? 4;
   }
@@ -177,23 +180,8 @@ export class ChunkFetcher {
     return running;
   }
 
-  private async tracked<T>(priority: Priority, fn: () => Promise<T>): Promise<T> {
-    if (priority === 'demand') this.demandActive++;
-    try {
-      return await fn();
-    } finally {
-      if (priority === 'demand') {
-        this.demandActive--;
-        this.lastDemandEnd = Date.now();
-      }
-    }
-  }
-
-  /** Resolves once no on-demand fetch has run for `idleMs` (checked every `idleMs / 2`). */
-  async waitForIdle(idleMs: number, signal?: AbortSignal): Promise<void> {
-    while (!signal?.aborted && (this.demandActive > 0 || Date.now() - this.lastDemandEnd < idleMs)) {
-      await new Promise((resolve) => setTimeout(resolve, Math.max(5, idleMs / 2)));
-    }
+  private tracked<T>(priority: Priority, fn: () => Promise<T>): Promise<T> {
+    return priority === 'demand' ? this.priority.demand(fn) : fn();
   }
 
   /** Decodes, verifies and stores one chunk whose compressed bytes start at chunk.offset. */

@@ -7,6 +7,7 @@ import { mountFuse, type FuseExit, type FuseMount, type FuseOptions } from '../f
 import { BackgroundFetcher, type BackgroundFetchOptions, type BackgroundProgress } from './background.js';
 import { ChunkFetcher, type FetchStats } from './chunk-fetcher.js';
 import { ChunkStore, type ChunkMemoryCache } from './chunk-store.js';
+import { FetchPriority } from './fetch-priority.js';
 import type { StreamingRangeSource } from './http-source.js';
 import { layerOps } from './layer-ops.js';
 import { LayerTree, type WhiteoutMode } from './layer-tree.js';
@@ -34,6 +35,12 @@ export interface LazyLayerOptions {
    */
   warmFirstPiece?: boolean;
   backgroundFetch?: BackgroundFetchOptions;
+  /**
+   * Shared by every layer of a node (the snapshotter's FUSE server passes one): the mount, its
+   * prefetch and on-demand fetches count as on-demand work, which background fetches of all those
+   * layers yield to. Default: one for this layer alone, from backgroundFetch's concurrency and idleMs.
+   */
+  priority?: FetchPriority;
   /** How `.wh.` entries appear (default 'overlayfs', as stargz-snapshotter). */
   whiteouts?: WhiteoutMode;
   /** xattrs marking opaque directories (default trusted.overlay.opaque). */
@@ -109,6 +116,17 @@ const DEFAULT_READ_AHEAD_KIB = 4096;
 const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'starling', entryTimeout: 60, attrTimeout: 60, keepCache: true };
 
 export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
+  const priority = options.priority ?? new FetchPriority({ backgroundSlots: options.backgroundFetch?.concurrency ?? 2, quietMs: options.backgroundFetch?.idleMs ?? 100 });
+  // Until the prefetch is in, the mount is on-demand work: no background fetch (of any layer) competes with it.
+  const endDemand = priority.beginDemand();
+  try {
+    return await mountWith(options, priority);
+  } finally {
+    endDemand();
+  }
+}
+
+async function mountWith(options: LazyLayerOptions, priority: FetchPriority): Promise<LazyLayer> {
   const warn = options.onWarning ?? (() => {});
   const since = (start: number) => Math.round(performance.now() - start);
   const timings: MountTimings = { openMs: 0, prefetchMs: 0, treeMs: 0, fuseMs: 0 };
@@ -127,7 +145,7 @@ export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLay
   }
   timings.openMs = since(step);
   const store = await opening;
-  const fetcher = new ChunkFetcher(options.source, store, reader.format);
+  const fetcher = new ChunkFetcher(options.source, store, reader.format, { priority });
 
   // The prefetch request goes out first; the file tree is built while its bytes arrive.
   const prefetching = (async (): Promise<PrefetchResult> => {

@@ -53,8 +53,9 @@ export const snapshotterConfigSchema = z
     backgroundFetch: z
       .object({
         enabled: z.boolean().default(true),
+        /** Background requests at once, for all the layers of the node together. */
         concurrency: z.number().int().min(1).max(64).default(2),
-        /** Quiet time on the on-demand path before each background request. */
+        /** Quiet time (no mount, prefetch or on-demand fetch of any layer) before each background request. */
         idleMs: z.number().int().min(0).default(100),
       })
       .strict()

@@ -5,7 +5,7 @@
 import fsp from 'node:fs/promises';
 import type { Logger } from '../common/log.js';
 import { detachMount, findMount, fuseMountHealth } from '../fuse/index.js';
-import { HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type LazyLayer } from '../lazy/index.js';
+import { FetchPriority, HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type FetchPrioritySettings, type LazyLayer } from '../lazy/index.js';
 import type { RemoteSource } from './metadata.js';
 
 export interface RemoteLayerSettings {
@@ -47,15 +47,20 @@ export class RemoteLayers implements LayerMounter {
   private readonly served = new Map<string, Served>();
   /** Mounts under way, so two callers for one layer share one mount. */
   private readonly mounting = new Map<string, Promise<void>>();
+  /** One for every layer served here: each layer's background fetch yields to the others' mounts and reads. */
+  private readonly priority: FetchPriority;
 
   constructor(
     private settings: RemoteLayerSettings,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.priority = new FetchPriority(prioritySettings(settings));
+  }
 
-  /** New settings apply to layers mounted from now on. */
+  /** New settings apply to layers mounted from now on (the background fetch's slots and quiet period at once). */
   configure(settings: RemoteLayerSettings): void {
     this.settings = settings;
+    this.priority.configure(prioritySettings(settings));
   }
 
   /** Layers being mounted or served. */
@@ -136,6 +141,7 @@ export class RemoteLayers implements LayerMounter {
         prefetchSize: source.prefetchSize ?? prefetch.size,
         warmFirstPiece: prefetch.enabled && prefetch.warmFirstPiece,
         backgroundFetch,
+        priority: this.priority,
         fuse: { attrTimeout: fuse.attrTimeout, entryTimeout: fuse.entryTimeout, maxReadahead: fuse.maxReadahead },
         onWarning: (message) => log.warn(message),
       });
@@ -151,6 +157,10 @@ export class RemoteLayers implements LayerMounter {
       throw error;
     }
   }
+}
+
+function prioritySettings(settings: RemoteLayerSettings): FetchPrioritySettings {
+  return { backgroundSlots: settings.backgroundFetch.concurrency, quietMs: settings.backgroundFetch.idleMs };
 }
 
 /**
