@@ -36,6 +36,7 @@ const args = scenarioArgs(
     'shard-size': { type: 'string', default: '4MiB', help: 'size of one model shard' },
     'shards-loaded': { type: 'string', default: '4', help: 'shards the workload loads before its ready line' },
     shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
+    'snapshotter-config': { type: 'string', help: 'more YAML for every snapshotter, e.g. "prefetch: {resolveAhead: false}"' },
     plots: { type: 'string', help: 'write the completion CDFs and the registry egress over time (SVG) there' },
     'keep-logs': { type: 'string', help: 'copy every node\'s and every process\'s logs there' },
   },
@@ -58,7 +59,7 @@ let context: Awaited<ReturnType<typeof startE2eCluster>> | undefined;
 try {
   context = await startE2eCluster(image, { nodes: N, nodeRate: args.nodeRate, originRate: args.originRate, workDir: work.path });
   for (const row of rows) {
-    const result = await runRow({ ...context, schedulerArgs: ['--shape', flags.shape!], log: (line) => console.error(line) }, row);
+    const result = await runRow({ ...context, schedulerArgs: ['--shape', flags.shape!], snapshotterConfig: flags['snapshotter-config'], log: (line) => console.error(line) }, row);
     results.push(result);
     console.error(`${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; ${cpuLine(result.cpu)}`);
   }
@@ -111,6 +112,7 @@ function report(results: RowResult[]): void {
     nodeRate: args.nodeRate,
     originRate: args.originRate,
     shape: flags.shape,
+    snapshotterConfig: flags['snapshotter-config'],
     loadAverage: { before: loadBefore, after: loadAfter },
     image: { name: image.name, plainBytes: image.plain.bytes, lazyBytes: image.lazy.bytes, neededBytes: image.lazy.neededBytes, layers: image.lazy.layers.length, recordedFiles: image.recordedFiles },
     rows: results,

@@ -24,8 +24,11 @@ export interface NodeStackOptions {
   registryHost: string;
   /** Where ctr and ctr-remote get manifests and (plain pulls) blobs: the node's peer mirror URL, or undefined for the registry. */
   mirror?: string;
-  /** Lazy rows: the snapshotter, reading blobs from this base URL (the peer's mirror, or the registry). */
-  lazy?: { blobSource: string; backgroundFetch: boolean };
+  /**
+   * Lazy rows: the snapshotter, reading blobs from this base URL (the peer's mirror, or the
+   * registry), with more of its YAML configuration in `config` (any key but backgroundFetch).
+   */
+  lazy?: { blobSource: string; backgroundFetch: boolean; config?: string };
 }
 
 export interface NodeStack {
@@ -57,7 +60,7 @@ export async function startNodeStack(o: NodeStackOptions): Promise<NodeStack> {
       port: SNAPSHOTTER_METRICS_PORT,
       logLevel: 'info',
       netns,
-      configYaml: `backgroundFetch:\n  enabled: ${o.lazy.backgroundFetch}\n`,
+      configYaml: `backgroundFetch:\n  enabled: ${o.lazy.backgroundFetch}\n${o.lazy.config ?? ''}\n`,
     });
   }
   let containerd: Containerd;

@@ -58,6 +58,8 @@ export interface E2eContext {
   workDir: string;
   /** Extra `starling scheduler` flags (e.g. ['--shape', 'pipeline']). */
   schedulerArgs?: string[];
+  /** More YAML for every node's snapshotter (not backgroundFetch, which the row sets). */
+  snapshotterConfig?: string;
   /** How long to wait, after the last ready line, for every lazy node to hold the whole image. */
   wholeImageTimeoutMs?: number;
   log?: (line: string) => void;
@@ -125,7 +127,7 @@ export interface E2eClusterOptions {
  * The cluster the rows run on: N nodes, a registry host (docker-registry, holding both images as
  * `e2e/app:plain` and `e2e/app:lazy`), a seed host and a scheduler host (`sched`).
  */
-export async function startE2eCluster(image: WorkloadImage, o: E2eClusterOptions): Promise<Omit<E2eContext, 'log' | 'schedulerArgs' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }> {
+export async function startE2eCluster(image: WorkloadImage, o: E2eClusterOptions): Promise<Omit<E2eContext, 'log' | 'schedulerArgs' | 'snapshotterConfig' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }> {
   const cluster = await createCluster({ nodes: o.nodes, nodeRate: o.nodeRate, originRate: o.originRate, seed: { rate: o.originRate }, extras: [{ name: 'sched' }] });
   let registry: NsRegistry | undefined;
   try {
@@ -178,7 +180,11 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
           dir: path.join(rowDir, host.name),
           registryHost,
           mirror: spec.swarm ? `http://${MIRROR}` : undefined,
-          lazy: spec.lazy && { blobSource: spec.lazy.from === 'peer' ? `http://${MIRROR}` : `http://${registryHost}`, backgroundFetch: spec.lazy.backgroundFetch },
+          lazy: spec.lazy && {
+            blobSource: spec.lazy.from === 'peer' ? `http://${MIRROR}` : `http://${registryHost}`,
+            backgroundFetch: spec.lazy.backgroundFetch,
+            config: ctx.snapshotterConfig,
+          },
         }),
       ),
     );

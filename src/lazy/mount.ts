@@ -2,7 +2,7 @@
 // on first read. Opening costs the footer and the TOC; the prioritized files (before the
 // `.prefetch.landmark`) come in one Range request before the layer is reported ready.
 import fsp from 'node:fs/promises';
-import { openEstargz, type EstargzReader, type RangeSource } from '../estargz/index.js';
+import { EstargzError, openEstargz, type EstargzReader, type RangeSource } from '../estargz/index.js';
 import { mountFuse, type FuseExit, type FuseMount, type FuseOptions } from '../fuse/index.js';
 import { BackgroundFetcher, type BackgroundFetchOptions, type BackgroundProgress } from './background.js';
 import { ChunkFetcher, type FetchStats } from './chunk-fetcher.js';
@@ -18,6 +18,8 @@ export interface LazyLayerOptions {
   source: RangeSource;
   /** The layer's `containerd.io/snapshot/stargz/toc.digest`: the TOC must hash to it. */
   tocDigest: string;
+  /** The blob already opened on `source` (footer and TOC read ahead of the mount); its TOC must hash to tocDigest. */
+  reader?: EstargzReader;
   /** An existing, empty directory. */
   mountpoint: string;
   /** Chunk cache (may be shared by many layers). */
@@ -135,10 +137,13 @@ async function mountWith(options: LazyLayerOptions, priority: FetchPriority): Pr
   const opening = ChunkStore.open(options.cacheDir, { memory: options.chunkMemory });
   opening.catch(() => {});
   // A hint: its failure changes nothing (the prefetch asks again and reports its own errors).
-  if (options.warmFirstPiece && options.source.size > 0) options.source.read(0, 1).catch(() => {});
+  if (options.warmFirstPiece && !options.reader && options.source.size > 0) options.source.read(0, 1).catch(() => {});
   let reader: EstargzReader;
   try {
-    reader = await openEstargz(options.source, { tocDigest: options.tocDigest });
+    if (options.reader && options.reader.tocDigest !== options.tocDigest) {
+      throw new EstargzError('TOC_DIGEST', `TOC digest mismatch: the blob's TOC is ${options.reader.tocDigest}, expected ${options.tocDigest}`);
+    }
+    reader = options.reader ?? (await openEstargz(options.source, { tocDigest: options.tocDigest }));
   } catch (error) {
     await opening.then((s) => s.close(), () => {});
     throw error;

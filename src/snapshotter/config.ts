@@ -47,9 +47,14 @@ export const snapshotterConfigSchema = z
          * overlaps them. Costs one piece per layer that turns out to need nothing from there.
          */
         warmFirstPiece: z.boolean().default(true),
+        /**
+         * When containerd prepares a layer, fetch the footers, TOCs and prefetch ranges of the
+         * image's later layers (named by its labels) at once, instead of layer after layer.
+         */
+        resolveAhead: z.boolean().default(true),
       })
       .strict()
-      .default({ enabled: true, size: 0, warmFirstPiece: true }),
+      .default({ enabled: true, size: 0, warmFirstPiece: true, resolveAhead: true }),
     backgroundFetch: z
       .object({
         enabled: z.boolean().default(true),

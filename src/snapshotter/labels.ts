@@ -11,6 +11,9 @@ export const STARGZ_PREFETCH_LABEL = 'containerd.io/snapshot/remote/stargz.prefe
 export const CRI_IMAGE_REF_LABEL = 'containerd.io/snapshot/cri.image-ref';
 export const CRI_LAYER_DIGEST_LABEL = 'containerd.io/snapshot/cri.layer-digest';
 export const TOC_DIGEST_LABEL = 'containerd.io/snapshot/stargz/toc.digest';
+/** This layer's digest and the image's layers after it, comma-separated (ctr-remote; the CRI plugin's own name below). */
+export const STARGZ_LAYERS_LABEL = 'containerd.io/snapshot/remote/stargz.layers';
+export const CRI_IMAGE_LAYERS_LABEL = 'containerd.io/snapshot/cri.image-layers';
 /** Set by us on committed remote snapshots (stargz-snapshotter's own marker). */
 export const REMOTE_LABEL = 'containerd.io/snapshot/remote';
 export const REMOTE_LABEL_VALUE = 'remote snapshot';
@@ -25,6 +28,8 @@ export interface RemoteLayerSpec {
   tocDigest: string;
   /** Prefetch size asked for by the puller, when it asked (bytes). */
   prefetchSize?: number;
+  /** Digests of the image's later layers, which containerd will prepare next (resolved ahead, as stargz-snapshotter does). */
+  nextLayers: string[];
 }
 
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
@@ -51,5 +56,17 @@ export function remoteLayerFromLabels(labels: Record<string, string>): RemoteLay
     return (error as Error).message;
   }
   const prefetch = Number(labels[STARGZ_PREFETCH_LABEL]);
-  return { target, image, digest, tocDigest, prefetchSize: Number.isSafeInteger(prefetch) && prefetch >= 0 && labels[STARGZ_PREFETCH_LABEL] ? prefetch : undefined };
+  // A hint only: digests that do not parse are left out.
+  const nextLayers = (labels[STARGZ_LAYERS_LABEL] ?? labels[CRI_IMAGE_LAYERS_LABEL] ?? '')
+    .split(',')
+    .map((d) => d.trim())
+    .filter((d) => DIGEST.test(d) && d !== digest);
+  return {
+    target,
+    image,
+    digest,
+    tocDigest,
+    prefetchSize: Number.isSafeInteger(prefetch) && prefetch >= 0 && labels[STARGZ_PREFETCH_LABEL] ? prefetch : undefined,
+    nextLayers: [...new Set(nextLayers)],
+  };
 }

@@ -6,12 +6,13 @@ import fsp from 'node:fs/promises';
 import type { Logger } from '../common/log.js';
 import { detachMount, findMount, fuseMountHealth } from '../fuse/index.js';
 import { FetchPriority, HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type FetchPrioritySettings, type LazyLayer } from '../lazy/index.js';
+import { LayersAhead, type BlobRef, type LayersAheadSettings } from './layers-ahead.js';
 import type { RemoteSource } from './metadata.js';
 
 export interface RemoteLayerSettings {
   /** The local peer's mirror, e.g. http://127.0.0.1:65001. */
   peer: string;
-  prefetch: { enabled: boolean; size: number; warmFirstPiece: boolean };
+  prefetch: { enabled: boolean; size: number; warmFirstPiece: boolean; resolveAhead: boolean };
   backgroundFetch: { enabled: boolean; concurrency: number; idleMs: number };
   fuse: { attrTimeout: number; entryTimeout: number; maxReadahead?: number };
 }
@@ -29,6 +30,8 @@ export interface MountedLayer {
 export interface LayerMounter {
   /** Mounts the layer unless it is already served alive; clears a stale mount first. */
   ensure(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void>;
+  /** Fetches the footers, TOCs and prefetch ranges of layers containerd will prepare next (layers-ahead.ts); resolves when done. */
+  resolveAhead(blobs: BlobRef[]): Promise<void>;
   /** Stops serving the layer and takes whatever is mounted at `mountpoint` away. */
   release(id: string, mountpoint: string): Promise<void>;
   /** The layers served alive. */
@@ -49,18 +52,27 @@ export class RemoteLayers implements LayerMounter {
   private readonly mounting = new Map<string, Promise<void>>();
   /** One for every layer served here: each layer's background fetch yields to the others' mounts and reads. */
   private readonly priority: FetchPriority;
+  private readonly ahead: LayersAhead;
 
   constructor(
     private settings: RemoteLayerSettings,
     private readonly log: Logger,
   ) {
     this.priority = new FetchPriority(prioritySettings(settings));
+    this.ahead = new LayersAhead(aheadSettings(settings), this.priority, log);
   }
 
   /** New settings apply to layers mounted from now on (the background fetch's slots and quiet period at once). */
   configure(settings: RemoteLayerSettings): void {
     this.settings = settings;
     this.priority.configure(prioritySettings(settings));
+    this.ahead.configure(aheadSettings(settings));
+  }
+
+  async resolveAhead(blobs: BlobRef[]): Promise<void> {
+    if (!this.settings.prefetch.resolveAhead) return;
+    const mounted = new Set([...this.served.values()].map((s) => s.source.digest));
+    await this.ahead.start(blobs, (digest) => mounted.has(digest));
   }
 
   /** Layers being mounted or served. */
@@ -114,6 +126,7 @@ export class RemoteLayers implements LayerMounter {
   }
 
   async closeAll(): Promise<void> {
+    await this.ahead.close();
     for (const [id, served] of [...this.served]) await this.release(id, served.layer.mountpoint);
   }
 
@@ -125,9 +138,16 @@ export class RemoteLayers implements LayerMounter {
       await stale.blob.close();
     }
     await fsp.mkdir(mountpoint, { recursive: true });
-    const url = mirrorBlobUrl(this.settings.peer, source.repository, source.digest, source.registry);
     const started = performance.now();
-    const blob = await HttpRangeSource.open(url);
+    // Resolved ahead (its TOC fetched while an earlier layer mounted): used if its TOC is the one the labels vouch for.
+    let ahead = await this.ahead.take(source.digest);
+    if (ahead && ahead.reader.tocDigest !== source.tocDigest) {
+      this.log.warn({ digest: source.digest, tocDigest: ahead.reader.tocDigest, expected: source.tocDigest }, 'the TOC resolved ahead is not the one the labels name: read again');
+      await ahead.blob.close();
+      ahead = undefined;
+    }
+    const url = mirrorBlobUrl(this.settings.peer, source.repository, source.digest, source.registry);
+    const blob = ahead?.blob ?? (await HttpRangeSource.open(url));
     const headMs = Math.round(performance.now() - started);
     const log = this.log.child({ id, digest: source.digest });
     try {
@@ -135,6 +155,7 @@ export class RemoteLayers implements LayerMounter {
       const layer = await mountLazyLayer({
         source: blob,
         tocDigest: source.tocDigest,
+        reader: ahead?.reader,
         mountpoint,
         cacheDir,
         prefetch: prefetch.enabled,
@@ -151,7 +172,7 @@ export class RemoteLayers implements LayerMounter {
       void layer.closed.then(() => {
         if (this.served.get(id) === served) this.served.delete(id);
       });
-      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes, timings: { headMs, ...layer.stats().timings } }, 'remote layer mounted');
+      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes, resolvedAhead: Boolean(ahead), timings: { headMs, ...layer.stats().timings } }, 'remote layer mounted');
     } catch (error) {
       await blob.close();
       throw error;
@@ -161,6 +182,10 @@ export class RemoteLayers implements LayerMounter {
 
 function prioritySettings(settings: RemoteLayerSettings): FetchPrioritySettings {
   return { backgroundSlots: settings.backgroundFetch.concurrency, quietMs: settings.backgroundFetch.idleMs };
+}
+
+function aheadSettings(settings: RemoteLayerSettings): LayersAheadSettings {
+  return { peer: settings.peer, prefetch: settings.prefetch.enabled, prefetchSize: settings.prefetch.size };
 }
 
 /**

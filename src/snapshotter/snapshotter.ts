@@ -40,6 +40,11 @@ export class Snapshotter {
   async prepare(key: string, parent: string, labels: Record<string, string>): Promise<Mount[]> {
     const spec = remoteLayerFromLabels(labels);
     if (typeof spec !== 'string' && this.meta.get(spec.target)) throw alreadyExists(`target snapshot ${spec.target}`);
+    if (typeof spec !== 'string' && spec.nextLayers.length > 0) {
+      const { registry, repository } = spec.image;
+      const blobs = spec.nextLayers.map((digest) => ({ registry, repository, digest }));
+      this.remote.resolveAhead(blobs).catch((error: Error) => this.log.warn({ key, err: error.message }, 'could not resolve the next layers ahead'));
+    }
     const record = await this.create(key, 'active', parent, labels);
     if (typeof spec === 'string') {
       if (!labels[TARGET_SNAPSHOT_LABEL]) this.log.debug({ key }, 'ordinary snapshot');

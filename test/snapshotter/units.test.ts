@@ -6,6 +6,7 @@ import { remoteLayerFromLabels, TOC_DIGEST_LABEL } from '../../src/snapshotter/l
 
 const D1 = `sha256:${'a'.repeat(64)}`;
 const D2 = `sha256:${'b'.repeat(64)}`;
+const D3 = `sha256:${'c'.repeat(64)}`;
 const item = (over: Partial<{ name: string; parent: string; kind: string; labels: Record<string, string> }> = {}) => ({
   name: 'default/3/sha256:x',
   parent: 'default/2/sha256:p',
@@ -40,6 +41,8 @@ test('labels: ctr-remote rpull labels make a remote layer; registry and reposito
     'containerd.io/snapshot/remote/stargz.reference': '127.0.0.1:5000/team/app:v1',
     'containerd.io/snapshot/remote/stargz.digest': D1,
     'containerd.io/snapshot/remote/stargz.prefetch': '10485760',
+    // This layer and the image's later ones (the next layers are resolved ahead); a bad digest is left out.
+    'containerd.io/snapshot/remote/stargz.layers': `${D1},${D2},md5:x,${D3}`,
     [TOC_DIGEST_LABEL]: D2,
   });
   assert.deepEqual(spec, {
@@ -48,6 +51,7 @@ test('labels: ctr-remote rpull labels make a remote layer; registry and reposito
     digest: D1,
     tocDigest: D2,
     prefetchSize: 10485760,
+    nextLayers: [D2, D3],
   });
 });
 

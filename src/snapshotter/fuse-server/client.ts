@@ -7,6 +7,7 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '../../common/log.js';
+import type { BlobRef } from '../layers-ahead.js';
 import type { RemoteSource } from '../metadata.js';
 import type { LayerMounter, MountedLayer, RemoteLayerSettings } from '../remote-layers.js';
 import { fuseServerPaths, readMessages, writeMessage, type FuseServerAnswer, type FuseServerRequest } from './protocol.js';
@@ -35,6 +36,10 @@ export class FuseServerClient implements LayerMounter {
 
   ensure(id: string, mountpoint: string, cacheDir: string, source: RemoteSource): Promise<void> {
     return this.call({ op: 'ensure', layer: id, mountpoint, cacheDir, source }) as Promise<void>;
+  }
+
+  resolveAhead(blobs: BlobRef[]): Promise<void> {
+    return this.call({ op: 'resolveAhead', blobs }) as Promise<void>;
   }
 
   release(id: string, mountpoint: string): Promise<void> {

@@ -2,12 +2,14 @@
 // snapshotter's root. Requests carry an id; answers name it, so slow mounts do not hold up others.
 import path from 'node:path';
 import type { Socket } from 'node:net';
+import type { BlobRef } from '../layers-ahead.js';
 import type { RemoteSource } from '../metadata.js';
 import type { RemoteLayerSettings } from '../remote-layers.js';
 
 export type FuseServerRequest =
   | { id: number; op: 'hello'; settings: RemoteLayerSettings }
   | { id: number; op: 'ensure'; layer: string; mountpoint: string; cacheDir: string; source: RemoteSource }
+  | { id: number; op: 'resolveAhead'; blobs: BlobRef[] }
   | { id: number; op: 'release'; layer: string; mountpoint: string }
   | { id: number; op: 'layers' }
   | { id: number; op: 'shutdown' };

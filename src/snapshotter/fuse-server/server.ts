@@ -51,6 +51,8 @@ export async function startFuseServer(options: FuseServerOptions): Promise<Runni
     switch (request.op) {
       case 'ensure':
         return layers.ensure(request.layer, request.mountpoint, request.cacheDir, request.source);
+      case 'resolveAhead':
+        return layers.resolveAhead(request.blobs);
       case 'release':
         return layers.release(request.layer, request.mountpoint);
       case 'layers':
