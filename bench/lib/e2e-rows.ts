@@ -15,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type CpuReport } from './cluster.js';
 import type { WorkloadImage } from './e2e-image.js';
 import { startNodeStack, type NodeStack } from './e2e-node.js';
-import { startEgressSampler } from './egress.js';
+import { startEgressSampler, type EgressSampler } from './egress.js';
 import { startNsRegistry, type NsRegistry } from './ns-registry.js';
 import { summarize } from './scenario.js';
 import { MIRROR, startSwarm, type Swarm } from './swarm.js';
@@ -170,6 +170,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
 
   let swarm: Swarm | undefined;
   const nodes: NodeStack[] = [];
+  let egress: EgressSampler | undefined;
   try {
     if (spec.swarm) swarm = await startSwarm(c, { registryHost, workDir: rowDir, schedulerArgs: ctx.schedulerArgs });
     const started = await Promise.allSettled(
@@ -204,7 +205,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       const b = base.get(c.origin.name)!;
       return tcpPayloadBytes(now.txBytes - b.txBytes, now.txPackets - b.txPackets);
     };
-    const egress = await startEgressSampler(c, c.origin);
+    egress = await startEgressSampler(c, c.origin);
     const cpu = startCpuSampler(500, () => c.cpuSeconds());
     let cpuAfterReady: ReturnType<typeof startCpuSampler> | undefined;
     let cpuToReady: CpuReport | undefined;
@@ -260,6 +261,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     }
     const backgroundCpu = cpuAfterReady?.stop();
     const egressRecord = await egress.stop();
+    egress = undefined;
     const after = await c.allCounters();
     const nodeResults: NodeResult[] = await Promise.all(
       results.map(async (r, i) => ({
@@ -297,6 +299,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       cpuAfterReady: spec.lazy?.backgroundFetch ? backgroundCpu : undefined,
     };
   } finally {
+    await egress?.stop().catch(() => {});
     for (const node of nodes) await node.stop().catch((error: Error) => log(`stopping ${node.host.name}: ${error.message}`));
     await swarm?.stop();
   }
