@@ -75,6 +75,7 @@ export type PeerPacket =
   | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
+  | { packet: 'idle'; idle: Record<string, never> }
   | { packet: 'downloadFinished'; downloadFinished: Record<string, never> }
   | { packet: 'downloadFailed'; downloadFailed: { message: string } };
 

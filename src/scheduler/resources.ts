@@ -38,6 +38,11 @@ export class Peer {
   /** Parents this peer must not be given again (failed or served bad data to it). */
   readonly blocklist = new Set<string>();
   state: PeerState = 'waiting';
+  /**
+   * The peer said it wants no piece for now (a lazy reader between reads): it is given no parents
+   * until it asks again, so that its parents' upload slots go to children that need them.
+   */
+  idle = false;
   /** Scheduling rounds that found no parent. */
   fruitlessRounds = 0;
   /** Failures of this peer as a parent (timestamps), for the penalty in scoring. */

@@ -77,7 +77,7 @@ export class Scheduling {
    * to being sent to the origin whatever the back-to-source limit.
    */
   schedule(peer: Peer, countRound = false): void {
-    if (peer.state === 'left' || peer.state === 'backToSource' || peer.isFinished) return;
+    if (peer.state === 'left' || peer.state === 'backToSource' || peer.isFinished || peer.idle) return;
     const started = this.hooks.now();
     const task = peer.task;
     if (peer.isSeed && this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'seed peer');
@@ -203,7 +203,28 @@ export class Scheduling {
 
   reschedule(peer: Peer, blocklist: string[]): void {
     for (const id of blocklist) peer.blocklist.add(id);
-    if (peer.state === 'running' || peer.state === 'waiting') this.schedule(peer, true);
+    // An idle peer asking again wants pieces now: that is no fruitless round.
+    const wasIdle = peer.idle;
+    peer.idle = false;
+    if (peer.state === 'running' || peer.state === 'waiting') this.schedule(peer, !wasIdle);
+  }
+
+  /**
+   * The peer wants nothing for now. A lazy reader never finishes its task, so without this it
+   * would keep its parents, and their hosts' upload slots, for good: measured end to end (8 nodes
+   * starting a 4-layer image lazily), the seed's 8 slots went to the first children, which then
+   * needed nothing more, and the other nodes waited 60 s for a parent before reading the origin.
+   */
+  idle(peer: Peer): void {
+    if (peer.state !== 'running' && peer.state !== 'waiting') return;
+    peer.idle = true;
+    const released = peer.parents;
+    this.setParents(peer, []);
+    peer.state = 'waiting';
+    // Their freed slots may serve peers waiting for a parent, on any task of those hosts.
+    for (const host of new Set(released.map((parent) => parent.host))) {
+      for (const holder of host.peers) this.offerNewHolder(holder);
+    }
   }
 
   finished(peer: Peer): void {

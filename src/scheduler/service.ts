@@ -84,6 +84,8 @@ export function schedulerHandlers(
               return scheduling.pieceFailed(peer, packet.pieceFailed);
             case 'reschedule':
               return scheduling.reschedule(peer, packet.reschedule.blocklist ?? []);
+            case 'idle':
+              return scheduling.idle(peer);
             case 'downloadFinished':
               return scheduling.finished(peer);
             case 'downloadFailed':

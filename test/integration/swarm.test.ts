@@ -197,6 +197,26 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
   });
 
+  it('a lazy reader whose reads are served gives its parent\'s upload slot back, so a reader of another blob gets the seed at once', async () => {
+    // One upload slot on the seed, counted across tasks: the first reader takes it.
+    const { peers } = await cluster(2, { seedArgs: ['--upload-slots', '1'] });
+    const [first, second] = peers as [RunningPeerProcess, RunningPeerProcess];
+    const blobs = [await pushRandomBlob(registry, 'swarm/lazy-a', 12 * MB), await pushRandomBlob(registry, 'swarm/lazy-b', 12 * MB)];
+    const footer = async (peer: RunningPeerProcess, blob: PushedBlob, repo: string) => {
+      const response = await request(`${peer.url}/v2/${repo}/blobs/${blob.digest}?ns=${registry.host}`, { headers: { range: 'bytes=-51' } });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(readFileSync(blob.path).subarray(blob.size - 51)));
+    };
+    await footer(first, blobs[0]!, 'swarm/lazy-a');
+    // The first reader wants nothing more but never finishes its blob: without giving its parent
+    // back it would hold the seed's slot, and the second reader would wait a minute for the origin.
+    const started = Date.now();
+    await footer(second, blobs[1]!, 'swarm/lazy-b');
+    const seconds = (Date.now() - started) / 1000;
+    assert.ok(seconds < 10, `the second reader waited ${seconds.toFixed(1)} s for the seed`);
+    assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), 0, 'it did not go to the registry itself');
+  });
+
   it('a seed fetching a whole blob brings its last piece first, where a lazy puller reads the footer', async () => {
     const { peers } = await cluster(1);
     const blob = await pushRandomBlob(registry, 'swarm/tail-first', 30 * MB);

@@ -187,6 +187,26 @@ describe('scheduling: parent selection', () => {
     assert.equal(excluded.get(downstream.id), 'cycle');
   });
 
+  it('a child that says it is idle (a lazy reader served) gives its parent\'s upload slot to a waiting child, and gets parents again when it asks', () => {
+    const e = engine();
+    const seed = holder(e, 'seed-1', { seed: true, uploadSlots: 1 });
+    const reader = e.join('node-1', {}, [9]);
+    assert.deepEqual(reader.parents.map((p) => p.id), [seed.id]);
+    // It holds what the reader holds: only the seed, whose one slot is taken, could serve it.
+    const other = e.join('node-2', {}, [9]);
+    assert.equal(e.last(other)?.packet, 'wait', 'the seed\'s one slot is taken');
+    e.scheduling.idle(reader);
+    assert.deepEqual(reader.parents, [], 'the idle child holds no parent');
+    assert.deepEqual(e.last(reader), { packet: 'parents', parents: { parents: [] } });
+    assert.deepEqual(other.parents.map((p) => p.id), [seed.id], 'the waiting child got the freed slot at once');
+    e.scheduling.tick();
+    assert.deepEqual(reader.parents, [], 'the periodic pass leaves an idle child alone');
+    e.scheduling.finished(other);
+    e.scheduling.reschedule(reader, []);
+    assert.deepEqual(reader.parents.map((p) => p.id).sort(), [other.id, seed.id].sort(), 'asking again brings parents');
+    assert.equal(reader.fruitlessRounds, 0, 'waking up is no fruitless round');
+  });
+
   it('offers a peer as a parent once a piece starts arriving at it, until the report goes stale', () => {
     const e = engine();
     e.vouch();

@@ -35,6 +35,12 @@ type Mode = 'connecting' | 'swarm' | 'origin';
 
 /** Pieces at the head of the blob fetched first while a client streams it. */
 const HEAD_WINDOW = 2;
+/**
+ * Wanting nothing for this long, a peer gives its parents back (the scheduler's `idle`). Not at
+ * once: a lazy reader's next request often follows within milliseconds, and holding a parent's
+ * slot half a second longer costs little.
+ */
+const IDLE_AFTER_MS = 500;
 
 interface Attempt {
   link: ParentLink;
@@ -72,6 +78,9 @@ export class SwarmDownload {
   private closed = false;
   private failure?: Error;
   private originAttempts = 0;
+  /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
+  private idleReported = false;
+  private idleTimer?: NodeJS.Timeout;
   /**
    * A random rank per piece, fixed for this download: among equally rare pieces each peer
    * starts somewhere else, so a seed sends different pieces to different children (which can
@@ -107,6 +116,11 @@ export class SwarmDownload {
       }
     }
     if (added && wasIdle) this.lastProgress = Date.now();
+    if (added && this.idleReported) {
+      // Parents again, now: the scheduler gave them to others while this peer wanted nothing.
+      this.idleReported = false;
+      this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
+    }
     if (this.mode === 'connecting' && !this.connectStarted) this.connect();
     if (this.mode === 'origin') this.fetchFromOrigin();
     else this.pump();
@@ -157,6 +171,7 @@ export class SwarmDownload {
   completed(): void {
     if (this.finished) return;
     this.finished = true;
+    clearTimeout(this.idleTimer);
     this.report({ packet: 'downloadFinished', downloadFinished: {} });
     for (const link of this.links.values()) link.close();
     this.links.clear();
@@ -167,6 +182,7 @@ export class SwarmDownload {
   close(reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.idleTimer);
     if (this.watchdog) clearInterval(this.watchdog);
     for (const link of this.links.values()) link.close();
     for (const attempts of this.attempts.values()) for (const attempt of attempts) attempt.controller.abort();
@@ -213,6 +229,8 @@ export class SwarmDownload {
       stream.on('error', (error: Error) => lost(error));
       stream.on('end', () => lost());
       const origin = this.originRequest();
+      // A new scheduler knows nothing of an earlier idle: it schedules this peer afresh.
+      this.idleReported = false;
       stream.write({
         packet: 'register',
         register: {
@@ -338,6 +356,19 @@ export class SwarmDownload {
       budget--;
     }
     if (order.length === 0 && this.attempts.size > 0) this.endgame();
+    if (this.wanted.size === 0 && this.attempts.size === 0) this.idleSoon();
+  }
+
+  /** Wanting nothing (a lazy reader served): gives the parents back if that lasts IDLE_AFTER_MS. */
+  private idleSoon(): void {
+    if (this.idleReported || this.idleTimer || this.finished) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined;
+      if (this.closed || this.finished || this.idleReported || this.mode !== 'swarm' || this.wanted.size > 0 || this.attempts.size > 0) return;
+      this.idleReported = true;
+      this.report({ packet: 'idle', idle: {} });
+    }, IDLE_AFTER_MS);
+    this.idleTimer.unref();
   }
 
   /**
