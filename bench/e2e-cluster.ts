@@ -104,6 +104,7 @@ function report(results: RowResult[]): void {
   for (const goal of goals) console.log(`goal: ${goal.text}: ${goal.met ? 'met' : 'NOT met'} (${goal.measured})`);
   for (const r of results) {
     console.log(`${r.label}: ${cpuLine(r.cpu)}`);
+    console.log(`${r.label}, CPU seconds by program until the last ready line: ${Object.entries(r.cpuSecondsByProgram).slice(0, 10).map(([p, s]) => `${p} ${fixed(s, 1)}`).join(', ')}`);
     if (r.cpuAfterReady) console.log(`${r.label}, after the last ready line: ${cpuLine(r.cpuAfterReady)}`);
   }
   const json = {

@@ -15,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type CpuReport } from './cluster.js';
 import type { WorkloadImage } from './e2e-image.js';
 import { startNodeStack, type NodeStack } from './e2e-node.js';
+import { startProgramCpuSampler, withDescendants } from './proc.js';
 import { startEgressSampler, type EgressSampler } from './egress.js';
 import { startNsRegistry, type NsRegistry } from './ns-registry.js';
 import { summarize } from './scenario.js';
@@ -110,6 +111,8 @@ export interface RowResult {
   egressSamples: Array<[number, number]>;
   /** The machine's CPU from the start to the last ready line, and after it (the background fetch). */
   cpu: CpuReport;
+  /** CPU seconds of the cluster's processes (containers included) by program, from the start to the last ready line. */
+  cpuSecondsByProgram: Record<string, number>;
   cpuAfterReady?: CpuReport;
 }
 
@@ -173,25 +176,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
   let egress: EgressSampler | undefined;
   try {
     if (spec.swarm) swarm = await startSwarm(c, { registryHost, workDir: rowDir, schedulerArgs: ctx.schedulerArgs });
-    const started = await Promise.allSettled(
-      c.nodes.map((host) =>
-        startNodeStack({
-          cluster: c,
-          host,
-          dir: path.join(rowDir, host.name),
-          registryHost,
-          mirror: spec.swarm ? `http://${MIRROR}` : undefined,
-          lazy: spec.lazy && {
-            blobSource: spec.lazy.from === 'peer' ? `http://${MIRROR}` : `http://${registryHost}`,
-            backgroundFetch: spec.lazy.backgroundFetch,
-            config: ctx.snapshotterConfig,
-          },
-        }),
-      ),
-    );
-    for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
-    const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed) throw failed.reason;
+    nodes.push(...(await startNodes(ctx, spec, rowDir, registryHost)));
     const nodeDirs = (node: NodeStack) => (swarm ? [swarm.dataDir(node.host)] : []);
 
     const base = await c.allCounters();
@@ -207,8 +192,10 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     };
     egress = await startEgressSampler(c, c.origin);
     const cpu = startCpuSampler(500, () => c.cpuSeconds());
+    const cpuByProgram = startProgramCpuSampler(() => withDescendants(c.pids()));
     let cpuAfterReady: ReturnType<typeof startCpuSampler> | undefined;
     let cpuToReady: CpuReport | undefined;
+    let cpuByProgramToReady: Record<string, number> = {};
     let registryAtLastReady: Promise<number> | undefined;
     let readyCount = 0;
     const t0 = nowSeconds();
@@ -227,6 +214,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
           readyLine = line.trim();
           if (++readyCount === nodes.length) {
             cpuToReady = cpu.stop();
+            cpuByProgramToReady = cpuByProgram.stop();
             cpuAfterReady = startCpuSampler(500, () => c.cpuSeconds());
             registryAtLastReady = registrySent();
           }
@@ -242,23 +230,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     const registryBytes = await registryAtLastReady!;
 
     // Lazy rows: the rest of each layer arrives in the background; note when each node holds it all.
-    const whole = new Map<string, number>();
-    if (spec.lazy?.backgroundFetch) {
-      const deadline = Date.now() + (ctx.wholeImageTimeoutMs ?? 3_600_000);
-      const pending = new Set(nodes);
-      while (pending.size > 0) {
-        for (const node of [...pending]) {
-          const progress = await node.lazyLayers();
-          if (progress.mounted >= layers.length && progress.chunksMissing === 0) {
-            whole.set(node.host.name, nowSeconds() - t0);
-            pending.delete(node);
-          }
-        }
-        if (pending.size === 0) break;
-        if (Date.now() > deadline) throw new Error(`${[...pending].map((n) => n.host.name).join(', ')} did not hold the whole image ${(ctx.wholeImageTimeoutMs ?? 0) / 1000} s after the last start`);
-        await sleep(250);
-      }
-    }
+    const whole = spec.lazy?.backgroundFetch ? await untilWholeImage(nodes, layers.length, t0, ctx.wholeImageTimeoutMs ?? 3_600_000) : new Map<string, number>();
     const backgroundCpu = cpuAfterReady?.stop();
     const egressRecord = await egress.stop();
     egress = undefined;
@@ -296,11 +268,58 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       nodes: nodeResults,
       egressSamples: egressRecord.samples,
       cpu: cpuToReady!,
+      cpuSecondsByProgram: cpuByProgramToReady,
       cpuAfterReady: spec.lazy?.backgroundFetch ? backgroundCpu : undefined,
     };
   } finally {
     await egress?.stop().catch(() => {});
     for (const node of nodes) await node.stop().catch((error: Error) => log(`stopping ${node.host.name}: ${error.message}`));
     await swarm?.stop();
+  }
+}
+
+/** A fresh stack on every node; if one fails to start, the others are stopped and the error thrown. */
+async function startNodes(ctx: E2eContext, spec: RowSpec, rowDir: string, registryHost: string): Promise<NodeStack[]> {
+  const started = await Promise.allSettled(
+    ctx.cluster.nodes.map((host) =>
+      startNodeStack({
+        cluster: ctx.cluster,
+        host,
+        dir: path.join(rowDir, host.name),
+        registryHost,
+        mirror: spec.swarm ? `http://${MIRROR}` : undefined,
+        lazy: spec.lazy && {
+          blobSource: spec.lazy.from === 'peer' ? `http://${MIRROR}` : `http://${registryHost}`,
+          backgroundFetch: spec.lazy.backgroundFetch,
+          config: ctx.snapshotterConfig,
+        },
+      }),
+    ),
+  );
+  const nodes = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    for (const node of nodes) await node.stop().catch(() => {});
+    throw failed.reason;
+  }
+  return nodes;
+}
+
+/** Seconds from t0 at which each node held every layer whole (its snapshotter's chunks_missing at 0). */
+async function untilWholeImage(nodes: NodeStack[], layerCount: number, t0: number, timeoutMs: number): Promise<Map<string, number>> {
+  const whole = new Map<string, number>();
+  const deadline = Date.now() + timeoutMs;
+  const pending = new Set(nodes);
+  for (;;) {
+    for (const node of [...pending]) {
+      const progress = await node.lazyLayers();
+      if (progress.mounted >= layerCount && progress.chunksMissing === 0) {
+        whole.set(node.host.name, nowSeconds() - t0);
+        pending.delete(node);
+      }
+    }
+    if (pending.size === 0) return whole;
+    if (Date.now() > deadline) throw new Error(`${[...pending].map((n) => n.host.name).join(', ')} did not hold the whole image ${timeoutMs / 1000} s after the last start`);
+    await sleep(250);
   }
 }

@@ -46,3 +46,71 @@ export function sampleRss(pid: number, intervalMs = 50): { stop(): { peakRss: nu
     },
   };
 }
+
+/** What a process is, for a CPU breakdown: `starling <subcommand>`, else its program's name. */
+export function programOf(pid: number): string | undefined {
+  let argv: string[];
+  try {
+    argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  } catch {
+    return undefined;
+  }
+  const cli = argv.findIndex((arg) => arg.endsWith('/cli/main.js'));
+  if (cli >= 0) return `starling ${argv[cli + 1] ?? ''}`.trim();
+  const program = argv[0]?.split('/').pop();
+  return program === 'nsenter' ? undefined : program; // nsenter execs the program: counted under it
+}
+
+/**
+ * CPU seconds by program of the processes `pids()` returns, sampled every `intervalMs` until
+ * stop(): processes that exit between samples (a short `ctr` call) are counted up to their last
+ * sample, so short ones are undercounted.
+ */
+export function startProgramCpuSampler(pids: () => number[], intervalMs = 500): { stop(): Record<string, number> } {
+  const last = new Map<number, { program: string; seconds: number }>();
+  const sample = () => {
+    for (const pid of pids()) {
+      const program = last.get(pid)?.program ?? programOf(pid);
+      if (program) last.set(pid, { program, seconds: cpuSeconds(pid) });
+    }
+  };
+  sample();
+  // Processes alive at the start count only what they use from now on.
+  const base = new Map([...last].map(([pid, { seconds }]) => [pid, seconds]));
+  const timer = setInterval(sample, intervalMs);
+  timer.unref();
+  return {
+    stop() {
+      clearInterval(timer);
+      sample();
+      const byProgram: Record<string, number> = {};
+      for (const [pid, { program, seconds }] of last) byProgram[program] = (byProgram[program] ?? 0) + seconds - (base.get(pid) ?? 0);
+      return Object.fromEntries(Object.entries(byProgram).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, +v.toFixed(2)]));
+    },
+  };
+}
+
+/** `roots` and every process below them (containers run in namespaces of their own, below their shims). */
+export function withDescendants(roots: number[]): number[] {
+  const parent = new Map<number, number>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone
+    }
+  }
+  const inside = new Set(roots);
+  for (const pid of parent.keys()) {
+    const chain: number[] = [];
+    let at: number | undefined = pid;
+    while (at !== undefined && at > 1 && !inside.has(at) && chain.length < 64) {
+      chain.push(at);
+      at = parent.get(at);
+    }
+    if (at !== undefined && inside.has(at)) for (const p of chain) inside.add(p);
+  }
+  return [...inside];
+}
