@@ -59,7 +59,7 @@ let context: Awaited<ReturnType<typeof startE2eCluster>> | undefined;
 try {
   context = await startE2eCluster(image, { nodes: N, nodeRate: args.nodeRate, originRate: args.originRate, workDir: work.path });
   for (const row of rows) {
-    const result = await runRow({ ...context, schedulerArgs: ['--shape', flags.shape!], snapshotterConfig: flags['snapshotter-config'], log: (line) => console.error(line) }, row);
+    const result = await runRow({ ...context, schedulerArgs: ['--shape', flags.shape], snapshotterConfig: flags['snapshotter-config'], log: (line) => console.error(line) }, row);
     results.push(result);
     console.error(`${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; ${cpuLine(result.cpu)}`);
   }

@@ -61,7 +61,7 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
   const logFile = path.join(opts.dir, 'snapshotter.log');
   const logStart = fs.existsSync(logFile) ? fs.statSync(logFile).size : 0; // a restart appends to the same log
   const [cmd, ...prefix] = [...netns, process.execPath];
-  const service = await spawnService({ cmd: cmd!, args: [...prefix, ...args], name: 'starling-snapshotter', logFile });
+  const service = await spawnService({ cmd, args: [...prefix, ...args], name: 'starling-snapshotter', logFile });
   await waitFor(
     () => {
       if (!service.running) throw Object.assign(new Error(`snapshotter exited: ${service.logTail()}`), { fatal: true });
@@ -76,7 +76,7 @@ export async function startSnapshotterProcess(opts: SnapshotterOptions): Promise
   const metricsText = async () => {
     if (!netns.length) return (await request(metricsUrl)).body.text();
     const [curl, ...curlArgs] = [...netns, 'curl', '-sS', '--fail', '--noproxy', '*', metricsUrl];
-    return (await runOk(curl!, curlArgs)).stdout;
+    return (await runOk(curl, curlArgs)).stdout;
   };
   return {
     socket,
