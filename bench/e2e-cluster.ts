@@ -122,7 +122,7 @@ function report(results: RowResult[]): void {
     goals,
   };
   console.log(JSON.stringify({ ...json, rows: results.map(({ egressSamples: _, nodes: __, ...r }) => r) }));
-  if (args.jsonOut) fs.writeFileSync(args.jsonOut, `${JSON.stringify(json, null, 1)}\n`);
+  if (args.jsonOut) fs.writeFileSync(args.jsonOut, `${JSON.stringify(json)}\n`);
   if (flags.plots) {
     const lazy = c ?? byRow('c-no-bg') ?? byRow('d');
     const markers = lazy ? [{ x: linkSeconds(lazy), label: 'link time, bytes needed' }, { x: 2 * linkSeconds(lazy), label: '2 × that' }] : [];
