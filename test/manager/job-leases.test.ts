@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, before, describe, test, type TestContext } from 'node:test';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { jobSchema } from '../../src/manager/api/schemas.js';
 import { openStore, type Store } from '../../src/manager/db/connect.js';
@@ -203,6 +204,30 @@ describe('two managers on one PostgreSQL database, in one process', () => {
   }
 
   const job = async (m: TestManager, id: number) => jobSchema.parse((await call(m.url, 'GET', `/api/v1/jobs/${id}`, { token: ADMIN_TOKEN })).body);
+
+  test('a connection the server drops in the middle of a transaction fails that transaction, not the process', async (t) => {
+    const store = await openStore(url);
+    t.after(() => store.close());
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    t.after(() => admin.end());
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', onUncaught);
+    t.after(() => process.off('uncaughtException', onUncaught));
+    const outcome = store.db.transaction().execute(async (trx) => {
+      const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx);
+      // Between two statements the client is checked out and idle: the termination arrives as an
+      // event on it, not as the answer to a query.
+      await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
+      await waitFor(() => admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [rows[0]?.pid]).then((r) => r.rows[0].n === 0), 5_000, 'the backend gone');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sql`SELECT 1`.execute(trx);
+    });
+    await assert.rejects(outcome);
+    assert.deepEqual(uncaught, [], 'no error escaped as an uncaught exception');
+    assert.equal((await sql<{ one: number }>`SELECT 1 AS one`.execute(store.db)).rows[0]?.one, 1, 'the pool serves again with a new connection');
+  });
 
   test("a manager starting next to another leaves that one's running job alone", async (t) => {
     const a = await start(t, url);

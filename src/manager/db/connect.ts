@@ -109,6 +109,11 @@ function openPostgres(url: string): Store {
   const pool = new pg.Pool({ connectionString: url, max: 10, types: pgTypes, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
   // An idle connection dropped by the server must not crash the process; the pool reconnects.
   pool.on('error', () => {});
+  // Nor one the server drops while it is checked out (pg-pool listens only while a client is idle):
+  // between the statements of a transaction a terminated backend (a failover, an administrator's
+  // pg_terminate_backend) is an 'error' event on the client, and the next statement fails on its
+  // own, which the caller handles.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const safe = new URL(url);
   if (safe.password) safe.password = '***';
