@@ -1,68 +1,60 @@
 // Simulated Starling peers. Each SimDownload plays one host's part in one task the way
 // src/peer/swarm/swarm-download.ts, parent-link.ts and src/peer/upload/server.ts do it, with
-// the simulator's clock and network instead of timers and sockets:
+// the simulator's clock and network instead of timers and sockets. Every rule of the piece
+// policy is the peer's own, imported from src/peer/swarm/policy/ (a copy here had drifted from
+// the peer before): the candidate order, the parent choice and per-parent limits, the busy
+// backoff and parent pace, the endgame, the stall rules, the origin's read order.
 //
 //  - it registers with the (real) scheduler and follows its packets: parents, wait, digests,
 //    back-to-source; it reports every stored piece (with parent, cost, and for origin reads the
 //    digest), failures, reschedule requests and the end of the download;
 //  - it follows each parent's piece bitmap (the long poll: a parent's new piece is known to the
-//    child one latency after it is stored);
-//  - it fetches up to `parallelism` pieces at once, at most `perParent` from one parent (one from
-//    a seed while node parents exist; the scheduler's `piecesAtOnce` when it sets one, as a
-//    pipeline does), in the real order: the head window first while a client
-//    streams the blob, then pieces some node holds before pieces only seeds hold, then rarest
-//    first, ties broken by a random rank fixed per download; the parent for a piece is a node
-//    before a seed, then the least busy, then the fastest; only pieces whose digest the
-//    scheduler vouched for are fetched; at the tail (every wanted piece stored or on its way)
-//    an endgame asks a second parent for a piece arriving 4 times slower than that parent's
-//    measured rate (`wantsSecondParent`, imported from the peer);
+//    child one latency after it is stored or begins to arrive);
+//  - it fetches up to `parallelism` pieces at once, at most `perParent` from one parent, in the
+//    policy's order (candidate-order.ts) from the policy's parent (parent-choice.ts); only pieces
+//    whose digest the scheduler vouched for are fetched; at the tail (every wanted piece stored
+//    or on its way) the endgame asks a second parent for a straggler (endgame.ts);
 //  - a parent's upload server serves at most `uploadSlots` pieces at once and answers 429
-//    beyond that (the child then leaves that parent alone for `busyBackoffMs`, imported from
-//    the peer: about one of that parent's piece times, at most 250 ms);
+//    beyond that (the child then leaves that parent alone for its busy backoff);
 //  - a fetch slot freed by a stored piece is refilled at once; one freed by a failed attempt (a
-//    429, a missing piece) 20 ms later (or at the next event that pumps: a new piece at a
-//    parent, a packet), as the real peer's setTimeout(pump, 20) does;
-//  - a watchdog every second pumps, asks for a reschedule after `stallMs` without progress and
-//    goes to the origin after 6 × `stallMs`; the real peer gives up a piece only when no byte of
-//    it arrives for `pieceTimeoutMs`, which a max-min fair flow never does, so no piece times out;
+//    429, a missing piece) RETRY_AFTER_FAILED_PIECE_MS later (or at the next event that pumps: a
+//    new piece at a parent, a packet), as the real peer does;
+//  - the watchdog pumps, asks for a reschedule and goes to the origin by the policy's stall
+//    rules (stall.ts); the real peer gives up a piece only when no byte of it arrives for
+//    `pieceTimeoutMs`, which a max-min fair flow never does, so no piece times out;
 //  - reading the origin is one HTTP request per contiguous run of missing pieces, delivered
 //    piece by piece as the stream crosses piece boundaries; the blob's last piece has a request
-//    of its own, made first.
+//    of its own, made first (origin-runs.ts).
 //
 // Cut-through relay: a peer offers a piece to children (and reports PieceStarted) as soon as its
 // bytes start to arrive; a relayed flow goes no faster than the flow feeding it, and its last
-// byte waits until the parent has stored the piece; a piece given up cuts its relays short.
+// byte waits until the parent has stored the piece, while the child already asks that parent for
+// its next piece (stillUploading); a piece given up cuts its relays short.
 // What is left out: hashing, disk writes and every other CPU cost (a stored piece is usable at
-// once; so the real peer's asking for the next piece while its last one is checked has no
-// window to act in here), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
+// once), TCP dynamics beyond max-min fair sharing, HTTP and gRPC overheads beyond one latency
 // per message, failures (no parent dies or sends bad data, the scheduler never goes away),
-// host keep-alives. The data structures differ (bitsets and rarity buckets instead of sorting
-// every wanted piece on every pump) but give the same order.
+// host keep-alives. The candidates are kept sorted as they change (candidate-buckets.ts) rather
+// than sorted on every pump, in the same order.
 
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
-import { lastPieceFirst } from '../src/peer/sources/piece-source.js';
-import { busyBackoffMs } from '../src/peer/swarm/busy-backoff.js';
-import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/endgame.js';
+import { pieceTieBreaks, rarityClass } from '../src/peer/swarm/policy/candidate-order.js';
+import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/policy/endgame.js';
+import { contiguousRuns, lastPieceFirst } from '../src/peer/swarm/policy/origin-runs.js';
+import { bestParentFor, parentIsFree, stillUploading, type ParentChoice, type ParentView } from '../src/peer/swarm/policy/parent-choice.js';
+import { ParentPace } from '../src/peer/swarm/policy/parent-pace.js';
+import { RETRY_AFTER_FAILED_PIECE_MS, stallVerdict, WATCHDOG_INTERVAL_MS } from '../src/peer/swarm/policy/stall.js';
 import type { Scheduling } from '../src/scheduler/scheduling.js';
+import { CandidateBuckets } from './candidate-buckets.js';
 import type { EventQueue } from './event-queue.js';
 import type { Flow, Network, NetHost } from './network.js';
-
-// Constants of the real peer (module-private there, so repeated here with their source).
-/** swarm-download.ts HEAD_WINDOW */
-const HEAD_WINDOW = 2;
-/** swarm-download.ts startAttempt(): `setTimeout(() => this.pump(), 20)` after a failed attempt. */
-const PUMP_DELAY = 0.02;
-/** swarm-download.ts connect(): the progress watchdog interval. */
-const WATCHDOG = 1;
-/** Most links a child can have (the scheduler's candidateParentLimit is at most 50). */
-const MAX_HOLDERS = 63;
 
 export interface PeerSettings {
   /** Pieces fetched from parents at once for one task (`--piece-parallelism`, default 8). */
   parallelism: number;
   /** Pieces fetched from one parent at once (`perParent`, default 3). */
   perParent: number;
+  /** The peer's `stallMs`, in seconds (stall.ts). */
   stall: number;
   /**
    * The peer before its endgame fix: the endgame ran inside pieceStored while the winning
@@ -195,12 +187,17 @@ export class SimHost {
   }
 }
 
-/** A child's view of one parent: the parent's pieces as the bitmap long poll reports them. */
-class SimLink {
+/** A child's view of one parent (parent-link.ts): the parent's pieces as the bitmap long poll reports them. */
+class SimLink implements ParentView {
+  /** Pieces the parent offers: stored, or on their way to it (relayed as they arrive). */
   readonly has: Uint8Array;
+  /** Pieces the parent has stored, as the child last heard. */
+  readonly whole: Uint8Array;
   inflight = 0;
-  /** Bytes per millisecond, moving average (parent-link.ts `rate`). */
-  rate = 0;
+  /** Attempts on this link whose bytes are not all in but the last (stillUploading). */
+  uploading = 0;
+  readonly pace = new ParentPace();
+  /** After a 429, left alone until then (simulated milliseconds). */
   busyUntil = 0;
   closed = false;
   constructor(
@@ -209,6 +206,7 @@ class SimLink {
     readonly info: ParentInfo,
   ) {
     this.has = new Uint8Array(child.task.pieceCount);
+    this.whole = new Uint8Array(child.task.pieceCount);
   }
   get id(): string {
     return this.info.peerId;
@@ -216,16 +214,32 @@ class SimLink {
   get seed(): boolean {
     return this.info.seed;
   }
-  /** The parent holds `index`; `pump` false when more news comes in the same bitmap answer. */
-  add(index: number, pump = true): void {
-    if (this.closed || this.has[index]) return;
+  get rate(): number {
+    return this.pace.rate;
+  }
+  get piecesAtOnce(): number | undefined {
+    const cap = this.info.piecesAtOnce;
+    return cap !== undefined && cap > 0 ? cap : undefined;
+  }
+  offers(index: number): boolean {
+    return this.has[index] === 1;
+  }
+  holdsWhole(index: number): boolean {
+    return this.whole[index] === 1;
+  }
+  /** The parent offers `index` (`whole`: has stored it); `pump` false when more news comes in the same bitmap answer. */
+  add(index: number, whole: boolean, pump = true): void {
+    if (this.closed) return;
+    if (whole) this.whole[index] = 1;
+    if (this.has[index]) return;
     this.has[index] = 1;
     this.child.holderAdded(this, index, pump);
   }
-  /** The parent gave up a piece it was receiving (and relaying). */
+  /** The parent gave up a piece it was receiving (and relaying), or answered 404 for it. */
   remove(index: number): void {
     if (this.closed || !this.has[index]) return;
     this.has[index] = 0;
+    this.whole[index] = 0;
     this.child.holderRemoved(this, index);
   }
 }
@@ -247,6 +261,8 @@ interface Attempt {
   link: SimLink;
   started: number;
   done: boolean;
+  /** Counted in its link's `uploading` (stillUploading). */
+  uploading: boolean;
   flow?: Flow;
 }
 
@@ -280,17 +296,11 @@ export class SimDownload {
   streaming = false;
   private readonly waiters: Array<{ first: number; last: number; resolve: () => void }> = [];
 
-  // Candidate order: rarity buckets of bitsets over each piece's random rank.
+  /** Per piece, the links offering it, and those of them that are nodes. */
   private readonly holders: Uint8Array;
   private readonly nodeHolders: Uint8Array;
-  private readonly bucketOf: Int16Array;
-  private readonly buckets: Uint32Array[] = [];
-  private readonly bucketSize: Int32Array;
-  private readonly eligibleByIndex: Uint32Array;
-  private eligibleCount = 0;
-  private readonly byRank: Uint32Array;
-  private readonly rankOf: Uint32Array;
-  private readonly words: number;
+  private readonly candidates: CandidateBuckets;
+  private readonly choice: ParentChoice<SimLink>;
   /** Bumped whenever something changes that could let a pump start a piece it could not before. */
   private changes = 0;
   private fruitlessScan = { changes: -1, until: 0 };
@@ -307,15 +317,8 @@ export class SimDownload {
     this.originBusy = new Uint8Array(n);
     this.holders = new Uint8Array(n);
     this.nodeHolders = new Uint8Array(n);
-    this.bucketOf = new Int16Array(n).fill(-1);
-    this.words = Math.ceil(n / 32);
-    this.eligibleByIndex = new Uint32Array(this.words);
-    this.bucketSize = new Int32Array(2 * (MAX_HOLDERS + 1));
-    // A random rank per piece, fixed for this download (the real peer's tieBreak).
-    const keys = Float64Array.from({ length: n }, () => world.random());
-    this.byRank = Uint32Array.from({ length: n }, (_, i) => i).sort((a, b) => keys[a]! - keys[b]!);
-    this.rankOf = new Uint32Array(n);
-    for (let r = 0; r < n; r++) this.rankOf[this.byRank[r]!] = r;
+    this.candidates = new CandidateBuckets(pieceTieBreaks(n, world.random));
+    this.choice = { now: 0, perParent: world.settings.perParent, hasNodeParents: false, uploading: (link) => link.uploading };
   }
 
   get peerId(): string {
@@ -451,12 +454,15 @@ export class SimDownload {
     world.queue.after(latency, () => {
       if (link.closed) return;
       const parent = link.parent;
-      const snapshot: number[] = [];
-      for (let i = 0; i < parent.task.pieceCount; i++) if (parent.stored[i] || parent.growing.has(i)) snapshot.push(i);
+      const snapshot: Array<{ index: number; whole: boolean }> = [];
+      for (let i = 0; i < parent.task.pieceCount; i++) {
+        const whole = parent.stored[i] === 1;
+        if (whole || parent.growing.has(i)) snapshot.push({ index: i, whole });
+      }
       parent.followers.add(link);
       world.queue.after(latency, () => {
         // One bitmap answer: the child pumps once, having seen all of it (ParentLink.onUpdate).
-        for (const index of snapshot) link.add(index, false);
+        for (const { index, whole } of snapshot) link.add(index, whole, false);
         if (!link.closed && snapshot.length) this.pump();
       });
     });
@@ -467,91 +473,63 @@ export class SimDownload {
     this.links.delete(link.id);
     link.parent.followers.delete(link);
     if (!link.seed) this.nodeLinks--;
-    for (let i = 0; i < link.has.length; i++) {
-      if (!link.has[i]) continue;
-      this.holders[i]!--;
-      if (!link.seed) this.nodeHolders[i]!--;
-      this.refresh(i);
-    }
+    for (let i = 0; i < link.has.length; i++) if (link.has[i]) this.countHolder(link, i, -1);
     this.changes++;
   }
 
   /** A link learned that its parent no longer offers `index`. */
   holderRemoved(link: SimLink, index: number): void {
-    this.holders[index]!--;
-    if (!link.seed) this.nodeHolders[index]!--;
-    this.refresh(index);
+    this.countHolder(link, index, -1);
     this.changes++;
   }
 
-  /** A link learned that its parent holds `index`. */
+  /** A link learned that its parent offers `index`. */
   holderAdded(link: SimLink, index: number, pump: boolean): void {
-    this.holders[index]!++;
-    if (!link.seed) this.nodeHolders[index]!++;
-    this.refresh(index);
-    if (this.bucketOf[index]! >= 0 && this.linkFree(link)) this.changes++;
+    this.countHolder(link, index, 1);
+    if (this.candidates.has(index) && this.linkFree(link)) this.changes++;
     if (pump) this.pump();
+  }
+
+  private countHolder(link: SimLink, index: number, delta: 1 | -1): void {
+    this.holders[index] = (this.holders[index] ?? 0) + delta;
+    if (!link.seed) this.nodeHolders[index] = (this.nodeHolders[index] ?? 0) + delta;
+    this.refresh(index);
   }
 
   // ---- candidate bookkeeping
 
-  private eligible(index: number): boolean {
-    return this.wanted[index] === 1 && !this.stored[index] && !this.attempts.has(index) && this.digest[index] === 1 && this.holders[index]! > 0;
+  /** A wanted piece not stored nor on its way, whose digest the scheduler vouched for, that some parent offers. */
+  private isCandidate(index: number): boolean {
+    return this.wanted[index] === 1 && !this.stored[index] && !this.attempts.has(index) && this.digest[index] === 1 && (this.holders[index] ?? 0) > 0;
   }
 
-  /** Moves a piece to the bucket its state calls for (or out of every bucket). */
+  /** Files a piece under the rarity class its state calls for (or takes it out of the candidates). */
   private refresh(index: number): void {
-    const before = this.bucketOf[index]!;
-    let after = -1;
-    if (this.eligible(index)) {
-      const seedOnly = this.nodeHolders[index] === 0 ? 1 : 0;
-      after = seedOnly * (MAX_HOLDERS + 1) + Math.min(this.holders[index]!, MAX_HOLDERS);
-    }
-    if (before === after) return;
-    const rank = this.rankOf[index]!;
-    const word = rank >>> 5;
-    const bit = 1 << (rank & 31);
-    const iword = index >>> 5;
-    const ibit = 1 << (index & 31);
-    if (before >= 0) {
-      this.buckets[before]![word]! &= ~bit;
-      this.bucketSize[before]!--;
-    } else {
-      this.eligibleByIndex[iword]! |= ibit;
-      this.eligibleCount++;
-      this.changes++;
-    }
-    if (after >= 0) {
-      const bucket = (this.buckets[after] ??= new Uint32Array(this.words));
-      bucket[word]! |= bit;
-      this.bucketSize[after]!++;
-    } else {
-      this.eligibleByIndex[iword]! &= ~ibit;
-      this.eligibleCount--;
-    }
-    this.bucketOf[index] = after;
+    const rarity = this.isCandidate(index) ? rarityClass(this.holders[index] ?? 0, this.nodeHolders[index] ?? 0) : undefined;
+    if (this.candidates.set(index, rarity)) this.changes++;
   }
 
-  /** swarm-download.ts bestLinkFor: the scheduler's cap for the parent, else the peer's own. */
-  private linkLimit(link: SimLink): number {
-    if (link.info.piecesAtOnce) return link.info.piecesAtOnce;
-    return link.seed && this.nodeLinks > 0 ? 1 : this.world.settings.perParent;
+  private parentChoice(): ParentChoice<SimLink> {
+    this.choice.now = this.now * 1000;
+    this.choice.hasNodeParents = this.nodeLinks > 0;
+    return this.choice;
   }
 
   private linkFree(link: SimLink): boolean {
-    return link.inflight < this.linkLimit(link) && link.busyUntil <= this.now;
+    return parentIsFree(link, this.parentChoice());
   }
 
   // ---- fetching from parents
 
+  /** swarm-download.ts pump(): fills the free fetch slots in the policy's order; the endgame at the tail. */
   pump(): void {
     if (this.mode !== 'swarm' || this.finished) return;
-    const hadCandidates = this.eligibleCount > 0;
+    const hadCandidates = this.candidates.size > 0;
     let budget = this.world.settings.parallelism - this.attempts.size;
-    if (budget > 0 && hadCandidates && !this.skipScan()) {
+    if (budget > 0 && hadCandidates && !this.skipScan() && this.anyFreeLink()) {
       let started = 0;
-      const visit = (index: number): boolean => {
-        if (this.bucketOf[index]! < 0) return true; // started already (head window)
+      this.candidates.visit(this.streaming, (index) => {
+        if (!this.candidates.has(index)) return true; // started already (a head window piece)
         const link = this.bestLinkFor(index);
         if (link) {
           this.startAttempt(index, link);
@@ -559,33 +537,7 @@ export class SimDownload {
           budget--;
         }
         return budget > 0 && this.anyFreeLink();
-      };
-      let going = this.anyFreeLink();
-      if (going && this.streaming) {
-        // The head window: the lowest-indexed candidates first.
-        const head: number[] = [];
-        for (let w = 0; w < this.words && head.length < HEAD_WINDOW; w++) {
-          let bits = this.eligibleByIndex[w]!;
-          while (bits !== 0 && head.length < HEAD_WINDOW) {
-            const low = bits & -bits;
-            head.push(w * 32 + (31 - Math.clz32(low)));
-            bits ^= low;
-          }
-        }
-        for (const index of head) if (going) going = visit(index);
-      }
-      for (let b = 0; going && b < this.bucketSize.length; b++) {
-        if (this.bucketSize[b] === 0) continue;
-        const bucket = this.buckets[b]!;
-        for (let w = 0; going && w < this.words; w++) {
-          let bits = bucket[w]!;
-          while (going && bits !== 0) {
-            const low = bits & -bits;
-            bits ^= low;
-            going = visit(this.byRank[w * 32 + (31 - Math.clz32(low))]!);
-          }
-        }
-      }
+      });
       if (started === 0) this.noteFruitlessScan();
     }
     if (!hadCandidates && this.attempts.size > 0) this.endgame();
@@ -598,7 +550,7 @@ export class SimDownload {
 
   private noteFruitlessScan(): void {
     let until = Infinity;
-    for (const link of this.links.values()) if (link.busyUntil > this.now) until = Math.min(until, link.busyUntil);
+    for (const link of this.links.values()) if (link.busyUntil > this.now * 1000) until = Math.min(until, link.busyUntil / 1000);
     this.fruitlessScan = { changes: this.changes, until };
   }
 
@@ -607,26 +559,8 @@ export class SimDownload {
     return false;
   }
 
-  /**
-   * swarm-download.ts bestLinkFor: a parent holding the piece whole before one still receiving
-   * it, a node before a seed, then the least busy, then the fastest.
-   */
   private bestLinkFor(index: number, except?: SimLink): SimLink | undefined {
-    let best: SimLink | undefined;
-    for (const link of this.links.values()) {
-      if (link === except || !link.has[index] || !this.linkFree(link)) continue;
-      if (!best) {
-        best = link;
-        continue;
-      }
-      const wholeOrder = best.parent.stored[index]! - link.parent.stored[index]!;
-      const seedOrder = Number(link.seed) - Number(best.seed);
-      const better =
-        wholeOrder < 0 ||
-        (wholeOrder === 0 && (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))));
-      if (better) best = link;
-    }
-    return best;
+    return bestParentFor(index, this.links.values(), this.parentChoice(), except);
   }
 
   /**
@@ -641,9 +575,9 @@ export class SimDownload {
     const eager = eagerEndgame || endgameRefetchesStored;
     if (!eager) for (let i = 0; i < this.task.pieceCount; i++) if (this.wanted[i] && !this.stored[i] && !this.attempts.has(i)) return;
     for (const [index, attempts] of this.attempts) {
-      if (attempts.length !== 1) continue;
+      const first = attempts[0];
+      if (!first || attempts.length !== 1) continue;
       if (!endgameRefetchesStored && this.stored[index]) continue;
-      const first = attempts[0]!;
       const link = this.bestLinkFor(index, first.link);
       if (!link) continue;
       const elapsedMs = (this.now - first.started) * 1000;
@@ -656,11 +590,12 @@ export class SimDownload {
 
   private startAttempt(index: number, link: SimLink): void {
     const world = this.world;
-    const attempt: Attempt = { index, link, started: this.now, done: false };
+    const attempt: Attempt = { index, link, started: this.now, done: false, uploading: true };
     const list = this.attempts.get(index);
     if (list) list.push(attempt);
     else this.attempts.set(index, [attempt]);
     link.inflight++;
+    link.uploading++;
     this.refresh(index);
     const latency = world.net.latency(this.host.net, link.parent.host.net);
     const length = pieceLength(this.task, index);
@@ -685,7 +620,7 @@ export class SimDownload {
         world.queue.after(latency, () => {
           if (attempt.done) return;
           // parent-link.ts fetchPiece(): the parent is left alone for about one of its piece times.
-          link.busyUntil = this.now + busyBackoffMs(length, link.rate) / 1000;
+          link.busyUntil = this.now * 1000 + link.pace.busyBackoffMs();
           this.finishAttempt(attempt);
         });
         return;
@@ -699,9 +634,12 @@ export class SimDownload {
         () => {
           attempt.flow = undefined;
           server.inUse--;
-          // A relay's last byte waits for the parent to store the piece.
-          if (relayed && !parent.stored[index]) relayed.waiters.push(arrive);
-          else arrive();
+          // A relay's last byte waits for the parent to store the piece; the rest is in, so the
+          // parent counts as free for the next piece already (stillUploading).
+          if (relayed && !parent.stored[index]) {
+            relayed.waiters.push(arrive);
+            this.allButLastByteIn(attempt, length);
+          } else arrive();
         },
         relayed?.flow,
       );
@@ -716,6 +654,15 @@ export class SimDownload {
     });
   }
 
+  /** swarm-download.ts: `growing.next(length - 2).then(pump)`: the link is free for the next piece. */
+  private allButLastByteIn(attempt: Attempt, length: number): void {
+    if (attempt.done || !attempt.uploading || stillUploading(length - 1, length)) return;
+    attempt.uploading = false;
+    attempt.link.uploading--;
+    this.changes++;
+    this.pump();
+  }
+
   /**
    * A piece's bytes start to arrive here: offer it to children, who may fetch it relayed, and
    * tell the scheduler (PieceStarted), which may hand this peer out as a parent at once.
@@ -724,7 +671,7 @@ export class SimDownload {
     if (this.world.settings.storeAndForward || this.stored[index] || this.growing.has(index) || !attempt.flow) return;
     this.growing.set(index, { flow: attempt.flow, attempt, cuts: new Set(), waiters: [] });
     this.report({ packet: 'pieceStarted', pieceStarted: { index } });
-    this.tellFollowers((link) => link.add(index));
+    this.tellFollowers((link) => link.add(index, false));
   }
 
   /** The attempt bringing a growing piece ended without storing it: cut the relays short. */
@@ -747,8 +694,7 @@ export class SimDownload {
     if (attempt.done) return;
     const { link, index } = attempt;
     const elapsedMs = Math.max(1, (this.now - attempt.started) * 1000);
-    const rate = length / elapsedMs;
-    link.rate = link.rate === 0 ? rate : 0.7 * link.rate + 0.3 * rate;
+    link.pace.pieceServed(length, elapsedMs);
     this.world.piecesFromParents++;
     // The first good copy wins; the other endgame attempts are aborted.
     for (const other of [...(this.attempts.get(index) ?? [])]) if (other !== attempt) this.abort(other);
@@ -777,6 +723,7 @@ export class SimDownload {
     attempt.done = true;
     this.abandonGrowing(attempt);
     attempt.link.inflight--;
+    if (attempt.uploading) attempt.link.uploading--;
     const list = this.attempts.get(attempt.index);
     if (list) {
       const remaining = list.filter((a) => a !== attempt);
@@ -787,8 +734,10 @@ export class SimDownload {
       }
     }
     this.changes++;
+    // swarm-download.ts: sent to the origin meanwhile, the origin reads skipped this piece while it was on its way.
+    if (this.mode === 'origin') return this.fetchFromOrigin();
     if (stored) this.pump();
-    else this.world.queue.after(PUMP_DELAY, () => this.pump());
+    else this.world.queue.after(RETRY_AFTER_FAILED_PIECE_MS / 1000, () => this.pump());
   }
 
   // ---- storing
@@ -808,7 +757,7 @@ export class SimDownload {
     this.bytesFrom[from] += length;
     world.bytesBySource[from] += length;
     this.refresh(index);
-    this.tellFollowers((link) => link.add(index));
+    this.tellFollowers((link) => link.add(index, true));
     // SwarmDownload.pieceStored
     if (this.wanted[index]) {
       this.wanted[index] = 0;
@@ -826,10 +775,9 @@ export class SimDownload {
         length,
       },
     });
-    for (let i = this.waiters.length - 1; i >= 0; i--) {
-      const waiter = this.waiters[i]!;
+    for (const waiter of [...this.waiters]) {
       if (this.runStored(waiter.first, waiter.last)) {
-        this.waiters.splice(i, 1);
+        this.waiters.splice(this.waiters.indexOf(waiter), 1);
         waiter.resolve();
       }
     }
@@ -854,7 +802,7 @@ export class SimDownload {
   // ---- the watchdog
 
   private scheduleWatchdog(): void {
-    this.world.queue.after(WATCHDOG, () => {
+    this.world.queue.after(WATCHDOG_INTERVAL_MS / 1000, () => {
       if (this.finished) return;
       this.checkProgress();
       this.scheduleWatchdog();
@@ -864,10 +812,9 @@ export class SimDownload {
   private checkProgress(): void {
     if (this.finished || this.mode === 'origin' || this.wantedCount === 0) return;
     this.pump();
-    if (this.attempts.size > 0) return;
-    const idle = this.now - this.lastProgress;
-    if (idle > 6 * this.world.settings.stall) return this.goToOrigin();
-    if (idle > this.world.settings.stall) this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
+    const verdict = stallVerdict((this.now - this.lastProgress) * 1000, this.world.settings.stall * 1000, this.attempts.size);
+    if (verdict === 'origin') this.goToOrigin();
+    else if (verdict === 'reschedule') this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
   }
 
   // ---- the origin
@@ -879,14 +826,10 @@ export class SimDownload {
 
   /** Reads every wanted piece not yet stored or on its way, in contiguous runs, from the origin. */
   private fetchFromOrigin(): void {
-    const runs: Array<{ first: number; last: number }> = [];
-    for (let i = 0; i < this.task.pieceCount; i++) {
-      if (!this.wanted[i] || this.stored[i] || this.originBusy[i] || this.attempts.has(i)) continue;
-      const last = runs[runs.length - 1];
-      if (last && last.last === i - 1) last.last = i;
-      else runs.push({ first: i, last: i });
-    }
-    // swarm-download.ts fetchFromOrigin(): the blob's last piece (a lazy puller's TOC) first.
+    const missing: number[] = [];
+    for (let i = 0; i < this.task.pieceCount; i++) if (this.wanted[i] && !this.stored[i] && !this.originBusy[i] && !this.attempts.has(i)) missing.push(i);
+    const runs = contiguousRuns(missing);
+    // swarm-download.ts fetchFromOrigin() (originRuns): the blob's last piece (a lazy puller's TOC) first.
     for (const run of this.world.settings.originInOrder ? runs : lastPieceFirst(runs, this.task.pieceCount)) {
       for (let i = run.first; i <= run.last; i++) this.originBusy[i] = 1;
       this.readOriginRun(run.first, run.last);

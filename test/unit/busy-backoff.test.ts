@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { BUSY_BACKOFF_MAX_MS, BUSY_BACKOFF_MIN_MS, busyBackoffMs } from '../../src/peer/swarm/busy-backoff.js';
+import { BUSY_BACKOFF_MAX_MS, BUSY_BACKOFF_MIN_MS, busyBackoffMs } from '../../src/peer/swarm/policy/busy-backoff.js';
 
 describe('how long a busy parent is left alone', () => {
   const MiB = 2 ** 20;

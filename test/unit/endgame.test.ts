@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/endgame.js';
+import { ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/policy/endgame.js';
 
 describe('endgame: when a piece on its way gets a second parent', () => {
   const fastParent = 1_000; // bytes per millisecond (~8 Mbit/s)

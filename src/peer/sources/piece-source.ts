@@ -10,20 +10,6 @@ export interface PieceRun {
   last: number;
 }
 
-/**
- * The order to read runs of missing pieces from the origin: as given, except that the blob's
- * last piece, when it ends the last run, becomes a run of its own, read first. A lazy puller
- * reads an eStargz or zstd:chunked layer's footer and TOC, at its end, before any other byte;
- * a reader fetching the whole blob would otherwise bring it last. For a whole download the
- * order costs nothing.
- */
-export function lastPieceFirst(runs: PieceRun[], pieceCount: number): PieceRun[] {
-  const tail = runs[runs.length - 1];
-  const lastPiece = pieceCount - 1;
-  if (!tail || tail.last !== lastPiece || tail.first === lastPiece) return runs;
-  return [{ first: lastPiece, last: lastPiece }, ...runs.slice(0, -1), { first: tail.first, last: lastPiece - 1 }];
-}
-
 /** Where one piece came from, as recorded with it and reported to the scheduler. */
 export interface PieceProvenance {
   from: PieceOrigin;

@@ -6,8 +6,9 @@ import { bitmapPath, piecePath } from '../../rpc/upload-api.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
-import { busyBackoffMs } from './busy-backoff.js';
 import { PieceFetcher, PieceTransferError, type PieceHead } from './piece-fetcher.js';
+import type { ParentView } from './policy/parent-choice.js';
+import { ParentPace } from './policy/parent-pace.js';
 
 /** How long a bitmap request may wait at the parent for news. */
 const LONG_POLL_MS = 10_000;
@@ -27,18 +28,16 @@ export class PieceCutShortError extends Error {
  * A child's connection to one parent: follows which pieces the parent holds (long-polling its
  * upload server) and fetches pieces from it. Piece bytes are checked by the caller.
  */
-export class ParentLink {
+export class ParentLink implements ParentView {
   /** Pieces the parent holds, stored and verified. */
   readonly pieces = new Set<number>();
   /** Pieces on their way to the parent, which it relays as they arrive. */
   readonly growing = new Set<number>();
   inflight = 0;
   consecutiveFailures = 0;
-  /** Bytes per millisecond, moving average of finished pieces. */
-  rate = 0;
-  /** The length of the last piece this parent sent (what a 429's wait is measured against). */
-  private pieceBytes = 0;
-  /** The parent said all its upload slots were busy: leave it alone until then. */
+  /** How fast the parent serves this child. */
+  readonly pace = new ParentPace();
+  /** The parent said all its upload slots were busy: leave it alone until then (Date.now() clock). */
   busyUntil = 0;
   private known = -1;
   private readonly stop = new AbortController();
@@ -62,6 +61,15 @@ export class ParentLink {
 
   get id(): string {
     return this.info.peerId;
+  }
+
+  get seed(): boolean {
+    return this.info.seed;
+  }
+
+  /** Bytes per millisecond the parent served at lately. */
+  get rate(): number {
+    return this.pace.rate;
   }
 
   /** The scheduler's cap on pieces fetched from this parent at once, when it set one. */
@@ -159,6 +167,11 @@ export class ParentLink {
     return this.pieces.has(index) || this.growing.has(index);
   }
 
+  /** The parent holds the piece stored and verified. */
+  holdsWhole(index: number): boolean {
+    return this.pieces.has(index);
+  }
+
   /**
    * Fetches one piece's bytes into the buffer `begin` hands out once the parent has agreed to
    * send them (`advance` is called as bytes land, so this peer can relay them in turn; a busy or
@@ -174,8 +187,9 @@ export class ParentLink {
         piecePath(this.taskId, index),
         (answer) => {
           if (answer.status !== 200) return undefined;
-          into = begin();
-          return { buffer: into.buffer, advance: (filled) => into!.advance(filled) };
+          const growing = begin();
+          into = growing;
+          return { buffer: growing.buffer, advance: (filled) => growing.advance(filled) };
         },
         signal,
       );
@@ -188,7 +202,7 @@ export class ParentLink {
       throw error;
     }
     if (head.status === 429) {
-      this.busyUntil = Date.now() + busyBackoffMs(this.pieceBytes, this.rate);
+      this.busyUntil = Date.now() + this.pace.busyBackoffMs();
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
     if (head.status === 404) {
@@ -198,11 +212,8 @@ export class ParentLink {
     }
     if (head.status !== 200 || !into) throw new Error(`parent ${this.id} answered ${head.status} for piece ${index}`);
     const piece = into.buffer;
-    const expectedLength = piece.length;
-    const elapsed = Math.max(1, performance.now() - started);
-    const rate = expectedLength / elapsed;
-    this.rate = this.rate === 0 ? rate : 0.7 * this.rate + 0.3 * rate;
-    this.pieceBytes = expectedLength;
+    const elapsed = performance.now() - started;
+    this.pace.pieceServed(piece.length, elapsed);
     this.consecutiveFailures = 0;
     this.log.trace({ parent: this.id, index, ms: elapsed }, 'piece from parent');
     return piece;

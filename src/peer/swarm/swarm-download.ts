@@ -9,9 +9,13 @@ import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
-import { BlobSizeMismatchError, lastPieceFirst, type PieceProvenance, type PieceRun } from '../sources/piece-source.js';
-import { wantsSecondParent } from './endgame.js';
+import { BlobSizeMismatchError, type PieceProvenance, type PieceRun } from '../sources/piece-source.js';
 import { ParentBusyError, ParentLink, PieceCutShortError, PieceMissingError } from './parent-link.js';
+import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
+import { wantsSecondParent } from './policy/endgame.js';
+import { originRuns } from './policy/origin-runs.js';
+import { bestParentFor, stillUploading, type ParentChoice } from './policy/parent-choice.js';
+import { pieceCheckIntervalMs, RETRY_AFTER_FAILED_PIECE_MS, stallVerdict, WATCHDOG_INTERVAL_MS } from './policy/stall.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
 
 export interface SwarmSettings {
@@ -25,7 +29,7 @@ export interface SwarmSettings {
   perParent: number;
   /** A piece from a parent that sends no byte of it for this long is given up and fetched elsewhere. */
   pieceTimeoutMs: number;
-  /** With nothing stored for this long, ask for new parents; twice as long, go to the origin. */
+  /** With nothing stored for this long, ask for new parents; ORIGIN_AFTER_STALLS times as long, go to the origin (policy/stall.ts). */
   stallMs: number;
   /** Told whenever a parent is dropped (for the peer's metrics). */
   onParentDropped?: (reason: FailureReason) => void;
@@ -33,8 +37,6 @@ export interface SwarmSettings {
 
 type Mode = 'connecting' | 'swarm' | 'origin';
 
-/** Pieces at the head of the blob fetched first while a client streams it. */
-const HEAD_WINDOW = 2;
 /**
  * Wanting nothing for this long, a peer gives its parents back (the scheduler's `idle`). Not at
  * once: a lazy reader's next request often follows within milliseconds, and holding a parent's
@@ -81,11 +83,7 @@ export class SwarmDownload {
   /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
   private idleReported = false;
   private idleTimer?: NodeJS.Timeout;
-  /**
-   * A random rank per piece, fixed for this download: among equally rare pieces each peer
-   * starts somewhere else, so a seed sends different pieces to different children (which can
-   * then trade them) instead of the same first pieces to everyone.
-   */
+  /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
 
   constructor(
@@ -96,7 +94,7 @@ export class SwarmDownload {
     private readonly log: Logger,
     private readonly onClosed: (download: SwarmDownload) => void,
   ) {
-    this.tieBreak = Float64Array.from({ length: task.layout.pieceCount }, () => Math.random());
+    this.tieBreak = pieceTieBreaks(task.layout.pieceCount);
   }
 
   get peerId(): string {
@@ -149,10 +147,9 @@ export class SwarmDownload {
         length,
       },
     });
-    for (let i = this.runWaiters.length - 1; i >= 0; i--) {
-      const waiter = this.runWaiters[i]!;
+    for (const waiter of [...this.runWaiters]) {
       if (this.runStored(waiter.run)) {
-        this.runWaiters.splice(i, 1);
+        this.runWaiters.splice(this.runWaiters.indexOf(waiter), 1);
         waiter.resolve();
       }
     }
@@ -250,7 +247,7 @@ export class SwarmDownload {
         stream.write({ packet: 'downloadFinished', downloadFinished: {} });
       }
     };
-    this.watchdog ??= setInterval(() => this.checkProgress(), 1_000);
+    this.watchdog ??= setInterval(() => this.checkProgress(), WATCHDOG_INTERVAL_MS);
     this.watchdog.unref();
     void attempt();
   }
@@ -372,77 +369,48 @@ export class SwarmDownload {
   }
 
   /**
-   * Wanted pieces that can be fetched now, best first: pieces other nodes hold before pieces
-   * only seeds hold (a seed's upload is the swarm's scarcest resource: it should send each piece
-   * about once and let the nodes trade), then rarest first. A piece still arriving at a parent
-   * counts: the parent relays it as it comes. Only pieces whose digest the scheduler has vouched
-   * for are asked for: a digest that never comes (its report lost with a scheduler) would keep
-   * an attempt waiting, and a peer with attempts on their way never falls back to the origin.
+   * Wanted pieces that can be fetched now, best first (policy/candidate-order.ts). A piece still
+   * arriving at a parent counts: the parent relays it as it comes. Only pieces whose digest the
+   * scheduler has vouched for are asked for: a digest that never comes (its report lost with a
+   * scheduler) would keep an attempt waiting, and a peer with attempts on their way never falls
+   * back to the origin.
    */
   private candidateOrder(): number[] {
-    const available: Array<{ index: number; holders: number; seedOnly: boolean }> = [];
+    const available: Candidate[] = [];
     for (const index of this.wanted) {
       if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
       let holders = 0;
-      let nodes = 0;
+      let nodeHolders = 0;
       for (const link of this.links.values()) {
         if (!link.offers(index)) continue;
         holders++;
-        if (!link.info.seed) nodes++;
+        if (!link.seed) nodeHolders++;
       }
-      if (holders > 0) available.push({ index, holders, seedOnly: nodes === 0 });
+      if (holders > 0) available.push({ index, holders, nodeHolders });
     }
-    const order = (a: (typeof available)[number], b: (typeof available)[number]) =>
-      Number(a.seedOnly) - Number(b.seedOnly) || a.holders - b.holders || this.tieBreak[a.index]! - this.tieBreak[b.index]!;
-    if (this.task.streamingReaders > 0) {
-      // A client is reading from the start: the next couple of pieces it needs come first. Only a
-      // couple: when every peer streams, a wide head window has them all ask for the same pieces.
-      available.sort((a, b) => a.index - b.index);
-      const head = available.slice(0, HEAD_WINDOW);
-      return [...head, ...available.slice(HEAD_WINDOW).sort(order)].map((c) => c.index);
-    }
-    return available.sort(order).map((c) => c.index);
+    return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
   }
 
-  /**
-   * The parent to ask for a piece: one holding it whole before one still receiving it, a node
-   * before a seed, then the least busy, then the fastest.
-   */
+  /** The parent to ask for a piece now (policy/parent-choice.ts). */
   private bestLinkFor(index: number, except?: ParentLink): ParentLink | undefined {
-    let best: ParentLink | undefined;
-    const now = Date.now();
-    // With other nodes to trade with, one piece at a time from a seed: its upload then carries
-    // distinct pieces to many children instead of the same pieces to each.
-    const hasNodeParents = [...this.links.values()].some((link) => !link.info.seed);
-    for (const link of this.links.values()) {
-      const limit = link.piecesAtOnce ?? (link.info.seed && hasNodeParents ? 1 : this.settings.perParent);
-      if (link === except || !link.offers(index) || link.busyUntil > now || this.uploadsFrom(link) >= limit) continue;
-      if (!best) {
-        best = link;
-        continue;
-      }
-      const wholeOrder = Number(best.pieces.has(index)) - Number(link.pieces.has(index));
-      const seedOrder = Number(link.info.seed) - Number(best.info.seed);
-      const better =
-        wholeOrder < 0 ||
-        (wholeOrder === 0 &&
-          (seedOrder < 0 || (seedOrder === 0 && (link.inflight < best.inflight || (link.inflight === best.inflight && link.rate > best.rate)))));
-      if (better) best = link;
-    }
-    return best;
+    return bestParentFor(index, this.links.values(), this.parentChoice(), except);
   }
 
-  /**
-   * Pieces `link` is still sending to this peer. A piece whose bytes are all in but the last one,
-   * which a relaying parent holds back until it has checked and stored its own copy, does not
-   * count: in a chain, waiting for that check and then this peer's own before asking for the
-   * next piece would idle the link at every piece and every hop.
-   */
+  private parentChoice(): ParentChoice<ParentLink> {
+    return {
+      now: Date.now(),
+      perParent: this.settings.perParent,
+      hasNodeParents: [...this.links.values()].some((link) => !link.seed),
+      uploading: (link) => this.uploadsFrom(link),
+    };
+  }
+
+  /** Pieces `link` is still sending to this peer (policy stillUploading: not one whose last byte alone is held back). */
   private uploadsFrom(link: ParentLink): number {
     let count = 0;
     for (const attempts of this.attempts.values()) {
       for (const attempt of attempts) {
-        if (attempt.link === link && !(attempt.growing && attempt.growing.filled >= attempt.length - 1)) count++;
+        if (attempt.link === link && stillUploading(attempt.growing?.filled, attempt.length)) count++;
       }
     }
     return count;
@@ -457,8 +425,8 @@ export class SwarmDownload {
     const now = Date.now();
     for (const [index, attempts] of this.attempts) {
       // A piece just stored is still listed until its attempt settles: it needs no second parent.
-      if (attempts.length !== 1 || this.task.hasPiece(index)) continue;
-      const first = attempts[0]!;
+      const first = attempts[0];
+      if (!first || attempts.length !== 1 || this.task.hasPiece(index)) continue;
       const link = this.bestLinkFor(index, first.link);
       if (!link) continue;
       const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
@@ -475,8 +443,7 @@ export class SwarmDownload {
     link.inflight++;
     let timedOut = false;
     let stored = false;
-    // A stall, not a slow piece, is given up: on a link shared by many transfers a piece may take
-    // longer than any fixed bound, and restarting it from scratch only wastes what came so far.
+    // A stall, not a slow piece, is given up (policy/stall.ts).
     let seen = -1;
     let lastMoved = Date.now();
     const timer = setInterval(() => {
@@ -488,7 +455,7 @@ export class SwarmDownload {
         timedOut = true;
         attempt.controller.abort();
       }
-    }, Math.min(1_000, this.settings.pieceTimeoutMs / 4));
+    }, pieceCheckIntervalMs(this.settings.pieceTimeoutMs));
     void link
       .fetchPiece(
         index,
@@ -548,7 +515,7 @@ export class SwarmDownload {
         // again only now, and every millisecond idle here is lost by every peer down the chain.
         // A busy or failing parent is asked again a little later rather than at once.
         if (stored) this.pump();
-        else setTimeout(() => this.pump(), 20).unref();
+        else setTimeout(() => this.pump(), RETRY_AFTER_FAILED_PIECE_MS).unref();
       });
   }
 
@@ -568,12 +535,9 @@ export class SwarmDownload {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.pump(); // parents that were busy may have free slots again
     const idle = Date.now() - this.lastProgress;
-    // Slow is not stuck: while pieces are on their way, wait for them.
-    if (this.attempts.size > 0) return;
-    // Going back to the origin is the scheduler's call (it counts fruitless rounds); the peer
-    // decides alone only when the scheduler seems to have forgotten it for a long time.
-    if (idle > 6 * this.settings.stallMs) return this.goToOrigin(`nothing stored for ${idle} ms`);
-    if (idle > this.settings.stallMs) this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
+    const verdict = stallVerdict(idle, this.settings.stallMs, this.attempts.size);
+    if (verdict === 'origin') this.goToOrigin(`nothing stored for ${idle} ms`);
+    else if (verdict === 'reschedule') this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
   }
 
   private goToOrigin(reason: string): void {
@@ -590,14 +554,8 @@ export class SwarmDownload {
   private fetchFromOrigin(): void {
     if (!this.origin || this.closed || this.failure) return;
     const missing = [...this.wanted].filter((i) => !this.task.hasPiece(i) && !this.originBusy.has(i) && !this.attempts.has(i)).sort((a, b) => a - b);
-    const runs: PieceRun[] = [];
-    for (const index of missing) {
-      const last = runs[runs.length - 1];
-      if (last && last.last === index - 1) last.last = index;
-      else runs.push({ first: index, last: index });
-    }
     // Each run on a connection of its own, the blob's last piece (a lazy puller's TOC) first.
-    for (const run of lastPieceFirst(runs, this.task.layout.pieceCount)) {
+    for (const run of originRuns(missing, this.task.layout.pieceCount)) {
       for (let i = run.first; i <= run.last; i++) this.originBusy.add(i);
       void this.origin
         .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) =>

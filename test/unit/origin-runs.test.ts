@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { lastPieceFirst } from '../../src/peer/sources/piece-source.js';
+import { contiguousRuns, lastPieceFirst, originRuns } from '../../src/peer/swarm/policy/origin-runs.js';
 
 describe('the order of origin reads', () => {
   it('reads the blob\'s last piece first, on a run of its own', () => {
@@ -22,5 +22,22 @@ describe('the order of origin reads', () => {
     assert.deepEqual(lastPieceFirst(alone, 10), alone);
     assert.deepEqual(lastPieceFirst([{ first: 0, last: 0 }], 1), [{ first: 0, last: 0 }]);
     assert.deepEqual(lastPieceFirst([], 10), []);
+  });
+
+  it('cuts missing pieces into contiguous runs, one request each', () => {
+    assert.deepEqual(contiguousRuns([0, 1, 2, 5, 7, 8]), [
+      { first: 0, last: 2 },
+      { first: 5, last: 5 },
+      { first: 7, last: 8 },
+    ]);
+    assert.deepEqual(contiguousRuns([]), []);
+  });
+
+  it('plans a download\'s origin reads: contiguous runs, the blob\'s last piece first', () => {
+    assert.deepEqual(originRuns([1, 2, 3, 6, 7], 8), [
+      { first: 7, last: 7 },
+      { first: 1, last: 3 },
+      { first: 6, last: 6 },
+    ]);
   });
 });
