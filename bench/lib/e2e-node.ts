@@ -8,7 +8,7 @@ import path from 'node:path';
 import { startContainerd, writeHostsToml, type Containerd } from '../../test/fixtures/containerd.js';
 import { sumMetric } from '../../test/fixtures/peer.js';
 import { run } from '../../test/fixtures/processes.js';
-import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../../test/snapshotter/helpers.js';
+import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../../test/fixtures/snapshotter.js';
 import type { Cluster, ClusterHost } from './cluster.js';
 
 /** The snapshotter's metrics, on its node's own loopback. */

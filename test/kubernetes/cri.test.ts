@@ -13,7 +13,7 @@ import { buildImage, imageInfo, pushImage } from '../fixtures/images.js';
 import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/peer.js';
 import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
-import { startSnapshotterProcess, type SnapshotterProcess } from '../snapshotter/helpers.js';
+import { startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
 
 const MiB = 1 << 20;
 const LAYER_FILE = 10 * MiB;

@@ -17,7 +17,8 @@ import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/pe
 import { makeTempDir, run, waitFor, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
 import { buildLayer, corruptChunkCopy, layerEntries, makeTar } from '../lazy/layer-fixture.js';
-import { fuseMountsUnder, proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from './helpers.js';
+import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
+import { fuseMountsUnder } from './helpers.js';
 
 const MiB = 1 << 20;
 const CHUNK = MiB;

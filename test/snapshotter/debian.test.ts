@@ -13,7 +13,7 @@ import { imageInfo, pushImage } from '../fixtures/images.js';
 import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/peer.js';
 import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
-import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from './helpers.js';
+import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
 
 const WORKLOAD = ['python3', '-c', 'import json, sqlite3'];
 

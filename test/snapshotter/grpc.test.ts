@@ -6,7 +6,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { after, before, describe, test } from 'node:test';
-import { call, list, snapshotsClient, startSnapshotterProcess, type SnapshotsClient, type SnapshotterProcess } from './helpers.js';
+import { startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
+import { call, list, snapshotsClient, type SnapshotsClient } from './helpers.js';
 import { makeTempDir, type TempDir } from '../fixtures/processes.js';
 
 const D = (c: string) => `sha256:${c.repeat(64)}`;
