@@ -25,7 +25,8 @@ import { infoHash } from './lib/bencode.js';
 import { clusterLowerBound, createCluster, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type QdiscStats } from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
 import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
-import { fixed, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('bittorrent-baseline', {
   'piece-length': { type: 'string', help: 'BitTorrent piece size, a power of 2 (default: size/256, within 32KiB…4MiB; mktorrent allows 32KiB…256MiB)' },

@@ -22,7 +22,8 @@ import { writeClusterPlots } from './lib/cluster-plots.js';
 import { busyboxModelImage, debianModelImage, type WorkloadImage } from './lib/e2e-image.js';
 import { parseRows, runRow, startE2eCluster, type RowName, type RowResult } from './lib/e2e-rows.js';
 import { cpuLine, scenarioArgs, warnIfOverBudget } from './lib/scenario.js';
-import { fixed, median, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, median, table } from './lib/stats.js';
 
 /** The seed articles' ratios at 64 nodes × 21.4 GB: direct / lazy P2P and full P2P / lazy P2P, last node. */
 const SEED_RATIOS = { direct: 231, p2p: 37 };

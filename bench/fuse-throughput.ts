@@ -27,7 +27,8 @@ import { makeTempDir, runOk } from '../test/fixtures/processes.js';
 import { buildEstargz, fileSource } from '../src/estargz/index.js';
 import { Errno, FuseError, mountFuse, S_IFDIR, S_IFREG, type FuseMount } from '../src/fuse/index.js';
 import { mountLazyLayer, setReadAhead, type LazyLayer, type LazyLayerOptions } from '../src/lazy/index.js';
-import { fixed, median, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, median, table } from './lib/stats.js';
 
 const { values: flags } = parseArgs({
   options: {

@@ -20,9 +20,10 @@ import { parseArgs } from 'node:util';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, waitFor } from '../test/fixtures/processes.js';
 import { STARLING_CLI } from '../test/fixtures/peer.js';
-import { createCluster, formatRate, parseRate, type Cluster } from './lib/cluster.js';
+import { formatBitRate, parseBitRate, parseSize } from '../src/common/units.js';
+import { createCluster, type Cluster } from './lib/cluster.js';
 import { startNsRegistry } from './lib/ns-registry.js';
-import { fixed, mbps, median, parseSize, table } from './lib/stats.js';
+import { fixed, mbps, median, table } from './lib/stats.js';
 
 const GOAL = 0.9;
 const REPO = 'bench/link';
@@ -103,8 +104,8 @@ try {
         }
       }
       const ratio = median(ratios);
-      results.push({ rate: parseRate(rate), directBytesPerSecond: median(speeds.direct), mirrorBytesPerSecond: median(speeds.mirror), ratio, ratios });
-      rows.push([`cold pull, registry link ${formatRate(parseRate(rate))}`, `${mbps(median(speeds.mirror))} MB/s`, `${mbps(median(speeds.direct))} MB/s`, fixed(ratio), `≥ ${GOAL}`, ratio >= GOAL ? 'pass' : 'FAIL']);
+      results.push({ rate: parseBitRate(rate), directBytesPerSecond: median(speeds.direct), mirrorBytesPerSecond: median(speeds.mirror), ratio, ratios });
+      rows.push([`cold pull, registry link ${formatBitRate(parseBitRate(rate))}`, `${mbps(median(speeds.mirror))} MB/s`, `${mbps(median(speeds.direct))} MB/s`, fixed(ratio), `≥ ${GOAL}`, ratio >= GOAL ? 'pass' : 'FAIL']);
       await registry.stop();
     } finally {
       await cluster.destroy();

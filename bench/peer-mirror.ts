@@ -35,7 +35,8 @@ import { makeTempDir, run, type TempDir } from '../test/fixtures/processes.js';
 import { curlGet, type Transfer } from './lib/curl.js';
 import { startNginx } from './lib/nginx.js';
 import { cpuSeconds, sampleRss, statusBytes } from './lib/proc.js';
-import { fixed, mb, mbps, median, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, mb, mbps, median, table } from './lib/stats.js';
 
 const GOALS = { hitRatio: 0.8, coldRatio: 0.9, peakRssBytes: 250e6 };
 const REPO = 'bench/peer-mirror';

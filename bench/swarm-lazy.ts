@@ -22,8 +22,9 @@ import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.j
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import {
   clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes,
-  type Cluster, type CpuReport, type LowerBound,
+  type Cluster, type CpuReport,
 } from './lib/cluster.js';
+import type { LowerBound } from './lib/lower-bound.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
 import { debianImages, layoutLayers, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';

@@ -13,7 +13,8 @@ import { parseArgs } from 'node:util';
 import { pushRandomBlob } from '../test/fixtures/images.js';
 import { pullThrough, startPeer, startScheduler } from '../test/fixtures/peer.js';
 import { startRegistry, type Registry } from '../test/fixtures/registry.js';
-import { fixed, median, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, median, table } from './lib/stats.js';
 
 const SHAPES = ['mesh', 'pipeline'] as const;
 type Shape = (typeof SHAPES)[number];

@@ -18,7 +18,8 @@ import { pushRandomBlob } from '../test/fixtures/images.js';
 import { clusterToken, pullThrough, startPeer, startScheduler, type RunningPeerProcess } from '../test/fixtures/peer.js';
 import { startRegistry } from '../test/fixtures/registry.js';
 import { testTlsFiles, tlsArgs } from '../test/fixtures/tls.js';
-import { fixed, median, parseSize, table } from './lib/stats.js';
+import { parseSize } from '../src/common/units.js';
+import { fixed, median, table } from './lib/stats.js';
 
 const { values } = parseArgs({
   options: {

@@ -12,13 +12,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { parseRate } from '../bench/lib/cluster.js';
-import { parseSize } from '../bench/lib/stats.js';
+import { cdfPoints, lineChart, stackedCharts, type Series } from '../bench/lib/svg.js';
+import { parseBitRate, parseSize } from '../src/common/units.js';
 import { defaultScheduling, shapeSchema } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, MEASURED_SEED_UPLOAD_SLOTS } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
-import { cdfPoints, lineChart, stackedCharts, type Series } from './svg.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -141,10 +140,10 @@ function integer(name: keyof typeof options, min = 1): number {
 
 /** The setup the command line describes (nodes and size may be overridden by the caller). */
 function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
-  const nic = parseRate(str('nic'));
-  const up = args['nic-up'] ? parseRate(str('nic-up')) : nic;
-  const down = args['nic-down'] ? parseRate(str('nic-down')) : nic;
-  const seedNic = args['seed-nic'] ? parseRate(str('seed-nic')) : undefined;
+  const nic = parseBitRate(str('nic'));
+  const up = args['nic-up'] ? parseBitRate(str('nic-up')) : nic;
+  const down = args['nic-down'] ? parseBitRate(str('nic-down')) : nic;
+  const seedNic = args['seed-nic'] ? parseBitRate(str('seed-nic')) : undefined;
   const scheduling = defaultScheduling();
   const shape = shapeSchema.safeParse(str('shape'));
   if (!shape.success) throw new Error(`--shape must be ${shapeSchema.options.join(' or ')}, got ${args.shape}`);
@@ -161,11 +160,11 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     seedUp: seedNic ?? up,
     seedDown: seedNic ?? down,
     seeds: integer('seeds', 0),
-    registryUp: parseRate(str('registry-uplink')),
+    registryUp: parseBitRate(str('registry-uplink')),
     rackSize: integer('rack-size'),
     zones: integer('zones'),
-    rackUplink: args['rack-uplink'] ? parseRate(str('rack-uplink')) : undefined,
-    zoneUplink: args['zone-uplink'] ? parseRate(str('zone-uplink')) : undefined,
+    rackUplink: args['rack-uplink'] ? parseBitRate(str('rack-uplink')) : undefined,
+    zoneUplink: args['zone-uplink'] ? parseBitRate(str('zone-uplink')) : undefined,
     latency: {
       sameRack: parseDuration(str('latency-rack')),
       crossRack: parseDuration(str('latency-cross-rack')),

@@ -2,7 +2,7 @@
 // ways it can get an image to every node: (a) direct pulls from the registry, (b) the Starling
 // swarm with full downloads, (c) the Starling swarm with a lazy (eStargz) start.
 
-import { lowerBound, type LowerBound } from '../bench/lib/cluster.js';
+import { lowerBound, type LowerBound } from '../bench/lib/lower-bound.js';
 import { silentLogger } from '../src/common/log.js';
 import type { HostInfo } from '../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../src/scheduler/config.js';

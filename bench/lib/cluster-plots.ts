@@ -3,7 +3,7 @@
 // run). Drawn by bench/plot-cluster.ts from saved results and by bench/swarm-lazy.ts after a run.
 import fs from 'node:fs';
 import path from 'node:path';
-import { cdfPoints, lineChart, stackedCharts } from '../../sim/svg.js';
+import { cdfPoints, lineChart, stackedCharts } from './svg.js';
 import { egressRateSteps } from './egress.js';
 
 export interface PlottedRun {

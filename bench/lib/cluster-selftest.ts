@@ -7,7 +7,8 @@
 
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { createCluster, listNamespaces, parseRate, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type ClusterHost } from './cluster.js';
+import { parseBitRate } from '../../src/common/units.js';
+import { createCluster, listNamespaces, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type ClusterHost } from './cluster.js';
 import { curlFrom, startHttpSource } from './http-source.js';
 import { fixed, table } from './stats.js';
 
@@ -57,8 +58,8 @@ function row(test: string, capBits: number, mbits: number[]): Row {
 
 async function checkCaps(): Promise<void> {
   const N = Number(args.nodes);
-  const nodeBits = parseRate(args['node-rate']);
-  const originBits = parseRate(args['origin-rate']);
+  const nodeBits = parseBitRate(args['node-rate']);
+  const originBits = parseBitRate(args['origin-rate']);
   const secs = Number(args.seconds);
   const t0 = Date.now();
   const c = await createCluster({ nodes: N, nodeRate: args['node-rate'], originRate: args['origin-rate'] });

@@ -35,38 +35,14 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { onExitCleanup, run, spawnService, type RunResult, type Service } from '../../test/fixtures/processes.js';
+import { parseBitRate } from '../../src/common/units.js';
+import { lowerBound, type LowerBound } from './lower-bound.js';
 import { cpuSeconds } from './proc.js';
 
 // ---------------------------------------------------------------- rates
 
-/** A rate as tc writes it ('25mbit', '400mbit', '1gbit', '500kbit', '3mbps' = bytes) or a number of bits/s. */
+/** A rate as tc writes it ('25mbit', '400mbit', '1gbit', '500kbit') or a number of bits/s (parseBitRate). */
 export type Rate = string | number;
-
-const RATE_UNITS: Record<string, number> = {
-  bit: 1, kbit: 1e3, mbit: 1e6, gbit: 1e9, tbit: 1e12,
-  kibit: 1024, mibit: 1024 ** 2, gibit: 1024 ** 3,
-  bps: 8, kbps: 8e3, mbps: 8e6, gbps: 8e9,
-};
-
-/** '25mbit' → 25e6 (bits per second; tc's units: mbit = 10^6 bit/s, mbps = 10^6 BYTES/s). */
-export function parseRate(rate: Rate): number {
-  if (typeof rate === 'number') {
-    if (!(rate > 0)) throw new Error(`rate must be positive, got ${rate}`);
-    return rate;
-  }
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]+)?\s*$/i.exec(rate);
-  const unit = m ? RATE_UNITS[(m[2] ?? 'bit').toLowerCase()] : undefined;
-  if (!m || unit === undefined) throw new Error(`cannot read rate "${rate}" (examples: 25mbit, 1gbit, 500kbit)`);
-  const bits = Number(m[1]) * unit;
-  if (!(bits > 0)) throw new Error(`rate must be positive, got "${rate}"`);
-  return bits;
-}
-
-export function formatRate(bitsPerSecond: number): string {
-  if (bitsPerSecond >= 1e9 && bitsPerSecond % 1e8 === 0) return `${bitsPerSecond / 1e9}gbit`;
-  if (bitsPerSecond >= 1e6) return `${+(bitsPerSecond / 1e6).toFixed(3)}mbit`;
-  return `${+(bitsPerSecond / 1e3).toFixed(3)}kbit`;
-}
 
 /** Caps of one NIC in bits/s; undefined = not capped in that direction. */
 export interface LinkRate {
@@ -79,53 +55,16 @@ type RateSpec = Rate | { up?: Rate; down?: Rate } | null | undefined;
 function toLinkRate(spec: RateSpec): LinkRate {
   if (spec === null || spec === undefined) return {};
   if (typeof spec === 'string' || typeof spec === 'number') {
-    const r = parseRate(spec);
+    const r = parseBitRate(spec);
     return { up: r, down: r };
   }
   return {
-    up: spec.up === undefined ? undefined : parseRate(spec.up),
-    down: spec.down === undefined ? undefined : parseRate(spec.down),
+    up: spec.up === undefined ? undefined : parseBitRate(spec.up),
+    down: spec.down === undefined ? undefined : parseBitRate(spec.down),
   };
 }
 
 // ---------------------------------------------------------------- lower bound
-
-export interface LowerBoundInput {
-  /** Blob size in bytes. */
-  F: number;
-  /** Source (origin / seed) upload, bytes per second. */
-  us: number;
-  /** Upload of each of the N receiving peers, bytes per second. */
-  ui: number[];
-  /** Slowest receiver's download, bytes per second. */
-  dmin: number;
-}
-
-export interface LowerBound {
-  /** T* in seconds. */
-  seconds: number;
-  /** Which term binds: the source's upload, the slowest download, or the aggregate upload. */
-  binding: 'source' | 'download' | 'aggregate';
-  terms: { source: number; download: number; aggregate: number };
-}
-
-/**
- * Kumar & Ross (2006): the minimum time to get a file of F bytes from one source to all N
- * peers, T* = max(F/u_s, F/d_min, N·F/(u_s + Σu_i)). Any consistent units: here bytes and
- * bytes/s (use bytesPerSecond() on tc rates).
- */
-export function lowerBound({ F, us, ui, dmin }: LowerBoundInput): LowerBound {
-  const N = ui.length;
-  const terms = {
-    source: F / us,
-    download: F / dmin,
-    aggregate: (N * F) / (us + ui.reduce((a, b) => a + b, 0)),
-  };
-  let binding: LowerBound['binding'] = 'source';
-  if (terms.download > terms[binding]) binding = 'download';
-  if (terms.aggregate > terms[binding]) binding = 'aggregate';
-  return { seconds: terms[binding], binding, terms };
-}
 
 /** T* for sending F bytes from `source` to `receivers` with the caps the cluster gave them. */
 export function clusterLowerBound(F: number, source: ClusterHost, receivers: ClusterHost[]): LowerBound {

@@ -3,8 +3,10 @@
 
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { formatRate, parseRate, type CpuReport, type LowerBound } from './cluster.js';
-import { fixed, median, parseSize } from './stats.js';
+import { formatBitRate, parseBitRate, parseSize } from '../../src/common/units.js';
+import type { CpuReport } from './cluster.js';
+import type { LowerBound } from './lower-bound.js';
+import { fixed, median } from './stats.js';
 
 export interface ScenarioArgs {
   nodes: number;
@@ -44,7 +46,7 @@ export function scenarioArgs(
   };
   const usage = () =>
     [
-      `usage: npx tsx bench/${script}.ts [--nodes 8]${size === null ? '' : ` [--size ${size}]`} [--node-rate ${nodeRate}] [--origin-rate ${formatRate(4 * parseRate(nodeRate))}]`,
+      `usage: npx tsx bench/${script}.ts [--nodes 8]${size === null ? '' : ` [--size ${size}]`} [--node-rate ${nodeRate}] [--origin-rate ${formatBitRate(4 * parseBitRate(nodeRate))}]`,
       '  --nodes N          receiving nodes (each in its own network namespace)',
       ...(size === null ? [] : ['  --size S           blob size (16MiB, 64MiB, 50MB…)']),
       '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
@@ -68,12 +70,12 @@ export function scenarioArgs(
     if (!Number.isInteger(nodes) || nodes < 1 || nodes > 1000) throw new Error(`--nodes must be 1…1000, got ${values.nodes}`);
     const sizeText = size === null ? '' : String(values.size);
     const sizeBytes = size === null ? 0 : parseSize(sizeText);
-    const nodeBits = parseRate(String(values['node-rate']));
-    const originBits = values['origin-rate'] ? parseRate(String(values['origin-rate'])) : 4 * nodeBits;
+    const nodeBits = parseBitRate(String(values['node-rate']));
+    const originBits = values['origin-rate'] ? parseBitRate(String(values['origin-rate'])) : 4 * nodeBits;
     const extra: Record<string, string | boolean | undefined> = {};
     for (const k of Object.keys(extraOptions)) extra[k] = values[k];
     const jsonOut = values['json-out'] === undefined ? undefined : String(values['json-out']);
-    return { nodes, sizeBytes, sizeText, nodeRate: formatRate(nodeBits), originRate: formatRate(originBits), extra, jsonOut };
+    return { nodes, sizeBytes, sizeText, nodeRate: formatBitRate(nodeBits), originRate: formatBitRate(originBits), extra, jsonOut };
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);
@@ -82,7 +84,7 @@ export function scenarioArgs(
 
 /** Warn when the emulated traffic could exceed what two cores carry faithfully. */
 export function warnIfOverBudget(a: ScenarioArgs): void {
-  const total = Math.min(a.nodes * parseRate(a.nodeRate), parseRate(a.originRate) + a.nodes * parseRate(a.nodeRate)) / 1e6;
+  const total = Math.min(a.nodes * parseBitRate(a.nodeRate), parseBitRate(a.originRate) + a.nodes * parseBitRate(a.nodeRate)) / 1e6;
   if (total > BUDGET_MBIT) {
     console.error(
       `warning: up to ${total.toFixed(0)} Mbit/s of emulated traffic (N × node rate); above ~${BUDGET_MBIT} Mbit/s ` +

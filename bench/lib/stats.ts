@@ -1,24 +1,10 @@
-// Small helpers for reporting: medians, sizes and rates.
+// Small helpers for reporting: medians, sizes and rates (parsing them: src/common/units.ts).
 
 export function median(values: number[]): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
-
-const UNITS: Record<string, number> = {
-  '': 1, b: 1,
-  k: 1e3, kb: 1e3, m: 1e6, mb: 1e6, g: 1e9, gb: 1e9,
-  kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30,
-};
-
-/** "1GB" → 1e9, "512MiB" → 536870912, "1000000" → 1e6. */
-export function parseSize(text: string): number {
-  const match = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
-  const unit = match ? UNITS[match[2]!.toLowerCase()] : undefined;
-  if (!match || unit === undefined) throw new Error(`cannot read size "${text}" (examples: 1GB, 512MiB, 100000000)`);
-  return Math.round(Number(match[1]) * unit);
 }
 
 export function mb(bytes: number): string {

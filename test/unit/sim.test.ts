@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { lowerBound } from '../../bench/lib/cluster.js';
+import { lowerBound } from '../../bench/lib/lower-bound.js';
 import { EventQueue } from '../../sim/event-queue.js';
 import { Network, runUntil, type Flow } from '../../sim/network.js';
 import { defaultSetup, run } from '../../sim/scenario.js';
