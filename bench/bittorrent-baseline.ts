@@ -24,7 +24,7 @@ import { makeTempDir, runOk, type Service } from '../test/fixtures/processes.js'
 import { infoHash } from './lib/bencode.js';
 import { clusterLowerBound, createCluster, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type QdiscStats } from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
-import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, table } from './lib/stats.js';
 
@@ -50,7 +50,7 @@ try {
   const seedDir = path.join(work.path, 'seed');
   const name = 'blob.bin';
   const { sha256 } = await writeRandomFile(path.join(seedDir, name), F, `bittorrent-${F}`);
-  cluster = await createCluster({ nodes: N, nodeRate: a.nodeRate, originRate: a.originRate, extras: [{ name: 'tracker' }] });
+  cluster = await createCluster({ nodes: N, nodeRate: startRates(a.links), originRate: a.originRate, extras: [{ name: 'tracker' }] });
   const c = cluster;
   const tracker = c.extras.tracker!;
   const announce = `http://${tracker.ip}:${TRACKER_PORT}/announce`;
@@ -126,6 +126,7 @@ try {
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = Date.now() / 1000;
+  const changes = startRateChanges(c, a.links, t0, () => Date.now() / 1000);
   const leechers = await Promise.all(
     c.nodes.map((n, i) =>
       c.spawn(n, 'aria2c', [...aria2Common, ...seedTerms, `--dir=${nodeDirs[i]}`, `--on-bt-download-complete=${hook}`, torrent], {
@@ -165,6 +166,7 @@ try {
     await sleep(50);
   }
   const cpuReport = cpu.stop();
+  const rateChanges = await changes.stop();
   const egressRecord = await egress.stop();
   await Promise.all(services.map((s) => s.stop(2000)));
 
@@ -179,6 +181,7 @@ try {
   // ------------------------------------------------------------ report
   const timings: NodeTiming[] = c.nodes.map((n) => ({ node: n.name, done: done.get(n.name)! }));
   const s = summarize(timings);
+  const own = againstOwnBounds(timings, a.links, F, c.origin.rate.up!);
   const egressWire = originAtLast!.txBytes - originBefore.txBytes;
   const egressPayload = tcpPayloadBytes(egressWire, originAtLast!.txPackets - originBefore.txPackets);
   // What the nodes uploaded to each other (payload), in copies of the blob.
@@ -203,6 +206,8 @@ try {
     sizeBytes: F,
     pieceBytes: 2 ** pieceLog2,
     nodeRate: a.nodeRate,
+    rateChanges: a.rateChanges,
+    rateChangesInPlace: rateChanges,
     originRate: a.originRate,
     leaveOnComplete: !!a.extra['leave-on-complete'],
     lowerBound: lb,
@@ -219,7 +224,8 @@ try {
     cpu: cpuReport,
     softnetDrops: softnetDrops() - softnet0,
     egress: egressRecord,
-    perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
+    ownBound: own.ownBound,
+    perNode: own.perNode,
   };
   console.log(
     `BitTorrent (aria2 ${N} leechers + 1 seeder, opentracker): ${a.sizeText} (${F} B) in ${F / 2 ** pieceLog2} pieces of ${2 ** pieceLog2 / 1024} KiB; ` +
@@ -240,6 +246,8 @@ try {
     `nodes received ${fixed(result.receivedCopiesPerNode, 3)} copies each (TCP payload: pieces, duplicates in end-game, protocol messages); ` +
       `their download caps dropped ${fixed(result.downloadQueueDropPct, 2)}% of packets (queues full; retransmitted)`,
   );
+  for (const line of own.lines) console.log(line);
+  for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(cpuLine(cpuReport));
   await reportJson(a, result);

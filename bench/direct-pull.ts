@@ -16,7 +16,7 @@ import { makeTempDir } from '../test/fixtures/processes.js';
 import { clusterLowerBound, createCluster, nowSeconds, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('direct-pull');
@@ -33,17 +33,20 @@ try {
   const { sha256 } = await writeRandomFile(blobFile, F, `direct-pull-${F}`);
   const digest = `sha256:${sha256}`;
 
-  cluster = await createCluster({ nodes: N, nodeRate: a.nodeRate, originRate: a.originRate });
+  cluster = await createCluster({ nodes: N, nodeRate: startRates(a.links), originRate: a.originRate });
   registry = await startNsRegistry(cluster, cluster.origin);
   await registry.pushBlobFile(REPO, blobFile, digest);
   const url = `${registry.url}/v2/${REPO}/blobs/${digest}`;
 
   const c = cluster;
+  // T* with the links as they start (changes during the run count in each node's own bound).
+  const lb = clusterLowerBound(F, c.origin, c.nodes);
   const before = await c.counters(c.origin);
   const softnet0 = softnetDrops();
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
+  const changes = startRateChanges(c, a.links, t0, nowSeconds);
   const timings = await Promise.all(
     c.nodes.map(async (node) => {
       const res = await c.exec(
@@ -65,6 +68,7 @@ try {
     }),
   );
   const cpuReport = cpu.stop();
+  const rateChanges = await changes.stop();
   const egressRecord = await egress.stop();
   const after = await c.counters(c.origin);
 
@@ -72,14 +76,16 @@ try {
   const egressPayload = tcpPayloadBytes(egressWire, after.txPackets - before.txPackets);
   // What the registry says it wrote for GETs of this blob (its access log), as a cross-check.
   const logged = blobBytesSent(registry.requests(), digest);
-  const lb = clusterLowerBound(F, c.origin, c.nodes);
   const s = summarize(timings);
+  const own = againstOwnBounds(timings, a.links, F, c.origin.rate.up!);
   const directBound = (N * F) / (c.origin.rate.up! / 8); // the best any direct pull can do
   const result = {
     kind: 'direct-pull',
     nodes: N,
     sizeBytes: F,
     nodeRate: a.nodeRate,
+    rateChanges: a.rateChanges,
+    rateChangesInPlace: rateChanges,
     originRate: a.originRate,
     lowerBound: lb,
     firstSeconds: s.first,
@@ -93,7 +99,8 @@ try {
     cpu: cpuReport,
     softnetDrops: softnetDrops() - softnet0,
     egress: egressRecord,
-    perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3), curl: t.curlSeconds })),
+    ownBound: own.ownBound,
+    perNode: own.perNode.map((p, i) => ({ ...p, curl: timings[i]!.curlSeconds })),
   };
 
   console.log(`direct pull: ${N} nodes × ${a.sizeText} (${F} B) from docker-registry; nodes ${a.nodeRate}, origin ${a.originRate}`);
@@ -108,6 +115,8 @@ try {
       ]],
     ),
   );
+  for (const line of own.lines) console.log(line);
+  for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(cpuLine(cpuReport));
   await reportJson(a, result);

@@ -1,6 +1,7 @@
 // Scenario (b): the Starling swarm, full download, on an emulated cluster.
 //
 //   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit] [--shape pipeline]
+//   npx tsx bench/swarm-cluster.ts --nodes 32 --size 64MiB --node-rate 10mbit*24,3mbit*8 --origin-rate 40mbit [--rate-change n5=0.1x@20s]
 //
 // The same emulated cluster as bench/direct-pull.ts and bench/bittorrent-baseline.ts: a real
 // docker-registry behind the origin's capped NIC, a Starling seed peer with the origin's rate
@@ -8,7 +9,8 @@
 // and N nodes, each running a Starling peer in its own namespace behind its capped NIC. All
 // nodes ask their local mirror for the blob at once (curl, piped through sha256sum). Reports
 // per-node completion, the registry's egress in copies, T* (with the seed as the source) and
-// last/T*, and the CPU use of the machine.
+// last/T*, each node against its own bound (median and worst, per group of equal links), and
+// the CPU use of the machine.
 
 import { copyFile, mkdir, readdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -19,7 +21,7 @@ import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPaylo
 import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { MIRROR, startSwarm, sumPeerMetric } from './lib/swarm.js';
-import { boundLine, cpuLine, reportJson, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('swarm-cluster', {
@@ -46,7 +48,7 @@ try {
 
   cluster = await createCluster({
     nodes: N,
-    nodeRate: a.nodeRate,
+    nodeRate: startRates(a.links),
     originRate: a.originRate,
     seed: { rate: a.originRate },
     extras: [{ name: 'sched' }],
@@ -65,10 +67,13 @@ try {
   });
   services.push(...swarm.services);
 
+  // T* with the links as they start (changes during the run count in each node's own bound).
+  const lb = clusterLowerBound(F, c.seed!, c.nodes);
   const before = await c.counters(c.origin);
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
+  const changes = startRateChanges(c, a.links, t0, nowSeconds);
   const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
   const timings = await Promise.all(
     c.nodes.map(async (node) => {
@@ -87,6 +92,7 @@ try {
     }),
   );
   const cpuReport = cpu.stop();
+  const rateChanges = await changes.stop();
   const egressRecord = await egress.stop();
   const after = await c.counters(c.origin);
   // Where the nodes' bytes came from, as the scheduler saw it.
@@ -101,8 +107,8 @@ try {
   const uploadRequests = await sumPeerMetric(c, /^starling_peer_upload_requests_total\{kind="(\w+)",outcome="(\w+)"\} (\d+)/gm);
   const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
   const logged = blobBytesSent(registry.requests(), digest);
-  const lb = clusterLowerBound(F, c.seed!, c.nodes);
   const s = summarize(timings);
+  const own = againstOwnBounds(timings, a.links, F, c.seed!.rate.up!);
   const result = {
     kind: 'starling-swarm',
     shape: String(a.extra.shape),
@@ -112,6 +118,8 @@ try {
     nodes: N,
     sizeBytes: F,
     nodeRate: a.nodeRate,
+    rateChanges: a.rateChanges,
+    rateChangesInPlace: rateChanges,
     originRate: a.originRate,
     lowerBound: lb,
     firstSeconds: s.first,
@@ -125,7 +133,8 @@ try {
     cpu: cpuReport,
     uploadRequests,
     egress: egressRecord,
-    perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
+    ownBound: own.ownBound,
+    perNode: own.perNode,
   };
   console.log(`starling swarm (${result.shape}): ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
   console.log(boundLine(lb));
@@ -139,6 +148,8 @@ try {
       ]],
     ),
   );
+  for (const line of own.lines) console.log(line);
+  for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
   console.log(`nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`);
   console.log(`upload requests: ${Object.entries(uploadRequests).sort().map(([k, v]) => `${k} ${v}`).join(', ')}`);

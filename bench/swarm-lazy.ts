@@ -29,7 +29,7 @@ import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
 import { debianImages, layoutLayers, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, scenarioArgs, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { boundLine, cpuLine, scenarioArgs, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 import { MIRROR, startSwarm } from './lib/swarm.js';
 
@@ -53,6 +53,7 @@ const args = scenarioArgs(
 const N = args.nodes;
 if (N > 64) throw new Error(`--nodes must be 1…64, got ${N}`);
 const { nodeRate, originRate } = args;
+if (args.rateChanges) throw new Error('swarm-lazy does not apply --rate-change');
 const flags = { ...args.extra, 'json-out': args.jsonOut } as Record<string, string | undefined>;
 const SCENARIOS = flags.scenarios!.split(',').map((s) => s.trim()) as Scenario[];
 for (const s of SCENARIOS) if (!(s in LABELS)) throw new Error(`--scenarios: unknown scenario "${s}" (full, lazy)`);
@@ -95,7 +96,7 @@ try {
   const expected = (await readFilesDigest(rootfsPath(), files)).digest;
   const F = layer.size;
 
-  cluster = await createCluster({ nodes: N, nodeRate, originRate, seed: { rate: originRate }, extras: [{ name: 'sched' }] });
+  cluster = await createCluster({ nodes: N, nodeRate: startRates(args.links), originRate, seed: { rate: originRate }, extras: [{ name: 'sched' }] });
   const c = cluster;
   registry = await startNsRegistry(c, c.origin);
   await registry.pushBlobFile(REPO, path.join(images.optimized, 'blobs/sha256', layer.digest.slice(7)), layer.digest);

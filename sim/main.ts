@@ -12,12 +12,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { cdfPoints, lineChart, stackedCharts, type Series } from '../bench/lib/svg.js';
-import { parseBitRate, parseSize } from '../src/common/units.js';
+import { planNodeLinks, seededRandom } from '../bench/lib/link-plan.js';
+import { boundRatioLines } from '../bench/lib/node-bounds.js';
 import { defaultScheduling, shapeSchema } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, MEASURED_SEED_UPLOAD_SLOTS } from './peer.js';
 import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
+import { cdfPoints, lineChart, stackedCharts, type Series } from '../bench/lib/svg.js';
+import { parseBitRate, parseSize } from '../src/common/units.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -28,6 +30,8 @@ const options = {
   nic: { type: 'string', default: '50gbit' },
   'nic-up': { type: 'string' },
   'nic-down': { type: 'string' },
+  'node-rate': { type: 'string' },
+  'rate-change': { type: 'string', default: '' },
   'seed-nic': { type: 'string' },
   seeds: { type: 'string', default: '1' },
   'registry-uplink': { type: 'string', default: '25gbit' },
@@ -82,6 +86,10 @@ const USAGE = `usage:
 
 setup
   --nic R / --nic-up R / --nic-down R   node NIC (tc units: 50gbit = 50e9 bit/s); default 50gbit
+  --node-rate D          one link per node, as the emulated cluster's --node-rate (replaces --nic):
+                         10gbit*24,3gbit*8 · 20gbit/5gbit*16,10gbit (down/up) · lognormal(50gbit,0.3)*95%,5gbit
+                         (draws from --rng-seed)
+  --rate-change C        links that change mid-run: n7=0.1x@2s, n3=1gbit@1.5s (seconds from the start)
   --seed-nic R           seed peer NIC (default: the nodes')     --seeds N        seed peers (default 1)
   --registry-uplink R    the registry's NIC (default 25gbit)     --piece-size S   default: as the peer picks
   --rack-size N          nodes per rack (32)   --zones N (1)     --rack-uplink R / --zone-uplink R  (none)
@@ -188,6 +196,16 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     ...overrides,
   });
   if (!(setup.noise >= 0)) throw new Error(`--noise must be ≥ 0, got ${args.noise}`);
+  if (args['node-rate']) {
+    setup.links = planNodeLinks(str('node-rate'), setup.nodes, str('rate-change'), seededRandom(setup.rngSeed));
+    // The seed's NIC defaults to the nodes': take the fastest node's.
+    if (!seedNic) {
+      setup.seedUp = Math.max(...setup.links.map((l) => l.steps[0]!.up));
+      setup.seedDown = Math.max(...setup.links.map((l) => l.steps[0]!.down));
+    }
+  } else if (str('rate-change')) {
+    throw new Error('--rate-change needs --node-rate (the links it changes)');
+  }
   setup.quantum = quantumFor(setup);
   return setup;
 }
@@ -197,7 +215,8 @@ function quantumFor(setup: Setup): number {
   if (text !== 'auto') return parseDuration(text);
   if (setup.nodes <= 128) return 0;
   const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
-  return pieceSize / ((setup.nodeDown / 8) * setup.efficiency) / 20;
+  const fastest = setup.links ? Math.max(...setup.links.flatMap((l) => l.steps.map((s) => s.down))) : setup.nodeDown;
+  return pieceSize / ((fastest / 8) * setup.efficiency) / 20;
 }
 
 function lazyFromArgs(): LazyOptions {
@@ -243,7 +262,8 @@ function describe(setup: Setup): string {
   const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
   return (
     `${setup.nodes} nodes × ${bytes(setup.size)} (${Math.ceil(setup.size / pieceSize)} pieces of ${pieceSize / 2 ** 20} MiB); ` +
-    `node NIC ${gbps(setup.nodeUp)}, ${setup.seeds} seed (${gbps(setup.seedUp)}), registry ${gbps(setup.registryUp)}; ` +
+    `node NIC ${setup.links ? `${args['node-rate']}${args['rate-change'] ? ` (changes ${args['rate-change']})` : ''}` : gbps(setup.nodeUp)}, ` +
+    `${setup.seeds} seed (${gbps(setup.seedUp)}), registry ${gbps(setup.registryUp)}; ` +
     `${Math.ceil(setup.nodes / setup.rackSize)} racks, ${setup.zones} zone(s); payload share ${setup.efficiency.toFixed(3)}; ` +
     `noise ${setup.noise}; quantum ${(setup.quantum * 1e3).toFixed(3)} ms`
   );
@@ -260,16 +280,26 @@ function resultRow(r: RunResult): string[] {
     `${((100 * r.writtenAtReady) / r.size).toFixed(1)}%`,
     duration(r.lowerBound.seconds),
     r.ratio.toFixed(2),
+    `${r.ownBound.overall.median.toFixed(2)} / ${r.ownBound.overall.worst.toFixed(2)}`,
     r.scenario === 'direct' ? '—' : `${r.copiesFromSeeds.toFixed(2)} / ${r.copiesFromNodes.toFixed(2)}`,
     `${(r.wallMs / 1000).toFixed(1)} s`,
   ];
 }
 
-const RESULT_HEADER = ['scenario', 'first ready', 'median', 'last ready', 'registry egress', 'peak', 'written/node', 'T*', 'last/T*', 'from seed / nodes', 'wall'];
+const RESULT_HEADER = ['scenario', 'first ready', 'median', 'last ready', 'registry egress', 'peak', 'written/node', 'T*', 'last/T*', 'own bound: median / worst', 'from seed / nodes', 'wall'];
 
 function compact(r: RunResult): Record<string, unknown> {
-  const { registrySamples, ready, ...rest } = r;
-  return { ...rest, ready: ready.map((t) => +t.toFixed(4)), registrySamples: thin(registrySamples.map((s) => [+s.t.toFixed(4), Math.round(s.rate * 8)])) };
+  const { registrySamples, ready, bounds, groups, ...rest } = r;
+  // One group name per node is long at 1000 nodes: the distinct names, and an index per node.
+  const names = [...new Set(groups)];
+  return {
+    ...rest,
+    ready: ready.map((t) => +t.toFixed(4)),
+    bounds: bounds.map((t) => +t.toFixed(4)),
+    groupNames: names,
+    group: groups.map((g) => names.indexOf(g)),
+    registrySamples: thin(registrySamples.map((s) => [+s.t.toFixed(4), Math.round(s.rate * 8)])),
+  };
 }
 
 /** At most ~2000 points of a step series (enough for a plot). */
@@ -563,6 +593,7 @@ function single(): void {
     log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
       `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; ` +
       `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
+    if (r.ownBound.groups.length > 1) for (const line of boundRatioLines(r.ownBound)) log(`  ${line}`);
   }
   if (args.plots) log(`plots: ${writePlots(str('plots'), `${setup.nodes}x${bytes(setup.size).replace(/ /g, '')}`, `${setup.nodes} nodes × ${bytes(setup.size)}`, results).join(', ')}`);
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(results.map(compact), null, 1));

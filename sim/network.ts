@@ -198,6 +198,14 @@ export class Network {
     return path;
   }
 
+  /** Changes a link's rate (bits/s) from now on: a NIC that slows down mid-run. */
+  setRate(link: Link, bitsPerSecond: number): void {
+    if (!(bitsPerSecond > 0)) throw new Error(`link ${link.name} needs a positive rate`);
+    // The next recomputation moves every flow on at its old rate up to now, then shares the new capacity.
+    link.capacity = (bitsPerSecond / 8) * this.options.efficiency;
+    this.markDirty();
+  }
+
   /** Records the load of `link` over time (see `samples`). */
   monitor(link: Link): void {
     if (!this.monitors.has(link)) this.monitors.set(link, [{ t: this.queue.now, rate: link.load }]);

@@ -3,6 +3,8 @@
 // swarm with full downloads, (c) the Starling swarm with a lazy (eStargz) start.
 
 import { lowerBound, type LowerBound } from '../bench/lib/lower-bound.js';
+import type { NodeLink } from '../bench/lib/link-plan.js';
+import { boundRatios, nodeBounds, type BoundRatios } from '../bench/lib/node-bounds.js';
 import { silentLogger } from '../src/common/log.js';
 import type { HostInfo } from '../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../src/scheduler/config.js';
@@ -29,6 +31,11 @@ export interface Setup {
   /** Node NIC, bits/s. */
   nodeUp: number;
   nodeDown: number;
+  /**
+   * One link per node, over time (bench/lib/link-plan.ts: the emulated cluster's --node-rate and
+   * --rate-change); when given, it replaces nodeUp and nodeDown.
+   */
+  links?: NodeLink[];
   seedUp: number;
   seedDown: number;
   seeds: number;
@@ -108,6 +115,11 @@ export interface RunResult {
   neededBytes: number;
   lowerBound: LowerBound;
   ratio: number;
+  /** Each node's own bound b_i (bench/lib/node-bounds.ts), seconds, and its group of equal links. */
+  bounds: number[];
+  groups: string[];
+  /** Median and worst of ready_i / b_i, overall and per group. */
+  ownBound: BoundRatios;
   /** Registry egress until the last node was ready, and in all (the seed may read on). */
   registryBytes: number;
   registryBytesTotal: number;
@@ -142,6 +154,15 @@ export interface RunResult {
 
 const TASK_ID = `sha256:${'5a'.repeat(32)}`;
 
+/** Every node's link: `setup.links`, or nodeUp / nodeDown for all. */
+export function nodeLinksOf(setup: Setup): NodeLink[] {
+  if (setup.links) {
+    if (setup.links.length !== setup.nodes) throw new Error(`${setup.links.length} node links for ${setup.nodes} nodes`);
+    return setup.links;
+  }
+  return Array.from({ length: setup.nodes }, () => ({ group: 'all', steps: [{ at: 0, down: setup.nodeDown, up: setup.nodeUp }] }));
+}
+
 /** `progress` (optional) hears a line about every 30 s of wall time on long runs. */
 export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = defaultLazy(), progress?: (line: string) => void): RunResult {
   const wallStart = performance.now();
@@ -171,13 +192,22 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   const schedulerHost = net.host('scheduler', infra[0]!, undefined, undefined);
   net.monitor(registry.up!);
   const nodeNets: NetHost[] = [];
+  const links = nodeLinksOf(setup);
   for (let i = 0; i < setup.nodes; i++) {
     const rackNo = Math.floor(i / setup.rackSize);
     const zone = zones[rackNo % zones.length]!;
     const rack = net.rack(`${zone.name}-r${rackNo}`, zone, setup.rackUplink);
-    const host = net.host(`n${i}`, rack, setup.nodeUp, setup.nodeDown);
+    const start = links[i]!.steps[0]!;
+    const host = net.host(`n${i}`, rack, start.up, start.down);
     net.monitor(host.up!);
     nodeNets.push(host);
+    // A link that changes mid-run (the emulated cluster's tc change at a given second).
+    for (const step of links[i]!.steps.slice(1)) {
+      queue.at(step.at, () => {
+        net.setRate(host.up!, step.up);
+        net.setRate(host.down!, step.down);
+      });
+    }
   }
 
   const world = new World(queue, net, registry, schedulerHost, setup.peer, random);
@@ -311,9 +341,11 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   const lb = lowerBound({
     F: neededBytes,
     us: setup.registryUp / 8,
-    ui: new Array<number>(setup.nodes).fill(setup.nodeUp / 8),
-    dmin: setup.nodeDown / 8,
+    ui: links.map((l) => l.steps[0]!.up / 8),
+    dmin: Math.min(...links.map((l) => l.steps[0]!.down / 8)),
   });
+  const bounds = nodeBounds(neededBytes, setup.registryUp, links).map((b) => b.seconds);
+  const groups = links.map((l) => l.group);
   const samples = net.samples(registry.up!);
   const nodeDownloads = nodes.map((h) => h?.tasks.get(task.id)).filter((d): d is SimDownload => !!d);
   const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
@@ -332,6 +364,9 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     neededBytes,
     lowerBound: lb,
     ratio: last / lb.seconds,
+    bounds,
+    groups,
+    ownBound: boundRatios(ready.map((done, i) => ({ node: `n${i}`, done, bound: bounds[i]!, group: groups[i]! }))),
     registryBytes: integrate(samples, last),
     registryBytesTotal: registry.sent,
     registryPeakBps: Math.max(0, ...samples.map((s) => s.rate)) * 8,
@@ -343,7 +378,7 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     copiesFromOrigin: scenario === 'direct' ? setup.nodes : sum(nodeDownloads.map((d) => d.bytesFrom.origin)) / setup.size,
     seedUploadCopies: sum(seedHosts.map((h) => h.net.sent)) / setup.size,
     seedUploadUse: seedHosts.length ? sum(seedHosts.map((h) => integrate(net.samples(h.net.up!), last))) / (seedHosts.length * (setup.seedUp / 8) * setup.efficiency * last) : 0,
-    nodeUploadUse: scenario === 'direct' ? 0 : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) / (setup.nodes * (setup.nodeUp / 8) * setup.efficiency * last),
+    nodeUploadUse: scenario === 'direct' ? 0 : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) / (sum(links.map((l) => l.steps[0]!.up / 8)) * setup.efficiency * last),
     schedulerMs: world.schedulerMs,
     schedulerCalls: world.schedulerCalls,
     tickMs,

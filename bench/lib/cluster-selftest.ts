@@ -78,6 +78,18 @@ async function checkCaps(): Promise<void> {
     };
     await measure('node download (origin → n0)', nodeBits, [[c.nodes[0]!, c.origin]], sized(nodeBits));
     await measure('node upload (n0 → origin)', nodeBits, [[c.origin, c.nodes[0]!]], sized(nodeBits));
+    {
+      // A cap changed mid-transfer (setRate, what --rate-change does): n0's link drops to a
+      // quarter halfway through. Half the bytes at the full rate, half at a quarter: 2.5 × as long,
+      // an effective rate of 0.4 × the cap.
+      const name = 'rate change (n0 to 1/4 halfway)';
+      const s0 = startCpuSampler();
+      const timer = setTimeout(() => void c.setRate(c.nodes[0]!, { up: nodeBits / 4, down: nodeBits / 4 }), (secs / 2) * 1000 / PAYLOAD_SHARE);
+      rows.push(row(name, 0.4 * nodeBits, await transfer(c, [[c.nodes[0]!, c.origin]], sized(nodeBits))));
+      clearTimeout(timer);
+      await c.setRate(c.nodes[0]!, { up: nodeBits, down: nodeBits });
+      cpu[name] = s0.stop().meanBusyPct;
+    }
     // Fan-out: every node pulls from the origin; the aggregate is capped by the origin's upload.
     const fanBytes = sized(Math.min(originBits / N, nodeBits));
     const s = startCpuSampler();

@@ -199,6 +199,8 @@ export interface Cluster {
   allDownloadQdiscStats(): Promise<Map<string, QdiscStats>>;
   /** tc statistics of the host's caps: up = its eth0 egress, down = its hub port's egress. */
   qdiscStats(host: ClusterHost | string): Promise<{ up?: QdiscStats; down?: QdiscStats }>;
+  /** Changes a host's caps now (a link that slows down mid-run); a direction left out keeps its cap. */
+  setRate(host: ClusterHost | string, rate: LinkRate): Promise<void>;
   destroy(): Promise<void>;
 }
 
@@ -234,23 +236,35 @@ export type Shaper = 'tbf' | 'htb-ack';
 
 /** tc batch lines that cap `dev`'s egress at `bitsPerSecond` with a bulk queue of `queueMs`. */
 function shaperLines(dev: string, bitsPerSecond: number, shaper: Shaper, queueMs: number): string[] {
+  if (shaper === 'tbf') return shaperRateLines(dev, bitsPerSecond, shaper, queueMs).map((l) => l.replace(/^qdisc change/, 'qdisc replace'));
+  return [
+    `qdisc replace dev ${dev} root handle 1: htb default 20`,
+    ...shaperRateLines(dev, bitsPerSecond, shaper, queueMs),
+    `qdisc replace dev ${dev} parent 1:10 handle 10: pfifo limit 10000`,
+    // IPv4 total length (bytes 2–3 of the IP header) < 128.
+    `filter replace dev ${dev} parent 1: protocol ip prio 1 u32 match u16 0x0000 0xff80 at 2 flowid 1:10`,
+  ];
+}
+
+/**
+ * The lines of shaperLines that set the rate, which also change an existing cap in place: a
+ * second `qdisc replace` of the htb root is refused ("Change operation not supported") and a
+ * second `filter replace` adds a duplicate filter.
+ */
+function shaperRateLines(dev: string, bitsPerSecond: number, shaper: Shaper, queueMs: number): string[] {
   const Bps = bitsPerSecond / 8;
   const rate = `${Math.round(bitsPerSecond)}bit`;
   // burst: ≥ a few MTUs and ~4 ms of traffic; FIFO queue: queueMs of traffic (at least
   // 64 KiB over the burst).
   const burst = Math.max(32 * 1024, Math.round(Bps * 0.004));
   const limit = Math.max(burst + 64 * 1024, Math.round((Bps * queueMs) / 1000));
-  if (shaper === 'tbf') return [`qdisc replace dev ${dev} root handle 1: tbf rate ${rate} burst ${burst} limit ${limit}`];
+  if (shaper === 'tbf') return [`qdisc change dev ${dev} root handle 1: tbf rate ${rate} burst ${burst} limit ${limit}`];
   const small = `${Math.max(8000, Math.round(bitsPerSecond / 20))}bit`;
   return [
-    `qdisc replace dev ${dev} root handle 1: htb default 20`,
     `class replace dev ${dev} parent 1: classid 1:1 htb rate ${rate} ceil ${rate} burst ${burst} cburst ${burst}`,
     `class replace dev ${dev} parent 1:1 classid 1:10 htb rate ${small} ceil ${rate} burst ${burst} cburst ${burst} prio 0 quantum 1514`,
     `class replace dev ${dev} parent 1:1 classid 1:20 htb rate ${rate} ceil ${rate} burst ${burst} cburst ${burst} prio 1 quantum 1514`,
-    `qdisc replace dev ${dev} parent 1:10 handle 10: pfifo limit 10000`,
     `qdisc replace dev ${dev} parent 1:20 handle 20: bfifo limit ${limit}`,
-    // IPv4 total length (bytes 2–3 of the IP header) < 128.
-    `filter replace dev ${dev} parent 1: protocol ip prio 1 u32 match u16 0x0000 0xff80 at 2 flowid 1:10`,
   ];
 }
 
@@ -335,7 +349,8 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
       mac: `02:13:00:00:${hex(a)}:${hex(b)}`,
       iface: 'eth0',
       hubPort: `h${k}`,
-      rate,
+      // A copy: setRate changes one host's caps, and nodes may share one spec.
+      rate: { ...rate },
     };
     hosts.push(h);
     return h;
@@ -373,6 +388,11 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
     teardownSync(namespaces);
   });
 
+  const caps = {
+    shaper: opts.shaper ?? (process.env.STARLING_SHAPER as Shaper | undefined) ?? 'htb-ack',
+    queueMs: opts.queueMs ?? Number(process.env.STARLING_QUEUE_MS ?? 200),
+    mtu: opts.mtu ?? Number(process.env.STARLING_MTU ?? 1500),
+  };
   const byName = new Map(hosts.map((h) => [h.name, h]));
   const resolve = (h: ClusterHost | string): ClusterHost => {
     if (typeof h !== 'string') return h;
@@ -490,6 +510,20 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
       };
       return { up: await read(host.ns, host.iface), down: await read(hubNs, host.hubPort) };
     },
+    async setRate(h, rate) {
+      const host = resolve(h);
+      // The classes' rates and the queue's depth change in place.
+      if (rate.up !== undefined) {
+        if (host.rate.up === undefined) throw new Error(`${host.name} has no upload cap to change`);
+        await must('tc', ['-n', host.ns, '-batch', '-'], shaperRateLines(host.iface, rate.up, caps.shaper, caps.queueMs).map((l) => l + '\n').join(''));
+        host.rate.up = rate.up;
+      }
+      if (rate.down !== undefined) {
+        if (host.rate.down === undefined) throw new Error(`${host.name} has no download cap to change`);
+        await must('tc', ['-n', hubNs, '-batch', '-'], shaperRateLines(host.hubPort, rate.down, caps.shaper, caps.queueMs).map((l) => l + '\n').join(''));
+        host.rate.down = rate.down;
+      }
+    },
     async destroy() {
       if (destroyed) return;
       destroyed = true;
@@ -514,11 +548,7 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
   };
 
   try {
-    await setup(cluster, opts.concurrency ?? 8, {
-      shaper: opts.shaper ?? (process.env.STARLING_SHAPER as Shaper | undefined) ?? 'htb-ack',
-      queueMs: opts.queueMs ?? Number(process.env.STARLING_QUEUE_MS ?? 200),
-      mtu: opts.mtu ?? Number(process.env.STARLING_MTU ?? 1500),
-    });
+    await setup(cluster, opts.concurrency ?? 8, caps);
   } catch (err) {
     await cluster.destroy().catch(() => teardownSync(namespaces));
     throw err;

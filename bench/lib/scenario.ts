@@ -4,15 +4,22 @@
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { formatBitRate, parseBitRate, parseSize } from '../../src/common/units.js';
-import type { CpuReport } from './cluster.js';
+import type { Cluster, CpuReport } from './cluster.js';
 import type { LowerBound } from './lower-bound.js';
+import { formatLink, planNodeLinks, type NodeLink } from './link-plan.js';
+import { boundRatioLines, boundRatios, nodeBounds, type BoundRatios } from './node-bounds.js';
 import { fixed, median } from './stats.js';
 
 export interface ScenarioArgs {
   nodes: number;
   sizeBytes: number;
   sizeText: string;
+  /** The --node-rate description (bench/lib/link-plan.ts), e.g. '10mbit' or '10mbit*24,3mbit*8'. */
   nodeRate: string;
+  /** Each node's link over the run, from --node-rate and --rate-change. */
+  links: NodeLink[];
+  /** The --rate-change text ('' for none). */
+  rateChanges: string;
   originRate: string;
   /** Extra options of the script, as given. */
   extra: Record<string, string | boolean | undefined>;
@@ -39,6 +46,7 @@ export function scenarioArgs(
     nodes: { type: 'string' as const, default: '8' },
     ...(size === null ? {} : { size: { type: 'string' as const, default: size } }),
     'node-rate': { type: 'string' as const, default: nodeRate },
+    'rate-change': { type: 'string' as const, default: '' },
     'origin-rate': { type: 'string' as const },
     'json-out': { type: 'string' as const },
     help: { type: 'boolean' as const, default: false },
@@ -49,8 +57,10 @@ export function scenarioArgs(
       `usage: npx tsx bench/${script}.ts [--nodes 8]${size === null ? '' : ` [--size ${size}]`} [--node-rate ${nodeRate}] [--origin-rate ${formatBitRate(4 * parseBitRate(nodeRate))}]`,
       '  --nodes N          receiving nodes (each in its own network namespace)',
       ...(size === null ? [] : ['  --size S           blob size (16MiB, 64MiB, 50MB…)']),
-      '  --node-rate R      every node\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
-      '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × node rate',
+      '  --node-rate R      the nodes\' NIC caps (tc units: mbit = 10^6 bit/s): one rate for all, both directions,',
+      '                     or groups in node order, e.g. 10mbit*24,3mbit*8 or 20mbit/5mbit*16,10mbit (down/up)',
+      '  --rate-change C    links that change during the run, e.g. n7=1mbit@20s or n7=0.1x@20s (seconds from the start)',
+      '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × the fastest node\'s download',
       '  --json-out FILE    write the result there as JSON, with the origin\'s egress samples (for bench/plot-cluster.ts)',
       ...Object.entries(extraOptions).map(([k, v]) => `  --${k.padEnd(16)} ${v.help}`),
     ].join('\n');
@@ -70,21 +80,57 @@ export function scenarioArgs(
     if (!Number.isInteger(nodes) || nodes < 1 || nodes > 1000) throw new Error(`--nodes must be 1…1000, got ${values.nodes}`);
     const sizeText = size === null ? '' : String(values.size);
     const sizeBytes = size === null ? 0 : parseSize(sizeText);
-    const nodeBits = parseBitRate(String(values['node-rate']));
-    const originBits = values['origin-rate'] ? parseBitRate(String(values['origin-rate'])) : 4 * nodeBits;
+    const rateChanges = String(values['rate-change']);
+    const links = planNodeLinks(String(values['node-rate']), nodes, rateChanges);
+    const fastest = Math.max(...links.map((l) => l.steps[0]!.down));
+    const originBits = values['origin-rate'] ? parseBitRate(String(values['origin-rate'])) : 4 * fastest;
     const extra: Record<string, string | boolean | undefined> = {};
     for (const k of Object.keys(extraOptions)) extra[k] = values[k];
     const jsonOut = values['json-out'] === undefined ? undefined : String(values['json-out']);
-    return { nodes, sizeBytes, sizeText, nodeRate: formatBitRate(nodeBits), originRate: formatBitRate(originBits), extra, jsonOut };
+    // One rate for every node is written as before ('20mbit'); a description stays as given.
+    const uniform = links.every((l) => l.steps.length === 1 && formatLink(l.steps[0]!) === formatLink(links[0]!.steps[0]!));
+    const nodeRateText = uniform && !/[*/,]/.test(String(values['node-rate'])) ? formatLink(links[0]!.steps[0]!) : String(values['node-rate']);
+    return { nodes, sizeBytes, sizeText, nodeRate: nodeRateText, links, rateChanges, originRate: formatBitRate(originBits), extra, jsonOut };
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);
   }
 }
 
+/** Each node's caps at the start, as createCluster takes them. */
+export function startRates(links: NodeLink[]): Array<{ up: number; down: number }> {
+  return links.map((l) => ({ up: l.steps[0]!.up, down: l.steps[0]!.down }));
+}
+
+/**
+ * Changes the nodes' caps at the seconds --rate-change gives, counted from `t0` (nowSeconds()).
+ * stop() cancels those not yet made and says when each one made was in place.
+ */
+export function startRateChanges(c: Cluster, links: NodeLink[], t0: number, now: () => number): { stop(): Promise<Array<{ node: string; at: number; inPlace: number }>> } {
+  const timers: NodeJS.Timeout[] = [];
+  const made: Array<Promise<{ node: string; at: number; inPlace: number }>> = [];
+  links.forEach((link, i) => {
+    for (const step of link.steps.slice(1)) {
+      const node = c.nodes[i]!;
+      timers.push(
+        setTimeout(() => {
+          made.push(c.setRate(node, { up: step.up, down: step.down }).then(() => ({ node: node.name, at: step.at, inPlace: now() - t0 })));
+        }, Math.max(0, (t0 + step.at - now()) * 1000)),
+      );
+    }
+  });
+  return {
+    async stop() {
+      for (const t of timers) clearTimeout(t);
+      return Promise.all(made);
+    },
+  };
+}
+
 /** Warn when the emulated traffic could exceed what two cores carry faithfully. */
 export function warnIfOverBudget(a: ScenarioArgs): void {
-  const total = Math.min(a.nodes * parseBitRate(a.nodeRate), parseBitRate(a.originRate) + a.nodes * parseBitRate(a.nodeRate)) / 1e6;
+  const nodesDown = a.links.reduce((sum, l) => sum + Math.max(...l.steps.map((s) => s.down)), 0);
+  const total = Math.min(nodesDown, parseBitRate(a.originRate) + nodesDown) / 1e6;
   if (total > BUDGET_MBIT) {
     console.error(
       `warning: up to ${total.toFixed(0)} Mbit/s of emulated traffic (N × node rate); above ~${BUDGET_MBIT} Mbit/s ` +
@@ -110,6 +156,22 @@ export function summarize(t: NodeTiming[]): Summary {
   return { first: Math.min(...done), median: median(done), last: Math.max(...done) };
 }
 
+/**
+ * Each node's completion beside its own bound (bench/lib/node-bounds.ts): `timings` in node
+ * order, the source being the seed (or the origin) uploading `sourceUpBits`.
+ */
+export function againstOwnBounds(
+  timings: NodeTiming[],
+  links: NodeLink[],
+  F: number,
+  sourceUpBits: number,
+): { perNode: Array<{ node: string; done: number; bound: number; group: string }>; ownBound: BoundRatios; lines: string[] } {
+  const bounds = nodeBounds(F, sourceUpBits, links);
+  const perNode = timings.map((t, i) => ({ node: t.node, done: +t.done.toFixed(3), bound: +bounds[i]!.seconds.toFixed(3), group: links[i]!.group }));
+  const ownBound = boundRatios(perNode);
+  return { perNode, ownBound, lines: boundRatioLines(ownBound) };
+}
+
 export function cpuLine(cpu: CpuReport): string {
   return (
     `CPU (whole machine, ${cpu.cpus} cores, ${fixed(cpu.seconds, 1)} s): mean ${fixed(cpu.meanBusyPct, 0)}% busy, ` +
@@ -128,4 +190,8 @@ export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: 
   const { egress, ...rest } = result;
   console.log(JSON.stringify(egress ? { ...rest, egress: { ...egress, samples: undefined } } : rest));
   if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
+}
+
+export function sha256Hex(digest: string): string {
+  return digest.replace(/^sha256:/, '');
 }

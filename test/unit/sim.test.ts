@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { lowerBound } from '../../bench/lib/lower-bound.js';
+import { planNodeLinks } from '../../bench/lib/link-plan.js';
 import { EventQueue } from '../../sim/event-queue.js';
 import { Network, runUntil, type Flow } from '../../sim/network.js';
 import { defaultSetup, run } from '../../sim/scenario.js';
@@ -110,6 +111,18 @@ describe('sim network: max-min fair sharing', () => {
   });
 });
 
+describe('sim network: links that change mid-run', () => {
+  it('moves a flow on at its old rate up to the change, then at the new one', () => {
+    // a.up 10 B/s; 100 B to b; at t = 4 a's uplink drops to 1 B/s: 40 B by then, 60 B at 1 B/s.
+    const { queue, net, host, flow, done, settle } = network();
+    const a = host('a', 10);
+    flow('b', a, host('b', undefined, 100), 100);
+    queue.at(4, () => net.setRate(a.up!, 8 * 1));
+    settle();
+    close(done.get('b')!, 64, 'done');
+  });
+});
+
 describe('sim: the lower bound', () => {
   it('computes Kumar–Ross T* on a small case', () => {
     // F = 100 B, source 10 B/s, 4 peers uploading 5 B/s, slowest download 20 B/s:
@@ -175,6 +188,25 @@ describe('sim: a tiny swarm through the real scheduler', () => {
     const inOrder = run('lazy', setup(true));
     assert.ok(inOrder.first >= wholeRead, `in order, the first node waits for the whole read: ${inOrder.first} s`);
     assert.ok(tailFirst.last < wholeRead / 2, `last piece first: every node ready after ${tailFirst.last} s`);
+  });
+
+  it('takes one link per node, changes it mid-run, and measures each node against its own bound', () => {
+    const size = 16 * 2 ** 20;
+    const setup = defaultSetup({
+      nodes: 4,
+      size,
+      efficiency: 1,
+      latency: { sameRack: 0, crossRack: 0, crossZone: 0 },
+      registryUp: 40e6,
+      links: planNodeLinks('20mbit*3,5mbit', 4, 'n1=0.5x@2s'),
+    });
+    const r = run('direct', setup);
+    // n3 at 5 Mbit/s: its own bound is F/5 Mbit/s; n1 is slowed from 20 to 10 at 2 s.
+    close(r.bounds[3]!, (size * 8) / 5e6, 'n3 bound');
+    close(r.bounds[1]!, 2 + (size * 8 - 2 * 20e6) / 10e6, 'n1 bound');
+    assert.deepEqual(r.ownBound.groups.map((g) => g.nodes), [2, 1, 1]);
+    // Direct pulls share the registry's 40 Mbit/s: the fast nodes get 11.7 Mbit/s, not their 20.
+    assert.ok(r.ownBound.groups[0]!.median > 1.5, `fast nodes at ${r.ownBound.groups[0]!.median} of their bound`);
   });
 
   it('direct pulls: the registry sends N copies and the last node ends at N·F/u', () => {
