@@ -44,7 +44,7 @@ const options = {
   'latency-cross-rack': { type: 'string', default: '150us' },
   'latency-cross-zone': { type: 'string', default: '1ms' },
   framing: { type: 'string', default: 'ethernet' },
-  shape: { type: 'string', default: 'mesh' },
+  shape: { type: 'string', default: 'adaptive' },
   fanout: { type: 'string', default: '1' },
   'seed-fanout': { type: 'string', default: '1' },
   'parent-limit': { type: 'string', default: '5' },
@@ -96,7 +96,7 @@ setup
   --latency-rack T --latency-cross-rack T --latency-cross-zone T   one-way (50us, 150us, 1ms)
   --framing ethernet|tc  payload share of a link: 1448/1538 (Ethernet wire) or 1448/1514 (tc's count)
 scheduler and peer (defaults are the real ones)
-  --shape mesh|pipeline (mesh)  --fanout (1)  --seed-fanout (1)   pipeline: children per node / per seed
+  --shape adaptive|mesh|pipeline (adaptive)  --fanout (1)  --seed-fanout (1)   chain children per node / per seed
   --parent-limit K (5)  --back-to-source-limit M (1)  --piece-parallelism (8)  --per-parent (3)
   --upload-slots (8)    --seed-upload-slots (8)
 lazy start (scenario lazy)
@@ -508,8 +508,9 @@ function validate(): void {
       noise,
       rngSeed,
       // The measurements were taken with the endgame that re-fetched stored pieces, before the
-      // cut-through relay, and before origin reads took the last piece first.
+      // cut-through relay, and before origin reads took the last piece first; in the mesh.
       peer: { ...defaultPeerSettings(), endgameRefetchesStored: true, storeAndForward: true, originInOrder: true },
+      scheduling: { ...defaultScheduling(), shape: 'mesh' },
     });
   const rows: string[][] = [];
   const json: Record<string, unknown>[] = [];

@@ -25,8 +25,8 @@ export interface TopologyRule {
 }
 
 export interface ClusterConfig {
-  /** mesh: several parents per peer; pipeline: one parent each, chains (see the README). */
-  shape: 'mesh' | 'pipeline';
+  /** adaptive (the default): chains placed by measured link rates; mesh: several parents per peer; pipeline: fixed chains (see the README). */
+  shape: 'adaptive' | 'mesh' | 'pipeline';
   pipeline: { fanout: number; seedFanout: number };
   candidateParentLimit: number;
   backToSourceLimit: number;

@@ -13,6 +13,10 @@ export const topologyRuleSchema = z
 /**
  * The shape of the parent graph.
  *
+ * - `adaptive` (the default): chains as in a pipeline, placed by what the scheduler measures from
+ *   the peers' piece reports (placement.ts): a peer found slow rides at a chain's end instead of
+ *   holding back the peers below it, a seed whose link carries several chains feeds several, a
+ *   held-back chain moves to where there is room. On equal links it is the pipeline.
  * - `mesh`: each child gets up to `candidateParentLimit` parents and fetches pieces from several
  *   at once. It copes with children that want different pieces (lazy pulls reading files at
  *   random) and with uneven hosts, but max-min sharing of many thin transfers leaves uploads idle:
@@ -25,13 +29,13 @@ export const topologyRuleSchema = z
  *   rate splits its upload and slows every chain below it, so set it to upload / download rate
  *   (1 on equal NICs; a seed with a 4 x faster NIC may feed 4).
  */
-export const shapeSchema = z.enum(['mesh', 'pipeline']);
+export const shapeSchema = z.enum(['adaptive', 'mesh', 'pipeline']);
 export type Shape = z.output<typeof shapeSchema>;
 
 /** How parents are chosen; the same shape the manager will push to running schedulers. */
 export const schedulingSchema = z
   .object({
-    shape: shapeSchema.default('mesh'),
+    shape: shapeSchema.default('adaptive'),
     pipeline: z
       .object({
         fanout: z.number().int().min(1).max(64).default(1),

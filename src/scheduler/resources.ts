@@ -1,9 +1,12 @@
 import type { HostInfo, OriginRequest, SchedulerPacket } from '../rpc/scheduler-api.js';
+import { LinkKnowledge, PeerPace } from './pace.js';
 import { PieceSet } from './piece-set.js';
 
 /** A machine running a peer daemon (or a seed). */
 export class Host {
   readonly peers = new Set<Peer>();
+  /** What its links were measured to allow (the adaptive shape places by it). */
+  readonly links = new LinkKnowledge();
   constructor(
     public info: HostInfo,
     public lastSeen: number,
@@ -58,12 +61,18 @@ export class Peer {
   readonly growing = new Map<number, number>();
   /** The pieces of `growing`, as a bitset for the every-pair checks of parent selection. */
   readonly arriving: PieceSet;
+  /** What its reports showed of its transfers (adaptive shape). */
+  readonly pace = new PeerPace();
+  /** When its parent set last changed: a piece started before was asked of another parent. */
+  parentsSince = 0;
 
   constructor(
     readonly id: string,
     readonly host: Host,
     readonly task: Task,
     readonly send: (packet: SchedulerPacket) => void,
+    /** When it registered for the task. */
+    readonly joinedAt = 0,
   ) {
     this.pieces = new PieceSet(task.pieceCount);
     this.arriving = new PieceSet(task.pieceCount);
@@ -125,6 +134,18 @@ export class Peer {
   }
 }
 
+/** The adaptive shape's view of a task (adaptive.ts, placement.ts). */
+export interface AdaptiveTaskState {
+  /** When pieces still arriving were last checked. */
+  checkedAt: number;
+  /** The most a node (not a seed) of the task was measured to receive, bytes per ms: what "slow" is measured against. */
+  referenceRate: number;
+  /** A node not found slow itself was measured: the reference says how fast nodes are. */
+  referenceConfirmed: boolean;
+  /** Chain ends moved under a seed to find the reference (placement.ts chainToSplit). */
+  probes: Peer[];
+}
+
 /** Where a task is kept: its blob digest as read from one origin registry. */
 export function taskKey(id: string, registry: string): string {
   return `${registry} ${id}`;
@@ -145,6 +166,8 @@ export class Task {
   readonly triggeredSeeds = new Map<string, { at: number; failed: boolean }>();
   cyclesDetected = 0;
   lastActive: number;
+  /** What the adaptive shape keeps of the task as a whole (adaptive.ts). */
+  readonly adaptive: AdaptiveTaskState = { checkedAt: 0, referenceRate: 0, referenceConfirmed: false, probes: [] };
 
   constructor(
     readonly id: string,

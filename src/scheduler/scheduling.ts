@@ -1,8 +1,9 @@
 import type { Logger } from '../common/log.js';
 import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
-import type { SchedulingConfig, Shape } from './config.js';
+import type { SchedulingConfig } from './config.js';
+import { Adaptation } from './adaptive.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
-import { freeChildSlots, keepsItsParents, selectParents, type Exclusion } from './selection.js';
+import { filterCandidates, freeChildSlots, keepsItsParents, selectParents, type Exclusion } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
 const SEED_SHOW_UP_MS = 15_000;
@@ -24,12 +25,26 @@ export interface SchedulingHooks {
  * transport: packets go out through each peer's `send`.
  */
 export class Scheduling {
+  /** The adaptive shape's measurements and moves. */
+  private readonly adaptive: Adaptation;
+
   constructor(
     readonly resources: Resources,
     public config: SchedulingConfig,
     private readonly hooks: SchedulingHooks,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.adaptive = new Adaptation({
+      resources,
+      log,
+      reschedule: (peer) => this.schedule(peer),
+      moveTo: (peer, parent) => this.setParents(peer, [parent]),
+      mayServe: (child, parent) => {
+        const excluded = new Map<string, Exclusion>();
+        return filterCandidates(child, this.config, this.hooks.now(), excluded).includes(parent) || excluded.get(parent.id) === 'overloaded';
+      },
+    });
+  }
 
   announceHost(info: HostInfo): Host {
     return this.resources.upsertHost(info, this.hooks.now());
@@ -61,7 +76,7 @@ export class Scheduling {
     if (request.origin?.url) task.origin = { url: request.origin.url, public: Boolean(request.origin.public) };
     const previous = task.peers.get(request.peerId);
     if (previous) this.leave(previous);
-    const peer = new Peer(request.peerId, host, task, send);
+    const peer = new Peer(request.peerId, host, task, send, now);
     for (const index of request.heldPieces ?? []) if (index >= 0 && index < task.pieceCount) peer.pieces.add(index);
     task.peers.set(peer.id, peer);
     host.peers.add(peer);
@@ -164,6 +179,7 @@ export class Scheduling {
     const task = peer.task;
     if (report.index < 0 || report.index >= task.pieceCount) return;
     const isNew = !peer.pieces.has(report.index);
+    const startedAt = peer.growing.get(report.index);
     peer.pieceStored(report.index);
     task.lastActive = this.hooks.now();
     const length = report.length > 0 ? report.length : task.pieceSize;
@@ -186,6 +202,7 @@ export class Scheduling {
         peer.bytesByParentHost.set(parent.host.id, (peer.bytesByParentHost.get(parent.host.id) ?? 0) + length);
       }
     }
+    if (this.config.shape === 'adaptive') this.adaptive.stored(peer, report, length, startedAt, this.hooks.now());
     // A first holder appeared: peers waiting for one can now be given a parent.
     if (peer.pieces.size === 1) this.offerNewHolder(peer);
   }
@@ -273,6 +290,7 @@ export class Scheduling {
   tick(): void {
     const now = this.hooks.now();
     for (const task of this.resources.tasks.values()) {
+      if (this.config.shape === 'adaptive') this.adaptive.tick(task, now);
       for (const peer of [...task.peers.values()]) {
         if (peer.state !== 'running' && peer.state !== 'waiting') continue;
         if (keepsItsParents(peer, this.config, now)) continue;
@@ -315,6 +333,11 @@ export class Scheduling {
     for (const old of before) if (!parents.includes(old)) old.children.delete(peer);
     for (const parent of parents) parent.children.add(peer);
     peer.parents = parents;
+    if (!same) {
+      peer.parentsSince = this.hooks.now();
+      peer.pace.slowArrival = undefined;
+      this.log.trace({ task: peer.task.id, peer: peer.id, parents: parents.map((p) => p.id).join(',') }, 'parents');
+    }
     // The graph was acyclic before; only the new edges can close a cycle: a parent below the peer.
     const below = parents.length > 0 ? descendantsOf(peer) : undefined;
     if (parents.some((parent) => parent === peer || below!.has(parent))) {
@@ -323,7 +346,7 @@ export class Scheduling {
     }
     if (parents.length > 0) peer.state = 'running';
     if (!same && peer.state !== 'left' && (parents.length > 0 || before.length > 0)) {
-      peer.send({ packet: 'parents', parents: { parents: parents.map((parent) => toParentInfo(parent, this.config.shape)) } });
+      peer.send({ packet: 'parents', parents: { parents: parents.map((parent) => toParentInfo(parent, this.config.shape === 'mesh' ? 0 : 1)) } });
     }
   }
 
@@ -336,6 +359,7 @@ export class Scheduling {
   private sendToOrigin(peer: Peer, reason: string): void {
     this.log.info({ task: peer.task.id, peer: peer.id, reason }, 'peer sent to the origin');
     this.setParents(peer, []);
+    peer.pace.originSince ??= this.hooks.now();
     peer.state = 'backToSource';
     peer.send({ packet: 'backToSource', backToSource: { reason } });
     this.hooks.onScheduled?.(peer, 'backToSource', 0);
@@ -413,18 +437,20 @@ export class Scheduling {
   }
 }
 
-/** A pipeline child fetches one piece at a time: a second would split the chain's link in two. */
-function toParentInfo(peer: Peer, shape: Shape): ParentInfo {
+/**
+ * `piecesAtOnce`: one in chains (a pipeline, the adaptive shape), where a second piece would split
+ * the chain's link in two; 0 (the peer's own choice) for a mesh child.
+ */
+function toParentInfo(peer: Peer, piecesAtOnce: number): ParentInfo {
   return {
     peerId: peer.id,
     hostId: peer.host.id,
     ip: peer.host.info.ip,
     uploadPort: peer.host.info.uploadPort,
     seed: peer.isSeed,
-    piecesAtOnce: shape === 'pipeline' ? 1 : 0,
+    piecesAtOnce,
   };
 }
-
 
 /** The registry (scheme://host[:port]) of an origin blob URL; '' when there is none or it does not parse. */
 function originRegistry(url: string | undefined): string {

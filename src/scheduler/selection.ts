@@ -1,4 +1,6 @@
 import type { SchedulingConfig, TopologyRule } from './config.js';
+import { SLOW } from './pace.js';
+import { canTake, feedsEach, misplaced, offerTo, passengerCap, rankForChild, spareFor } from './placement.js';
 import { descendantsOf, type Peer } from './resources.js';
 
 /**
@@ -30,12 +32,13 @@ export function filterCandidates(
     else if (child.blocklist.has(peer.id)) exclude(peer, 'blocklisted');
     else if (!offersSomething(peer, child, now)) exclude(peer, 'nothing-to-offer');
     else if (below.has(peer)) exclude(peer, 'cycle');
-    else if (!child.parents.includes(peer) && freeChildSlots(peer, config) <= 0) {
+    else if (!child.parents.includes(peer) && !hasRoomFor(peer, child, config)) {
       exclude(peer, 'overloaded');
       full.push(peer);
     } else out.push(peer);
   }
-  const fast = withoutSlowOutliers(out, config.slowFactor, exclude);
+  // The adaptive shape weighs each parent's measured pace itself (placement.ts).
+  const fast = config.shape === 'adaptive' ? out : withoutSlowOutliers(out, config.slowFactor, exclude);
   return applyStrictTopology(child, fast, full, config, exclude);
 }
 
@@ -45,13 +48,19 @@ export function filterCandidates(
  * a host in the chains of several layers splits its upload the way it splits its download.
  */
 export function freeChildSlots(peer: Peer, config: SchedulingConfig): number {
-  if (config.shape === 'pipeline') return (peer.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout) - peer.children.size;
+  if (config.shape !== 'mesh') return (peer.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout) - peer.children.size;
   return peer.host.uploadSlots - peer.host.childCount;
 }
 
-/** Parents handed to one child. */
+/** Whether the peer may take this child as well as the ones it has (the adaptive shape: placement.ts). */
+function hasRoomFor(peer: Peer, child: Peer, config: SchedulingConfig): boolean {
+  if (config.shape === 'adaptive') return canTake(peer, child, config);
+  return freeChildSlots(peer, config) > 0;
+}
+
+/** Parents handed to one child: several in a mesh, one in chains. */
 export function parentLimit(config: SchedulingConfig): number {
-  return config.shape === 'pipeline' ? 1 : config.candidateParentLimit;
+  return config.shape === 'mesh' ? config.candidateParentLimit : 1;
 }
 
 /**
@@ -139,6 +148,7 @@ const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overload
  * `excluded` receives why each other peer of the task was left out.
  */
 export function selectParents(child: Peer, config: SchedulingConfig, now: number, excluded = new Map<string, Exclusion>()): Peer[] {
+  if (config.shape === 'adaptive') return selectAdaptive(child, config, now, excluded);
   const candidates = filterCandidates(child, config, now, excluded);
   const useful = child.parents.filter((parent) => candidates.includes(parent));
   const idle = child.parents.filter((parent) => {
@@ -164,6 +174,33 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
 }
 
 /**
+ * The adaptive shape's one parent (placement.ts): the current one while it can serve, unless it
+ * is a passenger and the child holds a chain slot (a passenger feeds no chain), or the child is a
+ * passenger sharing a chain's upload; then the best ranked candidate, if any.
+ */
+function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excluded: Map<string, Exclusion>): Peer[] {
+  const candidates = filterCandidates(child, config, now, excluded);
+  const ranked = rankForChild(child, candidates, (peer) => scoreCandidate(child, peer, config, now));
+  const current = child.parents[0];
+  // Momentarily nothing new (a chain's child caught up with it) or full: kept while allowed.
+  const usable = (peer: Peer) => {
+    if (candidates.includes(peer)) return true;
+    const why = excluded.get(peer.id);
+    return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, peer, candidates, config) && !peer.isFinished;
+  };
+  if (current && usable(current)) {
+    if (!misplaced(child, current)) return [current];
+    const best = ranked.find((peer) => peer !== current);
+    if (!best) return [current];
+    const cap = passengerCap(child);
+    // A passenger moves where it fits; a chain child where it is fed clearly faster.
+    const better = cap !== undefined ? spareFor(best, child) >= SLOW * cap : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
+    return better ? [best] : [current];
+  }
+  return ranked[0] ? [ranked[0]] : [];
+}
+
+/**
  * The child has its full count of parents and each still offers it something (or, in a pipeline,
  * is still downloading) from its own side of every strict topology rule: a selection would hand
  * out the same parents, so the periodic pass can skip it. Without this the pass re-selects every
@@ -172,6 +209,8 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
  */
 export function keepsItsParents(child: Peer, config: SchedulingConfig, now: number): boolean {
   if (child.parents.length < parentLimit(config)) return false;
+  // A chain child of a slow feeder, held back, or a passenger in a chain's way: a better place may have freed up.
+  if (config.shape === 'adaptive' && child.parents[0] !== undefined && misplaced(child, child.parents[0])) return false;
   child.forgetStaleStarts(now);
   for (const parent of child.parents) {
     if (parent.state === 'left' || child.blocklist.has(parent.id)) return false;
@@ -187,7 +226,7 @@ export function keepsItsParents(child: Peer, config: SchedulingConfig, now: numb
  * look for another parent. A parent that stalls is reported by its child, which reschedules it.
  */
 function feedsAChain(parent: Peer, config: SchedulingConfig): boolean {
-  return config.shape === 'pipeline' && !parent.isFinished;
+  return config.shape !== 'mesh' && !parent.isFinished;
 }
 
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */

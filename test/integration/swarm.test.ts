@@ -81,7 +81,8 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
   });
 
   const shapes = [
-    { shape: 'mesh', schedulerArgs: [] },
+    { shape: 'adaptive', schedulerArgs: [] },
+    { shape: 'mesh', schedulerArgs: ['--shape', 'mesh'] },
     { shape: 'pipeline', schedulerArgs: ['--shape', 'pipeline'] },
   ];
 

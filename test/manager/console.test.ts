@@ -149,11 +149,11 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     const clusterText = await cluster.innerText();
     assert.match(clusterText, /candidate parents\s+5/);
     assert.match(clusterText, /zone\s+100\s+yes/);
-    assert.match(clusterText, /shape\s+mesh/);
+    assert.match(clusterText, /shape\s+adaptive/);
 
-    // The admin switches the cluster to the pipeline shape, and back.
+    // The admin switches the cluster to the pipeline shape, to the mesh, and back.
     const form = page.getByRole('form', { name: 'change limits of default' });
-    for (const [shape, shown] of [['pipeline', /shape\s+pipeline: 1 child per node, 1 per seed/], ['mesh', /shape\s+mesh/]] as const) {
+    for (const [shape, shown] of [['pipeline', /shape\s+pipeline: 1 child per node, 1 per seed/], ['mesh', /shape\s+mesh/], ['adaptive', /shape\s+adaptive/]] as const) {
       await form.getByLabel('Shape').selectOption(shape);
       await form.getByRole('button', { name: 'Save limits' }).click();
       await waitFor(async () => shown.test(await cluster.innerText()), 10_000, `the cluster shown with the ${shape} shape`);

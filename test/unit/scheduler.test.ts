@@ -17,6 +17,12 @@ function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
   return { id, hostname: id, ip: '127.0.0.1', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0, ...extra };
 }
 
+/**
+ * The mesh's configuration, which these tests were written for (the default is the adaptive
+ * shape: test/unit/adaptive.test.ts).
+ */
+const meshConfig = (): SchedulingConfig => ({ ...defaultScheduling(), shape: 'mesh' });
+
 /** A scheduling engine with a hand-driven clock, recording every packet and seed trigger. */
 function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false) {
   let now = 1_000;
@@ -24,7 +30,7 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
   const triggers: string[] = [];
   const scheduling = new Scheduling(
     new Resources(),
-    { ...defaultScheduling(), ...config },
+    { ...meshConfig(), ...config },
     {
       now: () => now,
       triggerSeed: async (seed) => {
@@ -177,7 +183,7 @@ describe('scheduling: parent selection', () => {
     me.children.add(downstream);
     me.blocklist.add(blocked.id);
     const excluded = new Map<string, Exclusion>();
-    const candidates = filterCandidates(me, defaultScheduling(), 0, excluded);
+    const candidates = filterCandidates(me, meshConfig(), 0, excluded);
     assert.deepEqual(candidates.map((p) => p.id), [good.id]);
     assert.equal(excluded.get(fresh.id), 'nothing-to-offer');
     assert.equal(excluded.get(useless.id), 'nothing-to-offer');
@@ -212,7 +218,7 @@ describe('scheduling: parent selection', () => {
     e.vouch();
     const relay = e.join('relay', {}, []);
     const child = e.join('child', {}, []);
-    const candidates = () => filterCandidates(child, defaultScheduling(), e.now(), new Map()).map((p) => p.id);
+    const candidates = () => filterCandidates(child, meshConfig(), e.now(), new Map()).map((p) => p.id);
     assert.deepEqual(candidates(), [], 'nothing stored, nothing arriving');
     e.scheduling.pieceStarted(relay, 3);
     assert.deepEqual(candidates(), [relay.id], 'it relays piece 3 as it arrives');
@@ -233,7 +239,7 @@ describe('scheduling: parent selection', () => {
     const relay = e.join('relay', {}, []);
     const child = e.join('child', {}, [0]);
     const excluded = new Map<string, Exclusion>();
-    const candidates = () => filterCandidates(child, defaultScheduling(), e.now(), excluded).map((p) => p.id);
+    const candidates = () => filterCandidates(child, meshConfig(), e.now(), excluded).map((p) => p.id);
     e.scheduling.pieceStarted(relay, 1);
     assert.deepEqual(candidates().sort(), [holder.id, relay.id].sort(), 'both have piece 1, which the child lacks');
     e.scheduling.pieceStarted(child, 1);
@@ -264,7 +270,7 @@ describe('scheduling: parent selection', () => {
     const parents = ['p1', 'p2', 'p3', 'p4'].map((id) => holder(e, id));
     parents.forEach((p, i) => (p.costPerMiB = i === 3 ? 500 : 10));
     const excluded = new Map<string, Exclusion>();
-    const kept = filterCandidates(child, defaultScheduling(), 0, excluded);
+    const kept = filterCandidates(child, meshConfig(), 0, excluded);
     assert.equal(excluded.get(parents[3]!.id), 'slow');
     assert.equal(kept.length, 3);
   });

@@ -6,6 +6,7 @@ import { EventQueue } from '../../sim/event-queue.js';
 import { Network, runUntil, type Flow } from '../../sim/network.js';
 import { defaultSetup, run } from '../../sim/scenario.js';
 import { defaultPeerSettings } from '../../sim/peer.js';
+import { defaultScheduling } from '../../src/scheduler/config.js';
 
 /** A network with payload = nominal rate (efficiency 1), no latency; rates given in bytes/s. */
 function network(quantum = 0) {
@@ -170,6 +171,8 @@ describe('sim: a tiny swarm through the real scheduler', () => {
         noise: 0.2,
         rngSeed: 1,
         peer: { ...defaultPeerSettings(), eagerEndgame },
+        // The mesh, whose many parents the endgame's second asks come from.
+        scheduling: { ...defaultScheduling(), shape: 'mesh' },
       });
     const tail = run('p2p', setup(false));
     const eager = run('p2p', setup(true));

@@ -47,7 +47,7 @@ function ClusterPanel({ cluster }: { cluster: Cluster }) {
             <dd>
               {config.shape === 'pipeline'
                 ? `pipeline: ${config.pipeline.fanout} ${config.pipeline.fanout === 1 ? 'child' : 'children'} per node, ${config.pipeline.seedFanout} per seed`
-                : 'mesh'}
+                : config.shape}
             </dd>
             <dt>candidate parents</dt>
             <dd>{config.candidateParentLimit}</dd>
@@ -124,6 +124,7 @@ function LimitsForm({ cluster }: { cluster: Cluster }) {
       <label>
         Shape
         <select value={shape} onChange={(event) => setShape(event.target.value as ClusterConfig['shape'])}>
+          <option value="adaptive">adaptive</option>
           <option value="mesh">mesh</option>
           <option value="pipeline">pipeline</option>
         </select>

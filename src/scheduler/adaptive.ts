@@ -1,0 +1,218 @@
+import type { Logger } from '../common/log.js';
+import type { PieceFinished } from '../rpc/scheduler-api.js';
+import { SLOW } from './pace.js';
+import { chainToSplit, farBelowReference, feedRate, feedsEach, paceOf, passengerCap, roomOf } from './placement.js';
+import type { Peer, Resources, Task } from './resources.js';
+
+/** What the adaptive shape needs of the scheduling engine. */
+export interface AdaptiveEngine {
+  readonly resources: Resources;
+  readonly log: Logger;
+  /** Chooses the peer's parents again (selection.ts, placement.ts). */
+  reschedule(peer: Peer): void;
+  /** Makes `parent` the peer's one parent now. */
+  moveTo(peer: Peer, parent: Peer): void;
+  /** `parent` may serve `child` (same host, blocklist, pieces to offer, cycles, strict topology), room aside. */
+  mayServe(child: Peer, parent: Peer): boolean;
+}
+
+/**
+ * The adaptive shape's measurements and the moves they call for (placement.ts has the rules),
+ * driven by the engine's events: stored pieces, and the periodic pass.
+ */
+export class Adaptation {
+  constructor(private readonly engine: AdaptiveEngine) {}
+
+  /** A piece was stored at `now` (its first byte arrived at `startedAt`, when reported). */
+  stored(peer: Peer, report: PieceFinished, length: number, startedAt: number | undefined, now: number): void {
+    const task = peer.task;
+    peer.pace.stored(report.index, length, now, startedAt, report.fromOrigin ? 0 : report.costMs, peer.growing.size > 0, peer.joinedAt);
+    const links = peer.host.links;
+    const intake = peer.pace.intake.rate;
+    if (intake !== undefined) {
+      const cleared = links.sawIntake(intake);
+      // Its download was not the slow end after all: the parent whose transfer showed the cap was.
+      if (cleared.clearedCapFrom && cleared.cap !== undefined) this.engine.resources.hosts.get(cleared.clearedCapFrom)?.links.capUpload(cleared.cap);
+    }
+    raiseReference(task, peer);
+    const parent = !report.fromOrigin && report.parentId ? task.peers.get(report.parentId) : undefined;
+    if (parent && startedAt !== undefined) {
+      peer.pace.fromParentTook(parent.id, length, now - startedAt);
+      let delivered = 0;
+      for (const child of parent.children) delivered += child.pace.fromParent.get(parent.id) ?? 0;
+      parent.host.links.sawDelivered(delivered);
+    }
+    this.check(task, now);
+  }
+
+  /** The periodic pass: every arrival checked, and seeds with room split held-back chains. */
+  tick(task: Task, now: number): void {
+    this.check(task, now, true);
+    this.splitChains(task, now);
+  }
+
+  /**
+   * Pieces still arriving long after they should have. A child's copy of a piece its parent was
+   * relaying as it came is judged against the parent's own copy: arriving more than 1/SLOW as long
+   * after it began as the parent's took to be stored, the child's download is slow. (Against the
+   * same piece, not the parent's pace now: a parent that just sped up relays an old slow piece at
+   * its old pace, and a chain stalled above both shows in the parent first.) A piece the parent
+   * held whole is judged against what the parent feeds each child. Found while the piece runs, not
+   * at its end: at 3 Mbit/s a 4 MiB piece takes 11 s, and every peer below waits meanwhile.
+   * Separately, a child receiving far below the task's reference (a bound on its pieces since
+   * they began) is held back, and looks for a parent with room. Checked on the task's reports, at
+   * most four times per piece time of its fastest node, and at every periodic pass.
+   */
+  private check(task: Task, now: number, force = false): void {
+    const state = task.adaptive;
+    const interval = Math.min(250, Math.max(1, task.pieceSize / (state.referenceRate || 1) / 4));
+    if (!force && now - state.checkedAt < interval) return;
+    state.checkedAt = now;
+    updateReference(task);
+    for (const peer of [...task.peers.values()]) {
+      if (peer.state !== 'running' || peer.parents.length === 0) continue;
+      const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
+      const slow = peer.parents.length === 1 ? slowAgainstParent(peer, peer.parents[0]!, arriving, now) : undefined;
+      if (slow) {
+        const cap = peer.host.links.downCap;
+        // Found slow before and no slower now: nothing new.
+        if (cap !== undefined && slow.rate > SLOW * cap) continue;
+        peer.pace.slowArrival = slow;
+        this.slowDownload(peer.parents[0]!, peer, slow.rate);
+        continue;
+      }
+      const bound = peer.pace.receiveBound(arriving, now, task.pieceSize);
+      const known = peer.pace.slowArrival;
+      // Held back by its chain: a parent with room may feed it faster.
+      if (!bound || !farBelowReference(peer, bound.rate)) continue;
+      if (known && known.since === bound.since && bound.rate > SLOW * known.rate) continue;
+      peer.pace.slowArrival = bound;
+      this.engine.reschedule(peer);
+    }
+  }
+
+  /**
+   * The child's download ran slower than its parent fed it. It is blamed, not the parent's upload:
+   * links are mostly symmetric, so a slow download is a slow upload too (a cap put on the wrong
+   * end moves when the child does clearly better elsewhere: see stored()). A child now a passenger
+   * (placement.ts) gives its chain slot to its chain children, which take its place under its
+   * parent, and looks for a chain's end to ride at.
+   */
+  private slowDownload(parent: Peer, child: Peer, rate: number): void {
+    const task = child.task;
+    const known = child.host.links.downCap;
+    child.host.links.capDownload(rate, parent.host.id);
+    updateReference(task);
+    if (known !== undefined && rate > SLOW * known) return;
+    this.engine.log.debug({ task: task.id, parent: parent.id, child: child.id, bytesPerMs: rate }, 'slow download');
+    if (passengerCap(child) === undefined) return;
+
+    for (const below of [...child.children]) {
+      if (below.state !== 'running' || below.parents[0] !== child || passengerCap(below) !== undefined) continue;
+      if (this.engine.mayServe(below, parent)) this.engine.moveTo(below, parent);
+      else this.engine.reschedule(below);
+    }
+    if (child.state === 'running') this.engine.reschedule(child);
+  }
+
+  /** A seed with room for a whole chain more than it feeds takes one (placement.ts chainToSplit); one per seed and pass. */
+  private splitChains(task: Task, now: number): void {
+    const reference = task.adaptive.referenceRate;
+    for (const seed of [...task.peers.values()]) {
+      if (!seed.isSeed || seed.state === 'left') continue;
+      const room = roomOf(seed);
+      const pace = Math.min(paceOf(seed) ?? Infinity, reference || Infinity);
+      // While no node has shown how fast nodes are, any room beyond what its children take.
+      if (room === undefined || !Number.isFinite(pace) || room <= (reference > 0 ? SLOW * pace : 0)) continue;
+      const child = chainToSplit(seed, now);
+      if (!child || !this.engine.mayServe(child, seed)) continue;
+      this.engine.log.debug({ task: task.id, seed: seed.id, child: child.id }, 'chain split');
+      this.engine.moveTo(child, seed);
+    }
+  }
+}
+
+/**
+ * The child's slowest piece found slow against its parent's copy (see Adaptation.check), as a
+ * bound on its rate and since when. None while a piece asked of an earlier parent still arrives:
+ * it shares the child's download.
+ */
+function slowAgainstParent(child: Peer, parent: Peer, arriving: Array<[number, number]>, now: number): { since: number; rate: number } | undefined {
+  if (arriving.length < child.growing.size) return undefined;
+  const size = child.task.pieceSize;
+  let found: { since: number; rate: number } | undefined;
+  for (const [index, start] of arriving) {
+    if (now <= start) continue;
+    const parentStored = parent.pace.storedAt.get(index);
+    let late: boolean;
+    if (parentStored !== undefined && parentStored > start) {
+      late = now - start > (parentStored - start) / SLOW;
+    } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
+      const each = feedsEach(parent);
+      late = each !== undefined && (now - start) * each * SLOW > size;
+    } else {
+      late = false; // the parent is still receiving it
+    }
+    if (!late) continue;
+    const rate = size / (now - start);
+    if (!found || rate < found.rate) found = { since: start, rate };
+  }
+  return found;
+}
+
+/**
+ * The task's reference rate: the most a node was measured to receive (not a seed: a seed may be
+ * many times faster than any node, and every node would look slow). Confirmed once it says how
+ * fast nodes are: a node fed through no peer found slow was measured and not found slow itself,
+ * or MAX_WITNESSES nodes fed through no peer found slow were measured (all found slow against a
+ * seed, as every node of a cluster may be). A node below a peer found slow shows that peer's
+ * pace, not its own.
+ */
+function updateReference(task: Task): void {
+  const state = task.adaptive;
+  state.referenceRate = 0;
+  let witnesses = 0;
+  let unslowed = false;
+  const clean = new Map<Peer, boolean>();
+  for (const peer of task.peers.values()) {
+    if (peer.isSeed || peer.state === 'left' || peer.isFinished) continue;
+    const feed = feedRate(peer);
+    if (feed === undefined) continue;
+    if (feed > state.referenceRate) state.referenceRate = feed;
+    if (!fedCleanly(peer, clean)) continue;
+    witnesses++;
+    if (peer.host.links.downCap === undefined) unslowed = true;
+  }
+  state.referenceConfirmed = unslowed || witnesses >= MAX_WITNESSES;
+}
+
+/** Nodes fed through no slow peer that confirm the reference when all of them were found slow against a seed. */
+const MAX_WITNESSES = 3;
+
+/** No peer above this one, up to a seed or a holder of the blob, was found slow (memoized per pass in `clean`). */
+function fedCleanly(peer: Peer, clean: Map<Peer, boolean>): boolean {
+  const path: Peer[] = [];
+  let result = true;
+  for (let above = peer.parents[0]; above; above = above.parents[0]) {
+    const known = clean.get(above);
+    if (known !== undefined) {
+      result = known;
+      break;
+    }
+    if (above.isSeed || above.isFinished) break;
+    path.push(above);
+    if (above.host.links.cap !== undefined || path.length > 1000) {
+      result = false;
+      break;
+    }
+  }
+  // Every peer on the path is clean (for its own children) exactly when everything above it is.
+  for (const above of path) clean.set(above, result && above.host.links.cap === undefined);
+  return result;
+}
+
+function raiseReference(task: Task, peer: Peer): void {
+  if (peer.isSeed || peer.state === 'left' || peer.isFinished) return;
+  const feed = feedRate(peer);
+  if (feed !== undefined && feed > task.adaptive.referenceRate) task.adaptive.referenceRate = feed;
+}

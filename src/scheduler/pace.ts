@@ -1,0 +1,198 @@
+/**
+ * What the scheduler measures of transfers, from the peers' own piece reports (PieceStarted,
+ * PieceFinished; no probe traffic, nothing new on the wire): how fast each peer stores pieces,
+ * when each piece began and ended, and what each host's links allow as far as seen. The adaptive
+ * shape places peers by it (placement.ts, adaptive.ts). Rates are bytes per millisecond of the
+ * scheduler's clock.
+ */
+
+/**
+ * A transfer running below this share of what its feed allows is slow: the receiver's download or
+ * the sender's upload holds it back. Also the margin by which one rate must beat another before
+ * the scheduler acts on it (moving a peer costs its chain a piece's worth of overlap). Emulated
+ * chains lose 4-10% per hop to framing and per-piece work, and a chain's first piece a third to
+ * the seed reading the blob's last piece alongside its first: well inside it.
+ */
+export const SLOW = 0.7;
+
+/** Stored pieces that make one intake measurement. */
+const INTAKE_WINDOW = 3;
+
+/** Pieces whose store times are kept for the bound on what a peer receives. */
+const STORE_TIMES_KEPT = 16;
+
+/**
+ * A peer's receive rate over its last few stored pieces: their bytes over the time from the
+ * earliest one's first byte to the last one's end. Pieces that overlap count once in the time, so
+ * pieces landing together do not read as a multiple of the rate. An origin read, one stream of
+ * pieces without starts of their own, is measured from when the stream began.
+ */
+export class Intake {
+  private readonly pieces: Array<{ start: number; end: number; length: number }> = [];
+  private count = 0;
+  private streamBytes = 0;
+  /** Bytes per ms; undefined until measured. */
+  rate?: number;
+
+  /** Pieces recorded, the first one included. */
+  get seen(): number {
+    return this.count;
+  }
+
+  /** When the first byte of the earliest piece in the measurement arrived (Infinity: none). */
+  get since(): number {
+    let from = Infinity;
+    for (const piece of this.pieces) from = Math.min(from, piece.start);
+    return from;
+  }
+
+  /**
+   * A piece whose first byte arrived at `start` was stored at `end`. A download's first piece is
+   * left out: it carries the start of its chain (the seed's first piece shares the origin's link
+   * with the blob's last, which it reads first), which no later piece pays.
+   */
+  record(start: number, end: number, length: number): void {
+    if (++this.count === 1) return;
+    this.pieces.push({ start: Math.min(start, end), end, length });
+    if (this.pieces.length > INTAKE_WINDOW) this.pieces.shift();
+    let from = Infinity;
+    let bytes = 0;
+    for (const piece of this.pieces) {
+      from = Math.min(from, piece.start);
+      bytes += piece.length;
+    }
+    if (end > from) this.rate = bytes / (end - from);
+  }
+
+  /** A piece of a stream that began at `since` was stored at `end`. */
+  recordStream(since: number, end: number, length: number): void {
+    this.count++;
+    this.streamBytes += length;
+    if (end > since) this.rate = this.streamBytes / (end - since);
+  }
+}
+
+/** One peer's transfers in one task, as its reports showed them. */
+export class PeerPace {
+  readonly intake = new Intake();
+  /** The rate of its last piece that arrived alone (bytes per ms), and when that piece began. */
+  lastPieceRate?: number;
+  lastPieceStart = 0;
+  /** When its last piece was stored. */
+  lastStoredAt = 0;
+  /** When it was sent to the origin (its origin reads are one stream from then). */
+  originSince?: number;
+  /** When each piece it fetched while registered was stored (a child's copy is judged against it). */
+  readonly storedAt = new Map<number, number>();
+  /** When its last few pieces were stored. */
+  readonly storedTimes: number[] = [];
+  /** What each parent's pieces came at (bytes per ms, moving average, by parent peer id). */
+  readonly fromParent = new Map<string, number>();
+  /** The tightest bound found on what it receives while pieces arrived, and since when: acted on once per tightening. */
+  slowArrival?: { since: number; rate: number };
+
+  /**
+   * How fast it receives now: its last piece's rate or its intake, whichever is higher (a chain
+   * that sped up shows it in its last piece first). Undefined until measured.
+   */
+  get feedRate(): number | undefined {
+    const intake = this.intake.rate;
+    if (intake === undefined) return this.lastPieceRate;
+    return this.lastPieceRate === undefined ? intake : Math.max(intake, this.lastPieceRate);
+  }
+
+  /**
+   * A piece was stored at `now`. Its first byte arrived at `startedAt` (PieceStarted) when the peer
+   * said so; else it took `costMs` from being asked for, as the peer measured it; else it came
+   * from the origin, in one stream since the peer was sent there (or joined: `joinedAt`).
+   * `arrivingStill`: other pieces are still on their way to the peer.
+   */
+  stored(index: number, length: number, now: number, startedAt: number | undefined, costMs: number, arrivingStill: boolean, joinedAt: number): void {
+    this.lastStoredAt = now;
+    this.storedTimes.push(now);
+    if (this.storedTimes.length > STORE_TIMES_KEPT) this.storedTimes.shift();
+    if (!this.storedAt.has(index)) this.storedAt.set(index, now);
+    if (startedAt === undefined && !(costMs > 0)) this.intake.recordStream(this.originSince ?? joinedAt, now, length);
+    else this.intake.record(startedAt ?? now - costMs, now, length);
+    if (startedAt !== undefined && !arrivingStill && now > startedAt) {
+      this.lastPieceRate = length / (now - startedAt);
+      this.lastPieceStart = startedAt;
+    }
+  }
+
+  /** A piece from `parentId` took `ms`: the moving average of that parent's rate to this peer. */
+  fromParentTook(parentId: string, length: number, ms: number): void {
+    if (!(ms > 0) || !(length > 0)) return;
+    const rate = length / ms;
+    const previous = this.fromParent.get(parentId);
+    this.fromParent.set(parentId, previous === undefined ? rate : 0.5 * previous + 0.5 * rate);
+  }
+
+  /**
+   * An upper bound on the rate it has received since the oldest of `arriving` (pieces it asked of
+   * its present parents: index → when their first byte came) began: every piece stored since, plus
+   * every one of them still arriving, whole. Undefined while none arrives.
+   */
+  receiveBound(arriving: Array<[number, number]>, now: number, pieceSize: number): { since: number; rate: number } | undefined {
+    let since = Infinity;
+    for (const [, start] of arriving) since = Math.min(since, start);
+    if (since === Infinity || now <= since) return undefined;
+    let pieces = arriving.length;
+    for (const at of this.storedTimes) if (at >= since) pieces++;
+    return { since, rate: (pieces * pieceSize) / (now - since) };
+  }
+}
+
+/**
+ * What one host's links are known to allow, across its tasks. A cap is set when a transfer ran
+ * slower than its feed allowed and is dropped when the host later does clearly better (a link
+ * that got faster, or a cap put on the wrong end of a slow transfer).
+ */
+export class LinkKnowledge {
+  /** The most it has been seen to receive (its download is at least this). */
+  bestIntake = 0;
+  /** The most its children together have been seen to receive from it (its upload is at least this). */
+  bestDelivered = 0;
+  /** Its download holds its transfers to about this. */
+  downCap?: number;
+  /** The host whose transfer to it showed the cap: blamed instead if the cap turns out wrong. */
+  downCapFrom?: string;
+  /** Its upload holds its children together to about this. */
+  upCap?: number;
+
+  /** A receive rate seen now: raises the evidence, and clears a download cap it clearly beats. */
+  sawIntake(rate: number): { clearedCapFrom?: string; cap?: number } {
+    if (rate > this.bestIntake) this.bestIntake = rate;
+    if (this.downCap !== undefined && rate * SLOW > this.downCap) {
+      const cleared = { clearedCapFrom: this.downCapFrom, cap: this.downCap };
+      this.downCap = undefined;
+      this.downCapFrom = undefined;
+      return cleared;
+    }
+    return {};
+  }
+
+  /** What its children together receive from it now: raises the evidence, and clears an upload cap it clearly beats. */
+  sawDelivered(rate: number): void {
+    if (rate > this.bestDelivered) this.bestDelivered = rate;
+    if (this.upCap !== undefined && rate * SLOW > this.upCap) this.upCap = undefined;
+  }
+
+  capDownload(rate: number, from: string): void {
+    if (this.downCap === undefined || rate < this.downCap) {
+      this.downCap = rate;
+      this.downCapFrom = from;
+    }
+  }
+
+  capUpload(rate: number): void {
+    if (this.upCap === undefined || rate < this.upCap) this.upCap = rate;
+  }
+
+  /** The narrower of its caps, if it has one: it cannot feed a child faster. */
+  get cap(): number | undefined {
+    if (this.downCap === undefined) return this.upCap;
+    if (this.upCap === undefined) return this.downCap;
+    return Math.min(this.downCap, this.upCap);
+  }
+}

@@ -1,0 +1,239 @@
+import type { SchedulingConfig } from './config.js';
+import { SLOW } from './pace.js';
+import type { Peer } from './resources.js';
+
+/**
+ * The adaptive shape's placement rules: pure functions of what the scheduler measured (pace.ts).
+ *
+ * Peers form chains as in a pipeline: one parent per child, one piece at a time, so that every
+ * byte is relayed as it arrives at the full rate of the link. What the measurements change:
+ *
+ *  - a peer whose download was found slower than SLOW of what its parent fed it, and slower than
+ *    SLOW of the task's reference rate (the most a node has been measured to receive), rides as a
+ *    passenger: it gives its chain slot to its chain child, which takes its place under its
+ *    parent (a slow peer in the middle of a chain stops holding back the peers below it), and
+ *    rides where it delays no one: under a peer feeding no chain (a chain's end) or under another
+ *    passenger, at the slowest one that still feeds it at its own rate. A peer found slow to
+ *    upload feeds no chain either;
+ *  - a parent takes a chain child while it has a free chain slot (the pipeline's fan-out), or
+ *    measured upload to spare for another child at its pace (a seed with a link several times a
+ *    node's feeds several chains);
+ *  - a chain child held back far below the reference moves to a parent with room that feeds it
+ *    clearly faster, taking the chain below along;
+ *  - a seed with room for a whole chain more takes the middle of the longest held-back chain,
+ *    which halves it (see chainToSplit).
+ *
+ * Simulated, uneven 32-node clusters (24 nodes at 10 Mbit/s, 8 at 3) and the one that slows to a
+ * tenth mid-pull are in docs/benchmarks.md. Helpers (a second parent for a held-back child) were
+ * tried and dropped: a child receiving two pieces at once gets each at half rate, and its own
+ * chain child, relaying one of them, gets half; the simulated chains collapsed into a mesh.
+ *
+ * Rates are bytes per millisecond.
+ */
+
+/** Chain ends a seed takes, one after another, while no node not found slow has been measured (see chainToSplit). */
+const MAX_PROBES = 3;
+
+/** The most the peer can feed a child, if one of its links was measured slow. */
+export function capOf(peer: Peer): number | undefined {
+  return peer.host.links.cap;
+}
+
+/** How fast the peer receives now; Infinity when it holds the blob; undefined until measured. */
+export function feedRate(peer: Peer): number | undefined {
+  return peer.isFinished ? Infinity : peer.pace.feedRate;
+}
+
+/** How fast the peer can feed one child: no faster than it receives, nor than a cap. Undefined when unknown. */
+export function paceOf(peer: Peer): number | undefined {
+  const feed = feedRate(peer);
+  const cap = capOf(peer);
+  if (feed === undefined) return cap;
+  return Math.min(feed, cap ?? Infinity);
+}
+
+/**
+ * How fast the peer can send in all: a measured cap (links are mostly symmetric: a slow download
+ * is taken for a slow upload), else the most it was seen to receive or send. Undefined when
+ * nothing is known.
+ */
+export function uploadEstimate(peer: Peer): number | undefined {
+  const links = peer.host.links;
+  const cap = links.upCap ?? links.downCap;
+  if (cap !== undefined) return cap;
+  const seen = Math.max(links.bestIntake, links.bestDelivered);
+  return seen > 0 ? seen : undefined;
+}
+
+/** Below SLOW of the task's reference rate: a rate that holds a chain back. */
+export function farBelowReference(peer: Peer, rate: number): boolean {
+  return rate < SLOW * peer.task.adaptive.referenceRate;
+}
+
+/** The download cap of a peer found slow against the task's reference: it rides as a passenger. */
+export function passengerCap(peer: Peer): number | undefined {
+  const cap = peer.host.links.downCap;
+  return cap !== undefined && farBelowReference(peer, cap) ? cap : undefined;
+}
+
+/** A peer that must feed no chain: a passenger, or one whose upload was found that slow. */
+export function slowFeeder(peer: Peer): boolean {
+  const cap = capOf(peer);
+  return cap !== undefined && farBelowReference(peer, cap);
+}
+
+/** The peer's children that hold chain slots (not passengers), leaving `except` out. */
+export function chainChildren(peer: Peer, except?: Peer): Peer[] {
+  return [...peer.children].filter((child) => child !== except && passengerCap(child) === undefined);
+}
+
+/**
+ * What a child takes of its parent's upload: the parent's pace, or less: its own download's cap,
+ * else the task's reference (no node was measured to receive more).
+ */
+export function takes(parent: Peer, child: Peer): number {
+  return Math.min(paceOf(parent) ?? 0, child.host.links.downCap ?? (child.task.adaptive.referenceRate || Infinity));
+}
+
+/** Measured upload the peer has left after what its children take (leaving `except` out); undefined when not measured. */
+export function roomOf(peer: Peer, except?: Peer): number | undefined {
+  const upload = uploadEstimate(peer);
+  if (upload === undefined) return undefined;
+  let used = 0;
+  for (const child of peer.children) if (child !== except) used += takes(peer, child);
+  return Math.max(0, upload - used);
+}
+
+/**
+ * What the parent should feed each of its chain children, to judge one of them slow: its pace,
+ * and no more than a share of its upload (a seed's children share its link). Undefined when
+ * unknown or unlimited.
+ */
+export function feedsEach(parent: Peer): number | undefined {
+  const pace = paceOf(parent) ?? Infinity;
+  const upload = uploadEstimate(parent);
+  const share = upload === undefined ? Infinity : upload / Math.max(1, chainChildren(parent).length);
+  const each = Math.min(pace, share);
+  return Number.isFinite(each) ? each : undefined;
+}
+
+/** What the parent would feed a chain child: its pace, within its room. */
+export function offerTo(parent: Peer, child: Peer): number {
+  return Math.min(paceOf(parent) ?? Infinity, roomOf(parent, child) ?? Infinity);
+}
+
+/** Upload a passenger finds at the parent: none under a chain's feeder, else the parent's pace less its passengers'. */
+export function spareFor(parent: Peer, passenger: Peer): number {
+  if (chainChildren(parent, passenger).length > 0) return 0;
+  let used = 0;
+  for (const child of parent.children) if (child !== passenger) used += passengerCap(child) ?? 0;
+  return Math.max(0, (paceOf(parent) ?? Infinity) - used);
+}
+
+/**
+ * The parent can take the child: a passenger, where it finds spare upload for its cap; a chain
+ * child, at a parent that feeds chains and has a free chain slot or room for it.
+ */
+export function canTake(parent: Peer, child: Peer, config: SchedulingConfig): boolean {
+  const cap = passengerCap(child);
+  if (cap !== undefined) return spareFor(parent, child) >= SLOW * cap;
+  if (slowFeeder(parent)) return false;
+  if (chainChildren(parent, child).length < (parent.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout)) return true;
+  const room = roomOf(parent, child);
+  return room !== undefined && room >= SLOW * takes(parent, child);
+}
+
+/** What the child receives now: its feed rate, or less if what arrives now bounds it lower. */
+export function receiving(child: Peer): number | undefined {
+  const arrival = child.pace.slowArrival;
+  const bound = arrival && arrival.since >= child.parentsSince ? arrival.rate : undefined;
+  const feed = child.pace.feedRate;
+  if (feed === undefined) return bound;
+  return bound === undefined ? feed : Math.min(feed, bound);
+}
+
+/**
+ * The child may be better off elsewhere: a chain child whose parent feeds no chain, or that is
+ * held back far below the reference; a passenger sharing a chain feeder's upload.
+ */
+export function misplaced(child: Peer, parent: Peer): boolean {
+  if (passengerCap(child) !== undefined) return chainChildren(parent, child).length > 0;
+  if (slowFeeder(parent)) return true;
+  const now = receiving(child);
+  return now !== undefined && farBelowReference(child, now);
+}
+
+/**
+ * Candidates best first for the child. A chain child: the one that feeds it fastest (offers within
+ * a factor 1/SLOW count as equal, so topology and the other scores decide among them). A
+ * passenger: the slowest that still feeds it at its cap, so faster ones keep their room.
+ */
+export function rankForChild(child: Peer, candidates: Peer[], tieBreak: (p: Peer) => number): Peer[] {
+  const cap = passengerCap(child);
+  const bucket = (rate: number) => (rate === Infinity ? Infinity : Math.floor(Math.log(Math.max(rate, 1e-9)) / -Math.log(SLOW)));
+  const keyed = candidates.map((peer) => {
+    let key: number;
+    if (cap === undefined) key = bucket(offerTo(peer, child));
+    else {
+      const pace = paceOf(peer) ?? Infinity;
+      key = pace * SLOW >= cap ? 1e6 - bucket(pace) : bucket(pace); // the slowest that feeds it at its cap, else the fastest
+    }
+    return { peer, key, score: tieBreak(peer) };
+  });
+  keyed.sort((a, b) => b.key - a.key || b.score - a.score || a.peer.id.localeCompare(b.peer.id));
+  return keyed.map((k) => k.peer);
+}
+
+/**
+ * The peer a seed with room for a whole chain more takes (no cycle): the middle of the longest
+ * chain, if that chain is at least four long and its middle is held back far below the
+ * reference, which halves it (a chain finds its slow peers one after another, as each part of it
+ * gets faster; halves find theirs in parallel). While no node that was not found slow has been
+ * measured, the end of the longest chain, one after another up to MAX_PROBES: the seed's first
+ * child may be slow, and the chain below it shows nothing until one of its peers is fed faster
+ * (and a chain's end may be slow too); a chain's end costs nobody below it a piece's overlap to
+ * move. (Not a chain that runs at the reference: moving a peer costs its chain that overlap.)
+ */
+export function chainToSplit(seed: Peer, now: number): Peer | undefined {
+  const state = seed.task.adaptive;
+  const depth = new Map<Peer, number>();
+  const depthOf = (peer: Peer): number => {
+    const known = depth.get(peer);
+    if (known !== undefined) return known;
+    depth.set(peer, 0); // a guard against a stale edge looping
+    const above = peer.parents[0];
+    const d = above && passengerCap(peer) === undefined ? depthOf(above) + 1 : 0;
+    depth.set(peer, d);
+    return d;
+  };
+  let deepest: Peer | undefined;
+  for (const peer of seed.task.peers.values()) {
+    if (peer.state !== 'running' || passengerCap(peer) !== undefined) continue;
+    if (!deepest || depthOf(peer) > depthOf(deepest)) deepest = peer;
+  }
+  if (!deepest || depthOf(deepest) < 4) return undefined;
+  let chosen: Peer;
+  if (!state.referenceConfirmed) {
+    // One probe at a time, the last one heard from first (it may be slow itself).
+    if (state.probes.length >= MAX_PROBES || state.probes.some((probe) => !probeSettled(probe, seed, now))) return undefined;
+    state.probes.push(deepest);
+    chosen = deepest;
+  } else {
+    chosen = deepest;
+    for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
+    const gets = receiving(chosen);
+    if (gets === undefined || !farBelowReference(chosen, gets)) return undefined;
+  }
+  if (chosen === seed || chosen.parents[0] === seed) return undefined;
+  for (let up: Peer | undefined = seed; up; up = up.parents[0]) if (up === chosen) return undefined;
+  return chosen;
+}
+
+/** A probe told what it could: it left, was measured, or took longer for a piece than the seed's slowest child does. */
+function probeSettled(probe: Peer, seed: Peer, now: number): boolean {
+  if (probe.state !== 'running' || probe.host.links.downCap !== undefined) return true;
+  if (probe.pace.lastPieceRate !== undefined && probe.pace.lastPieceStart >= probe.parentsSince) return true;
+  let slowest = Infinity;
+  for (const child of seed.children) slowest = Math.min(slowest, child.host.links.downCap ?? Infinity);
+  return Number.isFinite(slowest) && (now - probe.parentsSince) * slowest > seed.task.pieceSize;
+}

@@ -1,0 +1,194 @@
+// The adaptive shape's placement rules on the pure scheduling engine (hand-driven clock, no I/O):
+// what it measures from piece reports, and where it puts slow and fast peers.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/common/log.js';
+import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
+import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
+import { canTake, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
+import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
+import { Scheduling } from '../../src/scheduler/scheduling.js';
+
+const TASK = `sha256:${'b'.repeat(64)}`;
+const PIECE = 4 * 1024 * 1024;
+const PIECES = 16;
+/** A node's piece time on its link (about 10 MB/s), in ms. */
+const FAST = 400;
+
+function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
+  return { id, hostname: id, ip: '127.0.0.1', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0, ...extra };
+}
+
+/** The engine in the adaptive shape, with a hand-driven clock and every piece's digest known. */
+function engine(config: Partial<SchedulingConfig> = {}) {
+  let now = 1_000;
+  const packets = new Map<string, SchedulerPacket[]>();
+  const scheduling = new Scheduling(new Resources(), { ...defaultScheduling(), shape: 'adaptive', ...config }, { now: () => now, triggerSeed: async () => undefined }, silentLogger);
+  const join = (id: string, info: Partial<HostInfo> = {}, held: number[] = []) => {
+    scheduling.announceHost(host(id, info));
+    const peerId = `${id}|${TASK}`;
+    packets.set(peerId, []);
+    return scheduling.register(
+      { peerId, hostId: id, taskId: TASK, contentLength: PIECES * PIECE, pieceSize: PIECE, origin: { url: 'http://registry/v2/x/blobs/d', headers: {} }, heldPieces: held },
+      (packet) => packets.get(peerId)!.push(packet),
+    );
+  };
+  const task = scheduling.resources.task(TASK, PIECES * PIECE, PIECE, now);
+  for (let i = 0; i < PIECES; i++) scheduling.learnDigest(task, i, `sha256:${i.toString(16).padStart(64, '0')}`);
+  /** Piece `index` starts arriving at `peer` now. */
+  const starts = (peer: Peer, index: number) => scheduling.pieceStarted(peer, index);
+  /** Piece `index` is stored at `peer` now, from its first parent (or the origin). */
+  const stores = (peer: Peer, index: number, costMs = FAST) => {
+    const parent = peer.parents[0];
+    scheduling.pieceFinished(peer, { index, digest: parent ? '' : `sha256:${index.toString(16).padStart(64, '0')}`, parentId: parent?.id ?? '', costMs, fromOrigin: !parent, length: PIECE });
+  };
+  const lastParents = (peer: Peer) => {
+    const packet = [...packets.get(peer.id)!].reverse().find((p) => p.packet === 'parents');
+    return packet?.packet === 'parents' ? packet.parents.parents.map((p) => p.peerId.split('|')[0]) : undefined;
+  };
+  return { scheduling, join, starts, stores, lastParents, task, now: () => now, at: (ms: number) => (now = ms) };
+}
+
+const all = (n: number) => [...Array(n).keys()];
+
+/** A seed holding the blob, and a chain seed → a → s → c whose first piece is on its way down. */
+function chainWithMiddle(e: ReturnType<typeof engine>) {
+  e.join('seed', { seed: true }, all(PIECES));
+  const a = e.join('a');
+  e.starts(a, 0);
+  const s = e.join('s');
+  e.starts(s, 0);
+  const c = e.join('c');
+  e.starts(c, 0);
+  assert.deepEqual([a, s, c].map((p) => e.lastParents(p)), [['seed'], ['a'], ['s']], 'a pipeline of one child per peer to begin with');
+  return { a, s, c };
+}
+
+describe('adaptive shape: measuring from piece reports', () => {
+  it('is the default shape, and the others stay as overrides', () => {
+    assert.equal(defaultScheduling().shape, 'adaptive');
+    for (const shape of ['mesh', 'pipeline', 'adaptive']) assert.equal(schedulingSchema.parse({ shape }).shape, shape);
+  });
+
+  it('finds a child slow by its copy of a piece its parent has long stored, while the piece still arrives', () => {
+    const e = engine();
+    const { a, s } = chainWithMiddle(e);
+    e.at(1_000 + FAST);
+    e.stores(a, 0);
+    e.starts(a, 1);
+    e.at(1_000 + 1.3 * FAST);
+    e.scheduling.tick();
+    assert.equal(s.host.links.downCap, undefined, 'not yet: 1.3 times as long as its parent took for it');
+    // s has been receiving piece 0 for twice as long as a took for it: at most half a's rate.
+    e.at(1_000 + 2 * FAST);
+    e.stores(a, 1);
+    e.starts(a, 2);
+    const cap = s.host.links.downCap;
+    assert.ok(cap !== undefined && cap <= PIECE / (2 * FAST), `s capped at ${cap}`);
+    assert.equal(a.host.links.downCap, undefined);
+  });
+
+  it('does not find a chain slow that keeps its pace, piece for piece', () => {
+    const e = engine();
+    const { a, s, c } = chainWithMiddle(e);
+    for (let k = 0; k < 4; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      for (const peer of [a, s, c]) {
+        e.stores(peer, k);
+        if (k + 1 < PIECES) e.starts(peer, k + 1);
+      }
+      e.scheduling.tick();
+    }
+    assert.deepEqual([a, s, c].map((p) => p.host.links.cap), [undefined, undefined, undefined]);
+    assert.deepEqual([a, s, c].map((p) => e.lastParents(p)), [['seed'], ['a'], ['s']], 'nobody moved');
+  });
+});
+
+describe('adaptive shape: where slow peers go', () => {
+  /** The chain of chainWithMiddle with s found slow (a 4 times faster than it). */
+  function slowMiddle() {
+    const e = engine();
+    const peers = chainWithMiddle(e);
+    // a keeps a node's pace; s is still on its first piece after three of a's.
+    for (let k = 0; k < 3; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(peers.a, k);
+      e.starts(peers.a, k + 1);
+    }
+    e.at(1_000 + 3.2 * FAST);
+    e.scheduling.tick();
+    return { e, ...peers };
+  }
+
+  it('a peer slow against the fastest nodes rides as a passenger, and its chain child takes its place', () => {
+    const { e, a, s, c } = slowMiddle();
+    assert.ok(passengerCap(s) !== undefined, 's rides as a passenger');
+    assert.deepEqual(e.lastParents(c), ['a'], 'c moved up under a, past the slow peer');
+    assert.equal(c.parents[0], a);
+    assert.ok(!s.children.has(c));
+    assert.equal(graphHasCycle(e.task), false);
+    // A passenger feeds no chain: a new node is not given s.
+    assert.equal(canTake(s, e.join('late'), e.scheduling.config), false);
+  });
+
+  it('a passenger moves off a chain feeder to a peer that feeds no chain', () => {
+    const { e, a, s } = slowMiddle();
+    assert.equal(s.parents[0], a, 'still under a, which now feeds the chain through c');
+    // A peer at a chain's end, holding pieces s lacks.
+    const end = e.join('end', {}, [3, 4, 5]);
+    e.scheduling.tick();
+    assert.deepEqual(e.lastParents(s), ['end']);
+    assert.ok(passengerCap(s) !== undefined);
+  });
+
+  it('a seed whose link carries several chains takes a chain child beyond its fan-out', () => {
+    const e = engine();
+    // The seed reads the origin 4 times as fast as a node receives.
+    const seed = e.join('seed', { seed: true });
+    assert.equal(seed.state, 'backToSource');
+    e.starts(seed, 0);
+    for (let k = 0; k < 4; k++) {
+      e.at(1_000 + ((k + 1) * FAST) / 4);
+      e.stores(seed, k, 0);
+    }
+    const a = e.join('a');
+    e.starts(a, 0);
+    e.at(1_000 + 2 * FAST);
+    e.stores(a, 0);
+    e.starts(a, 1);
+    e.at(1_000 + 3 * FAST);
+    e.stores(a, 1);
+    const b = e.join('b');
+    assert.deepEqual(e.lastParents(b), ['seed'], 'the seed has room for b; a pipeline would chain it under a');
+    assert.equal(seed.children.size, 2);
+  });
+});
+
+describe('adaptive shape: a slow upload', () => {
+  it('when a child found slow does clearly better under another parent, the blame moves to the first parent\'s upload', () => {
+    const e = engine();
+    const { a, s } = chainWithMiddle(e);
+    for (let k = 0; k < 3; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(a, k);
+      e.starts(a, k + 1);
+    }
+    e.at(1_000 + 3.2 * FAST);
+    e.scheduling.tick();
+    assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
+    // Under another parent, s receives at a node's full rate: its download was never the problem.
+    const other = e.join('other', {}, all(PIECES));
+    s.parents.forEach((p) => p.children.delete(s));
+    s.parents = [other];
+    other.children.add(s);
+    s.parentsSince = e.now();
+    for (let k = 1; k <= 4; k++) {
+      e.starts(s, k);
+      e.at(e.now() + FAST);
+      e.stores(s, k);
+    }
+    assert.equal(s.host.links.downCap, undefined, 'its cap is gone');
+    assert.ok(a.host.links.upCap !== undefined, 'a is slow to upload');
+    assert.ok(slowFeeder(a), 'and feeds no chain');
+  });
+});
