@@ -1,7 +1,7 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
 import { SLOW } from './pace.js';
-import { chainToSplit, farBelowReference, feedRate, feedsEach, paceOf, passengerCap, roomOf } from './placement.js';
+import { chainToSplit, farBelowReference, feedRate, feedsEach, paceOf, probeTargets, roomOf, sharedUploadHolding, slowFeeder } from './placement.js';
 import type { Peer, Resources, Task } from './resources.js';
 
 /** What the adaptive shape needs of the scheduling engine. */
@@ -32,7 +32,11 @@ export class Adaptation {
     if (intake !== undefined) {
       const cleared = links.sawIntake(intake);
       // Its download was not the slow end after all: the parent whose transfer showed the cap was.
-      if (cleared.clearedCapFrom && cleared.cap !== undefined) this.engine.resources.hosts.get(cleared.clearedCapFrom)?.links.capUpload(cleared.cap);
+      const blamed = cleared.clearedCapFrom ? this.engine.resources.hosts.get(cleared.clearedCapFrom) : undefined;
+      if (blamed && cleared.cap !== undefined) {
+        blamed.links.capUpload(cleared.cap);
+        for (const feeder of blamed.peers) if (feeder.task === task && slowFeeder(feeder)) this.retire(feeder);
+      }
     }
     raiseReference(task, peer);
     const parent = !report.fromOrigin && report.parentId ? task.peers.get(report.parentId) : undefined;
@@ -48,7 +52,7 @@ export class Adaptation {
   /** The periodic pass: every arrival checked, and seeds with room split held-back chains. */
   tick(task: Task, now: number): void {
     this.check(task, now, true);
-    this.splitChains(task, now);
+    this.splitChains(task);
   }
 
   /**
@@ -74,6 +78,14 @@ export class Adaptation {
       const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
       const slow = peer.parents.length === 1 ? slowAgainstParent(peer, peer.parents[0]!, arriving, now) : undefined;
       if (slow) {
+        const parent = peer.parents[0]!;
+        const upload = sharedUploadHolding(parent, peer, slow.rate);
+        if (upload !== undefined) {
+          // Its share of a parent that feeds several: the parent's upload is the slow end.
+          peer.pace.slowArrival = slow;
+          this.slowUpload(parent, upload);
+          continue;
+        }
         const cap = peer.host.links.downCap;
         // Found slow before and no slower now: nothing new.
         if (cap !== undefined && slow.rate > SLOW * cap) continue;
@@ -105,26 +117,56 @@ export class Adaptation {
     updateReference(task);
     if (known !== undefined && rate > SLOW * known) return;
     this.engine.log.debug({ task: task.id, parent: parent.id, child: child.id, bytesPerMs: rate }, 'slow download');
-    if (passengerCap(child) === undefined) return;
-
-    for (const below of [...child.children]) {
-      if (below.state !== 'running' || below.parents[0] !== child || passengerCap(below) !== undefined) continue;
-      if (this.engine.mayServe(below, parent)) this.engine.moveTo(below, parent);
-      else this.engine.reschedule(below);
-    }
-    if (child.state === 'running') this.engine.reschedule(child);
+    if (slowFeeder(child)) this.retire(child);
   }
 
-  /** A seed with room for a whole chain more than it feeds takes one (placement.ts chainToSplit); one per seed and pass. */
-  private splitChains(task: Task, now: number): void {
+  /** What the parent's children receive from it together is all its upload gives. */
+  private slowUpload(parent: Peer, rate: number): void {
+    const known = parent.host.links.upCap;
+    if (known !== undefined && rate > SLOW * known) return;
+    parent.host.links.capUpload(rate);
+    this.engine.log.debug({ task: parent.task.id, parent: parent.id, bytesPerMs: rate }, 'slow upload');
+    updateReference(parent.task);
+    if (slowFeeder(parent)) this.retire(parent);
+  }
+
+  /**
+   * A peer that now rides (placement.ts slowFeeder) gives its chain slot up: its chain children
+   * take its place under its parent, and it looks for a chain's end to ride at.
+   */
+  private retire(rider: Peer): void {
+    this.engine.log.debug({ task: rider.task.id, peer: rider.id }, 'rides at a chain end');
+    const parent = rider.parents[0];
+    for (const below of [...rider.children]) {
+      if (below.state !== 'running' || below.parents[0] !== rider || slowFeeder(below)) continue;
+      if (parent && this.engine.mayServe(below, parent)) this.engine.moveTo(below, parent);
+      else this.engine.reschedule(below);
+    }
+    if (rider.state === 'running') this.engine.reschedule(rider);
+  }
+
+  /**
+   * A seed with room for a whole chain more than it feeds takes one (placement.ts chainToSplit);
+   * one per seed and pass. While the reference is unconfirmed, it takes probes instead
+   * (placement.ts probeTargets).
+   */
+  private splitChains(task: Task): void {
     const reference = task.adaptive.referenceRate;
     for (const seed of [...task.peers.values()]) {
       if (!seed.isSeed || seed.state === 'left') continue;
+      if (!task.adaptive.referenceConfirmed) {
+        for (const probe of probeTargets(seed)) {
+          if (!this.engine.mayServe(probe, seed)) continue;
+          task.adaptive.probes.push(probe);
+          this.engine.log.debug({ task: task.id, seed: seed.id, child: probe.id }, 'probe');
+          this.engine.moveTo(probe, seed);
+        }
+        continue;
+      }
       const room = roomOf(seed);
       const pace = Math.min(paceOf(seed) ?? Infinity, reference || Infinity);
-      // While no node has shown how fast nodes are, any room beyond what its children take.
-      if (room === undefined || !Number.isFinite(pace) || room <= (reference > 0 ? SLOW * pace : 0)) continue;
-      const child = chainToSplit(seed, now);
+      if (room === undefined || !Number.isFinite(pace) || room <= SLOW * pace) continue;
+      const child = chainToSplit(seed);
       if (!child || !this.engine.mayServe(child, seed)) continue;
       this.engine.log.debug({ task: task.id, seed: seed.id, child: child.id }, 'chain split');
       this.engine.moveTo(child, seed);
@@ -146,7 +188,9 @@ function slowAgainstParent(child: Peer, parent: Peer, arriving: Array<[number, n
     const parentStored = parent.pace.storedAt.get(index);
     let late: boolean;
     if (parentStored !== undefined && parentStored > start) {
-      late = now - start > (parentStored - start) / SLOW;
+      // No faster than the parent received it, nor than its upload's share for each child allows.
+      const each = feedsEach(parent);
+      late = now - start > Math.max(parentStored - start, each === undefined ? 0 : size / each) / SLOW;
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
       const each = feedsEach(parent);
       late = each !== undefined && (now - start) * each * SLOW > size;
@@ -171,14 +215,18 @@ function slowAgainstParent(child: Peer, parent: Peer, arriving: Array<[number, n
 function updateReference(task: Task): void {
   const state = task.adaptive;
   state.referenceRate = 0;
-  let witnesses = 0;
-  let unslowed = false;
-  const clean = new Map<Peer, boolean>();
+  const fed: Peer[] = [];
   for (const peer of task.peers.values()) {
     if (peer.isSeed || peer.state === 'left' || peer.isFinished) continue;
     const feed = feedRate(peer);
     if (feed === undefined) continue;
     if (feed > state.referenceRate) state.referenceRate = feed;
+    fed.push(peer);
+  }
+  let witnesses = 0;
+  let unslowed = false;
+  const clean = new Map<Peer, boolean>();
+  for (const peer of fed) {
     if (!fedCleanly(peer, clean)) continue;
     witnesses++;
     if (peer.host.links.downCap === undefined) unslowed = true;
@@ -189,7 +237,14 @@ function updateReference(task: Task): void {
 /** Nodes fed through no slow peer that confirm the reference when all of them were found slow against a seed. */
 const MAX_WITNESSES = 3;
 
-/** No peer above this one, up to a seed or a holder of the blob, was found slow (memoized per pass in `clean`). */
+/** The peer holds the peers below it back: a cap was measured, or it announced an upload limit far below the reference. */
+function holdsBack(peer: Peer): boolean {
+  const links = peer.host.links;
+  if (links.downCap !== undefined || links.upCap !== undefined) return true;
+  return links.uploadLimit !== undefined && farBelowReference(peer, links.uploadLimit);
+}
+
+/** No peer above this one, up to a seed or a holder of the blob, holds it back (memoized per pass in `clean`). */
 function fedCleanly(peer: Peer, clean: Map<Peer, boolean>): boolean {
   const path: Peer[] = [];
   let result = true;
@@ -201,13 +256,13 @@ function fedCleanly(peer: Peer, clean: Map<Peer, boolean>): boolean {
     }
     if (above.isSeed || above.isFinished) break;
     path.push(above);
-    if (above.host.links.cap !== undefined || path.length > 1000) {
+    if (holdsBack(above) || path.length > 1000) {
       result = false;
       break;
     }
   }
   // Every peer on the path is clean (for its own children) exactly when everything above it is.
-  for (const above of path) clean.set(above, result && above.host.links.cap === undefined);
+  for (const above of path) clean.set(above, result && !holdsBack(above));
   return result;
 }
 

@@ -114,7 +114,9 @@ export class PeerPace {
     if (!this.storedAt.has(index)) this.storedAt.set(index, now);
     if (startedAt === undefined && !(costMs > 0)) this.intake.recordStream(this.originSince ?? joinedAt, now, length);
     else this.intake.record(startedAt ?? now - costMs, now, length);
-    if (startedAt !== undefined && !arrivingStill && now > startedAt) {
+    // A piece that shared the download with others reads low: taken only while nothing better is
+    // known (a lower bound, and the first one comes a whole intake window before the intake).
+    if (startedAt !== undefined && (!arrivingStill || this.lastPieceRate === undefined) && now > startedAt) {
       this.lastPieceRate = length / (now - startedAt);
       this.lastPieceStart = startedAt;
     }
@@ -159,6 +161,13 @@ export class LinkKnowledge {
   downCapFrom?: string;
   /** Its upload holds its children together to about this. */
   upCap?: number;
+  /** The upload limit its peer announced (--upload-rate-limit): known before anything is measured, never cleared. */
+  uploadLimit?: number;
+
+  /** The announced upload limit, in bytes per second (0: none). */
+  announced(uploadBytesPerSecond: number): void {
+    this.uploadLimit = uploadBytesPerSecond > 0 ? uploadBytesPerSecond / 1000 : undefined;
+  }
 
   /** A receive rate seen now: raises the evidence, and clears a download cap it clearly beats. */
   sawIntake(rate: number): { clearedCapFrom?: string; cap?: number } {
@@ -189,10 +198,17 @@ export class LinkKnowledge {
     if (this.upCap === undefined || rate < this.upCap) this.upCap = rate;
   }
 
+  /** Its upload is held to about this (a measured cap, or the announced limit). */
+  get upload(): number | undefined {
+    if (this.upCap === undefined) return this.uploadLimit;
+    return Math.min(this.upCap, this.uploadLimit ?? Infinity);
+  }
+
   /** The narrower of its caps, if it has one: it cannot feed a child faster. */
   get cap(): number | undefined {
-    if (this.downCap === undefined) return this.upCap;
-    if (this.upCap === undefined) return this.downCap;
-    return Math.min(this.downCap, this.upCap);
+    const up = this.upload;
+    if (this.downCap === undefined) return up;
+    if (up === undefined) return this.downCap;
+    return Math.min(this.downCap, up);
   }
 }

@@ -13,8 +13,9 @@ import type { Peer } from './resources.js';
  *    passenger: it gives its chain slot to its chain child, which takes its place under its
  *    parent (a slow peer in the middle of a chain stops holding back the peers below it), and
  *    rides where it delays no one: under a peer feeding no chain (a chain's end) or under another
- *    passenger, at the slowest one that still feeds it at its own rate. A peer found slow to
- *    upload feeds no chain either;
+ *    passenger, at the slowest one that still feeds it at its own rate. A peer whose upload was
+ *    found slow, or that announced an upload limit that slow (--upload-rate-limit), rides the
+ *    same way: it feeds no chain, and receives at a chain's end at the chain's pace;
  *  - a parent takes a chain child while it has a free chain slot (the pipeline's fan-out), or
  *    measured upload to spare for another child at its pace (a seed with a link several times a
  *    node's feeds several chains);
@@ -54,15 +55,17 @@ export function paceOf(peer: Peer): number | undefined {
 
 /**
  * How fast the peer can send in all: a measured cap (links are mostly symmetric: a slow download
- * is taken for a slow upload), else the most it was seen to receive or send. Undefined when
- * nothing is known.
+ * is taken for a slow upload), else the most it was seen to receive or send; never more than the
+ * upload limit it announced. Undefined when nothing is known.
  */
 export function uploadEstimate(peer: Peer): number | undefined {
   const links = peer.host.links;
+  const limit = links.uploadLimit ?? Infinity;
   const cap = links.upCap ?? links.downCap;
-  if (cap !== undefined) return cap;
+  if (cap !== undefined) return Math.min(cap, limit);
   const seen = Math.max(links.bestIntake, links.bestDelivered);
-  return seen > 0 ? seen : undefined;
+  if (seen > 0) return Math.min(seen, limit);
+  return links.uploadLimit;
 }
 
 /** Below SLOW of the task's reference rate: a rate that holds a chain back. */
@@ -76,45 +79,75 @@ export function passengerCap(peer: Peer): number | undefined {
   return cap !== undefined && farBelowReference(peer, cap) ? cap : undefined;
 }
 
-/** A peer that must feed no chain: a passenger, or one whose upload was found that slow. */
+/**
+ * A peer that must feed no chain, and rides at a chain's end like a passenger: a passenger, or one
+ * whose upload was found (or announced) that slow.
+ */
 export function slowFeeder(peer: Peer): boolean {
+  if (peer.isSeed) return false; // the one that brings the blob in feeds the swarm, slow or not
   const cap = capOf(peer);
   return cap !== undefined && farBelowReference(peer, cap);
 }
 
-/** The peer's children that hold chain slots (not passengers), leaving `except` out. */
+/** The peer's children that hold chain slots (not riders: see slowFeeder), leaving `except` out. */
 export function chainChildren(peer: Peer, except?: Peer): Peer[] {
-  return [...peer.children].filter((child) => child !== except && passengerCap(child) === undefined);
+  return [...peer.children].filter((child) => child !== except && !slowFeeder(child));
 }
 
 /**
  * What a child takes of its parent's upload: the parent's pace, or less: its own download's cap,
- * else the task's reference (no node was measured to receive more).
+ * else the task's reference (no node was measured to receive more). Infinity when nothing bounds
+ * it: such a child leaves a parent no room for another.
  */
 export function takes(parent: Peer, child: Peer): number {
-  return Math.min(paceOf(parent) ?? 0, child.host.links.downCap ?? (child.task.adaptive.referenceRate || Infinity));
+  return Math.min(paceOf(parent) ?? Infinity, child.host.links.downCap ?? (child.task.adaptive.referenceRate || Infinity));
 }
 
-/** Measured upload the peer has left after what its children take (leaving `except` out); undefined when not measured. */
+/**
+ * Measured upload the peer has left for chains after what its chain children take (leaving
+ * `except` out): riders give way to chains (a rider under a chain's feeder moves to a chain's
+ * end). Undefined when not measured.
+ */
 export function roomOf(peer: Peer, except?: Peer): number | undefined {
   const upload = uploadEstimate(peer);
   if (upload === undefined) return undefined;
   let used = 0;
-  for (const child of peer.children) if (child !== except) used += takes(peer, child);
+  for (const child of chainChildren(peer, except)) used += takes(peer, child);
   return Math.max(0, upload - used);
 }
 
 /**
- * What the parent should feed each of its chain children, to judge one of them slow: its pace,
- * and no more than a share of its upload (a seed's children share its link). Undefined when
+ * What the parent should feed each of its children, to judge one of them slow: its pace, and no
+ * more than a share of its upload (a seed's children share its link, riders too). Undefined when
  * unknown or unlimited.
  */
 export function feedsEach(parent: Peer): number | undefined {
   const pace = paceOf(parent) ?? Infinity;
   const upload = uploadEstimate(parent);
-  const share = upload === undefined ? Infinity : upload / Math.max(1, chainChildren(parent).length);
+  const share = upload === undefined ? Infinity : upload / Math.max(1, parent.children.size);
   const each = Math.min(pace, share);
   return Number.isFinite(each) ? each : undefined;
+}
+
+/**
+ * The parent's upload, when that is what holds the child to `rate`: the parent feeds several
+ * children, and the child receives at least SLOW of its share of what they receive from it
+ * together (each other child's measured rate from it; children not measured yet are left out),
+ * and together they take about all the upload it was seen (or announced) to give. Undefined when
+ * the child itself is the slow end, or nothing tells.
+ */
+export function sharedUploadHolding(parent: Peer, child: Peer, rate: number): number | undefined {
+  let delivered = rate;
+  let sharing = 1;
+  for (const other of parent.children) {
+    const from = other === child ? undefined : other.pace.fromParent.get(parent.id);
+    if (from === undefined) continue;
+    delivered += from;
+    sharing++;
+  }
+  if (sharing < 2 || rate * sharing < SLOW * delivered) return undefined;
+  // And its upload is used up: two passengers slow for their own reasons leave it idle.
+  return delivered >= SLOW * (uploadEstimate(parent) ?? 0) ? delivered : undefined;
 }
 
 /** What the parent would feed a chain child: its pace, within its room. */
@@ -122,12 +155,17 @@ export function offerTo(parent: Peer, child: Peer): number {
   return Math.min(paceOf(parent) ?? Infinity, roomOf(parent, child) ?? Infinity);
 }
 
-/** Upload a passenger finds at the parent: none under a chain's feeder, else the parent's pace less its passengers'. */
-export function spareFor(parent: Peer, passenger: Peer): number {
-  if (chainChildren(parent, passenger).length > 0) return 0;
+/** Upload a rider (slowFeeder) finds at the parent: none under a chain's feeder, else the parent's pace less its other riders'. */
+export function spareFor(parent: Peer, rider: Peer): number {
+  if (chainChildren(parent, rider).length > 0) return 0;
   let used = 0;
-  for (const child of parent.children) if (child !== passenger) used += passengerCap(child) ?? 0;
+  for (const child of parent.children) if (child !== rider) used += takes(parent, child);
   return Math.max(0, (paceOf(parent) ?? Infinity) - used);
+}
+
+/** What a rider wants of a parent: a passenger its download's cap; one slow only to upload, the parent's pace up to the reference. */
+export function riderNeeds(parent: Peer, rider: Peer): number {
+  return passengerCap(rider) ?? Math.min(paceOf(parent) ?? Infinity, rider.task.adaptive.referenceRate || Infinity);
 }
 
 /**
@@ -135,8 +173,7 @@ export function spareFor(parent: Peer, passenger: Peer): number {
  * child, at a parent that feeds chains and has a free chain slot or room for it.
  */
 export function canTake(parent: Peer, child: Peer, config: SchedulingConfig): boolean {
-  const cap = passengerCap(child);
-  if (cap !== undefined) return spareFor(parent, child) >= SLOW * cap;
+  if (slowFeeder(child)) return spareFor(parent, child) >= SLOW * riderNeeds(parent, child);
   if (slowFeeder(parent)) return false;
   if (chainChildren(parent, child).length < (parent.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout)) return true;
   const room = roomOf(parent, child);
@@ -157,7 +194,7 @@ export function receiving(child: Peer): number | undefined {
  * held back far below the reference; a passenger sharing a chain feeder's upload.
  */
 export function misplaced(child: Peer, parent: Peer): boolean {
-  if (passengerCap(child) !== undefined) return chainChildren(parent, child).length > 0;
+  if (slowFeeder(child)) return chainChildren(parent, child).length > 0;
   if (slowFeeder(parent)) return true;
   const now = receiving(child);
   return now !== undefined && farBelowReference(child, now);
@@ -184,56 +221,76 @@ export function rankForChild(child: Peer, candidates: Peer[], tieBreak: (p: Peer
   return keyed.map((k) => k.peer);
 }
 
-/**
- * The peer a seed with room for a whole chain more takes (no cycle): the middle of the longest
- * chain, if that chain is at least four long and its middle is held back far below the
- * reference, which halves it (a chain finds its slow peers one after another, as each part of it
- * gets faster; halves find theirs in parallel). While no node that was not found slow has been
- * measured, the end of the longest chain, one after another up to MAX_PROBES: the seed's first
- * child may be slow, and the chain below it shows nothing until one of its peers is fed faster
- * (and a chain's end may be slow too); a chain's end costs nobody below it a piece's overlap to
- * move. (Not a chain that runs at the reference: moving a peer costs its chain that overlap.)
- */
-export function chainToSplit(seed: Peer, now: number): Peer | undefined {
-  const state = seed.task.adaptive;
+/** How deep each running chain child is below the top of its chain (riders end chains: depth 0). */
+function chainDepths(seed: Peer): { depthOf: (peer: Peer) => number; deepest: Peer | undefined } {
   const depth = new Map<Peer, number>();
   const depthOf = (peer: Peer): number => {
     const known = depth.get(peer);
     if (known !== undefined) return known;
     depth.set(peer, 0); // a guard against a stale edge looping
     const above = peer.parents[0];
-    const d = above && passengerCap(peer) === undefined ? depthOf(above) + 1 : 0;
+    const d = above && !slowFeeder(peer) ? depthOf(above) + 1 : 0;
     depth.set(peer, d);
     return d;
   };
   let deepest: Peer | undefined;
   for (const peer of seed.task.peers.values()) {
-    if (peer.state !== 'running' || passengerCap(peer) !== undefined) continue;
+    if (peer.state !== 'running' || slowFeeder(peer)) continue;
     if (!deepest || depthOf(peer) > depthOf(deepest)) deepest = peer;
   }
-  if (!deepest || depthOf(deepest) < 4) return undefined;
-  let chosen: Peer;
-  if (!state.referenceConfirmed) {
-    // One probe at a time, the last one heard from first (it may be slow itself).
-    if (state.probes.length >= MAX_PROBES || state.probes.some((probe) => !probeSettled(probe, seed, now))) return undefined;
-    state.probes.push(deepest);
-    chosen = deepest;
-  } else {
-    chosen = deepest;
-    for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
-    const gets = receiving(chosen);
-    if (gets === undefined || !farBelowReference(chosen, gets)) return undefined;
-  }
-  if (chosen === seed || chosen.parents[0] === seed) return undefined;
-  for (let up: Peer | undefined = seed; up; up = up.parents[0]) if (up === chosen) return undefined;
-  return chosen;
+  return { depthOf, deepest };
 }
 
-/** A probe told what it could: it left, was measured, or took longer for a piece than the seed's slowest child does. */
-function probeSettled(probe: Peer, seed: Peer, now: number): boolean {
-  if (probe.state !== 'running' || probe.host.links.downCap !== undefined) return true;
-  if (probe.pace.lastPieceRate !== undefined && probe.pace.lastPieceStart >= probe.parentsSince) return true;
-  let slowest = Infinity;
-  for (const child of seed.children) slowest = Math.min(slowest, child.host.links.downCap ?? Infinity);
-  return Number.isFinite(slowest) && (now - probe.parentsSince) * slowest > seed.task.pieceSize;
+/** The seed is above `peer`, or is it. */
+function feeds(seed: Peer, peer: Peer): boolean {
+  for (let up: Peer | undefined = peer; up; up = up.parents[0]) if (up === seed) return true;
+  return false;
+}
+
+/**
+ * While no node that was not found slow has been measured (the task's reference unconfirmed), and
+ * a chain child of the seed was found slow against it: is that child slow, or is every node? The
+ * seed takes chain ends, the deepest first, up to MAX_PROBES in all (a chain's end costs nobody
+ * below it a piece's overlap to move; cutting chains in the middle to probe several at once was
+ * tried: simulated, 32 even nodes took 1.53 × T* instead of 1.08): they show what a node
+ * receives within a piece time, unless they are slow too. Taken while the seed has measured
+ * upload beyond what its children found slow take. None without a slow chain child: a seed no
+ * faster than its nodes would split its link for nothing.
+ */
+export function probeTargets(seed: Peer): Peer[] {
+  const state = seed.task.adaptive;
+  if (state.referenceConfirmed || state.probes.length >= MAX_PROBES) return [];
+  const children = chainChildren(seed);
+  if (!children.some((child) => child.host.links.downCap !== undefined)) return [];
+  const upload = uploadEstimate(seed);
+  let used = 0;
+  for (const child of children) used += child.host.links.downCap ?? 0;
+  if (upload === undefined || upload <= used) return [];
+  const targets: Peer[] = [];
+  const { depthOf } = chainDepths(seed);
+  const ends = [...seed.task.peers.values()].filter((peer) => peer.state === 'running' && !slowFeeder(peer) && peer.children.size === 0 && depthOf(peer) >= 2);
+  ends.sort((a, b) => depthOf(b) - depthOf(a) || a.id.localeCompare(b.id));
+  for (const end of ends) {
+    if (targets.length + state.probes.length >= MAX_PROBES) break;
+    if (!feeds(end, seed)) targets.push(end);
+  }
+  return targets;
+}
+
+/**
+ * The peer a seed with room for a whole chain more takes (no cycle): the middle of the longest
+ * chain, if that chain is at least four long and its middle is held back far below the
+ * reference, which halves it (a chain finds its slow peers one after another, as each part of it
+ * gets faster; halves find theirs in parallel). Not a chain that runs at the reference: moving a
+ * peer costs its chain a piece's overlap.
+ */
+export function chainToSplit(seed: Peer): Peer | undefined {
+  const { depthOf, deepest } = chainDepths(seed);
+  if (!deepest || depthOf(deepest) < 4) return undefined;
+  let chosen = deepest;
+  for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
+  const gets = receiving(chosen);
+  if (gets === undefined || !farBelowReference(chosen, gets)) return undefined;
+  if (chosen === seed || chosen.parents[0] === seed || feeds(chosen, seed)) return undefined;
+  return chosen;
 }

@@ -204,9 +204,11 @@ export class Resources {
     if (existing) {
       existing.info = info;
       existing.lastSeen = now;
+      existing.links.announced(info.uploadBandwidth);
       return existing;
     }
     const host = new Host(info, now);
+    host.links.announced(info.uploadBandwidth);
     this.hosts.set(info.id, host);
     return host;
   }

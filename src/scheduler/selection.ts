@@ -1,6 +1,6 @@
 import type { SchedulingConfig, TopologyRule } from './config.js';
 import { SLOW } from './pace.js';
-import { canTake, feedsEach, misplaced, offerTo, passengerCap, rankForChild, spareFor } from './placement.js';
+import { canTake, feedsEach, misplaced, offerTo, rankForChild, riderNeeds, slowFeeder, spareFor } from './placement.js';
 import { descendantsOf, type Peer } from './resources.js';
 
 /**
@@ -192,9 +192,8 @@ function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excl
     if (!misplaced(child, current)) return [current];
     const best = ranked.find((peer) => peer !== current);
     if (!best) return [current];
-    const cap = passengerCap(child);
-    // A passenger moves where it fits; a chain child where it is fed clearly faster.
-    const better = cap !== undefined ? spareFor(best, child) >= SLOW * cap : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
+    // A rider moves where it fits; a chain child where it is fed clearly faster.
+    const better = slowFeeder(child) ? spareFor(best, child) >= SLOW * riderNeeds(best, child) : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
     return better ? [best] : [current];
   }
   return ranked[0] ? [ranked[0]] : [];

@@ -147,6 +147,38 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.ok(stat.bytesFromPeers >= 6 * blob.size, 'most bytes went from node to node, along the chains');
   });
 
+  it('a peer whose upload is throttled feeds no chain: the fast peers finish before it could have fed them', async () => {
+    const { scheduler, peers } = await cluster(5, { seedArgs: ['--upload-rate-limit', '20MB'], peerArgs: ['--upload-rate-limit', '40MB'] });
+    const throttledRate = 2 * MB;
+    const throttled = await startPeer({ ip: ip(), schedulers: [scheduler.address], insecure: [registry.host], extraArgs: ['--upload-rate-limit', '2MB'] });
+    running.push(throttled);
+    const repo = 'swarm/throttled';
+    const blob = await pushRandomBlob(registry, repo, 96 * MB);
+    // The throttled peer starts first: it holds pieces (and the seed's chain slot) when the others come.
+    const first = pullThrough(throttled, registry, repo, blob.digest);
+    await waitFor(async () => (await throttled.metric('starling_peer_storage_bytes')) > 0, 60_000, 'the throttled peer under way');
+    const started = Date.now();
+    const took: number[] = [];
+    const results = await Promise.all(
+      peers.map(async (peer) => {
+        const result = await pullThrough(peer, registry, repo, blob.digest);
+        took.push((Date.now() - started) / 1000);
+        return result;
+      }),
+    );
+    for (const result of [...results, await first]) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
+
+    // Below the throttled peer in a chain, a peer would have taken the blob's size at its rate.
+    const alone = blob.size / throttledRate;
+    assert.ok(Math.max(...took) < alone / 2, `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`);
+    const stat = await taskStat(scheduler, blob.digest);
+    const throttledHost = stat.peers.find((peer) => peer.hostId.includes(`-${throttled.host.split(':')[0]}-`))!.hostId;
+    for (const peer of stat.peers.filter((p) => !p.seed && p.hostId !== throttledHost)) {
+      const fromThrottled = peer.bytesByParentHost[throttledHost] ?? 0;
+      assert.ok(fromThrottled < blob.size / 4, `${peer.peerId} took ${fromThrottled} B of ${blob.size} from the throttled peer`);
+    }
+  });
+
   for (const { shape, schedulerArgs } of shapes) {
     it(`survives 2 of 8 peers killed mid-transfer (${shape})`, async () => {
       const limit = ['--upload-rate-limit', '40MB'];

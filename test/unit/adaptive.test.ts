@@ -33,7 +33,8 @@ function engine(config: Partial<SchedulingConfig> = {}) {
       (packet) => packets.get(peerId)!.push(packet),
     );
   };
-  const task = scheduling.resources.task(TASK, PIECES * PIECE, PIECE, now);
+  // The task the peers join: keyed by the registry of their origin URL.
+  const task = scheduling.resources.task(TASK, PIECES * PIECE, PIECE, now, 'http://registry');
   for (let i = 0; i < PIECES; i++) scheduling.learnDigest(task, i, `sha256:${i.toString(16).padStart(64, '0')}`);
   /** Piece `index` starts arriving at `peer` now. */
   const starts = (peer: Peer, index: number) => scheduling.pieceStarted(peer, index);
@@ -190,5 +191,30 @@ describe('adaptive shape: a slow upload', () => {
     assert.equal(s.host.links.downCap, undefined, 'its cap is gone');
     assert.ok(a.host.links.upCap !== undefined, 'a is slow to upload');
     assert.ok(slowFeeder(a), 'and feeds no chain');
+  });
+});
+
+describe('adaptive shape: an announced upload limit', () => {
+  it('a peer announcing an upload far below what nodes receive gives its chain up once that is measured', () => {
+    const e = engine();
+    e.join('seed', { seed: true }, all(PIECES));
+    // t announces 1/10 of a node's rate (bytes per second), and gets the seed's chain slot first.
+    const t = e.join('t', { uploadBandwidth: (PIECE / FAST) * 100 });
+    e.starts(t, 0);
+    const a = e.join('a');
+    e.starts(a, 0);
+    const b = e.join('b');
+    assert.deepEqual([t, a, b].map((p) => e.lastParents(p)), [['seed'], ['t'], ['a']], 'nothing measured yet: a pipeline');
+    // t receives at a node's pace: now its limit is far below what a node receives.
+    for (let k = 0; k < 4; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(t, k);
+      e.starts(t, k + 1);
+    }
+    assert.ok(slowFeeder(t), 't rides');
+    e.scheduling.tick();
+    assert.deepEqual(e.lastParents(a), ['seed'], 'a took its place under the seed');
+    assert.ok(!t.children.has(a));
+    assert.equal(graphHasCycle(e.task), false);
   });
 });
