@@ -1,7 +1,7 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
 import { SLOW } from './pace.js';
-import { chainToSplit, farBelowReference, feedRate, feedsEach, paceOf, probeTargets, roomOf, sharedUploadHolding, slowFeeder } from './placement.js';
+import { chainToSplit, farBelowReference, feedRate, feedsEach, heldBack, paceOf, probeTargets, roomOf, sharedUploadHolding, slowFeeder } from './placement.js';
 import type { Peer, Resources, Task } from './resources.js';
 
 /** What the adaptive shape needs of the scheduling engine. */
@@ -96,7 +96,7 @@ export class Adaptation {
       const bound = peer.pace.receiveBound(arriving, now, task.pieceSize);
       const known = peer.pace.slowArrival;
       // Held back by its chain: a parent with room may feed it faster.
-      if (!bound || !farBelowReference(peer, bound.rate)) continue;
+      if (!bound || !heldBack(peer, bound.rate)) continue;
       if (known && known.since === bound.since && bound.rate > SLOW * known.rate) continue;
       peer.pace.slowArrival = bound;
       this.engine.reschedule(peer);

@@ -73,6 +73,16 @@ export function farBelowReference(peer: Peer, rate: number): boolean {
   return rate < SLOW * peer.task.adaptive.referenceRate;
 }
 
+/**
+ * The peer receives far below what it could: below SLOW of the reference and of its own download's
+ * cap, when one was found (a node on a slower link than the fastest one is not held back by
+ * receiving at its own rate; without this, most of 1000 nodes with a spread of rates looked held
+ * back and were placed again and again).
+ */
+export function heldBack(peer: Peer, rate: number): boolean {
+  return rate < SLOW * Math.min(peer.task.adaptive.referenceRate, peer.host.links.downCap ?? Infinity);
+}
+
 /** The download cap of a peer found slow against the task's reference: it rides as a passenger. */
 export function passengerCap(peer: Peer): number | undefined {
   const cap = peer.host.links.downCap;
@@ -191,13 +201,13 @@ export function receiving(child: Peer): number | undefined {
 
 /**
  * The child may be better off elsewhere: a chain child whose parent feeds no chain, or that is
- * held back far below the reference; a passenger sharing a chain feeder's upload.
+ * held back (heldBack); a passenger sharing a chain feeder's upload.
  */
 export function misplaced(child: Peer, parent: Peer): boolean {
   if (slowFeeder(child)) return chainChildren(parent, child).length > 0;
   if (slowFeeder(parent)) return true;
   const now = receiving(child);
-  return now !== undefined && farBelowReference(child, now);
+  return now !== undefined && heldBack(child, now);
 }
 
 /**
@@ -290,7 +300,7 @@ export function chainToSplit(seed: Peer): Peer | undefined {
   let chosen = deepest;
   for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
   const gets = receiving(chosen);
-  if (gets === undefined || !farBelowReference(chosen, gets)) return undefined;
+  if (gets === undefined || !heldBack(chosen, gets)) return undefined;
   if (chosen === seed || chosen.parents[0] === seed || feeds(chosen, seed)) return undefined;
   return chosen;
 }
