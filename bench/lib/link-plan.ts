@@ -2,7 +2,10 @@
 // and the simulator (sim/) both read, so that a set-up means the same in both.
 //
 //   10mbit                          every node at 10 Mbit/s both ways
-//   10mbit*24,3mbit*8               24 nodes at 10 Mbit/s, then 8 at 3 (in node order: n0…n23, n24…n31)
+//   10mbit*24,3mbit*8               24 nodes at 10 Mbit/s and 8 at 3, dealt to the nodes in an order
+//                                   drawn from the seed (the emulated cluster starts its nodes in
+//                                   index order: with n24…n31 the slow ones, a scheduler that chains
+//                                   peers as they come found them last, at the chains' ends)
 //   20mbit/5mbit*16,10mbit          16 nodes with 20 Mbit/s down and 5 up, the rest at 10 both ways
 //   lognormal(50gbit,0.3)*95%,5gbit a 95% share drawn from a log-normal (median 50 Gbit/s, σ 0.3 of
 //                                   the natural log), the rest at 5 Gbit/s
@@ -147,6 +150,11 @@ export function planNodeLinks(description: string, nodes: number, changes = '', 
       const up = g.up ? g.up(random) : down;
       links.push({ group: g.text, steps: [{ at: 0, down, up }] });
     }
+  }
+  // Groups dealt in a random order (Fisher-Yates, from the seed): no group gathers at one end.
+  for (let i = links.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [links[i], links[j]] = [links[j]!, links[i]!];
   }
   // In time order, so that a factor applies to the rates the node has at that moment.
   for (const change of parseRateChanges(changes, nodes).sort((x, y) => x.at - y.at)) {

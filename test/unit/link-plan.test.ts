@@ -10,10 +10,15 @@ describe('node link descriptions (shared by the emulated cluster and the simulat
     assert.deepEqual(first(planNodeLinks('10mbit', 3)), [[10e6, 10e6], [10e6, 10e6], [10e6, 10e6]]);
   });
 
-  it('deals groups out in node order, with counts, shares and one group that takes the rest', () => {
+  it('deals groups out in an order drawn from the seed, with counts, shares and one group that takes the rest', () => {
     const links = planNodeLinks('10mbit*2,3mbit*25%,1gbit', 8);
-    assert.deepEqual(first(links), [[10e6, 10e6], [10e6, 10e6], [3e6, 3e6], [3e6, 3e6], [1e9, 1e9], [1e9, 1e9], [1e9, 1e9], [1e9, 1e9]]);
-    assert.deepEqual(links.map((l) => l.group), ['10mbit', '10mbit', '3mbit', '3mbit', '1gbit', '1gbit', '1gbit', '1gbit']);
+    const count = (rate: number) => first(links).filter(([down, up]) => down === rate && up === rate).length;
+    assert.deepEqual([count(10e6), count(3e6), count(1e9)], [2, 2, 4]);
+    for (const link of links) assert.equal(link.group, { 10e6: '10mbit', 3e6: '3mbit', 1e9: '1gbit' }[link.steps[0]!.down]);
+    // The same seed deals the same way; the slow group does not sit at the end.
+    assert.deepEqual(first(planNodeLinks('10mbit*2,3mbit*25%,1gbit', 8)), first(links));
+    const big = planNodeLinks('10mbit*24,3mbit*8', 32);
+    assert.ok(big.slice(0, 24).some((l) => l.group === '3mbit'), 'slow nodes among n0…n23');
   });
 
   it('reads DOWN/UP as an asymmetric link', () => {
@@ -67,11 +72,13 @@ describe('each node\'s own bound', () => {
     const F = 10e6;
     const links = planNodeLinks('10mbit*3,2mbit', 4);
     const bounds = nodeBounds(F, 40e6, links);
-    assert.equal(bounds[0]!.binding, 'download'); // F/d = 8 s; F/u_s = 2 s; 4F/(40+32 Mbit/s) = 4.4 s
-    assert.equal(bounds[0]!.seconds, 8);
-    assert.equal(bounds[3]!.seconds, 40);
+    const fast = links.findIndex((l) => l.group === '10mbit');
+    const slow = links.findIndex((l) => l.group === '2mbit');
+    assert.equal(bounds[fast]!.binding, 'download'); // F/d = 8 s; F/u_s = 2 s; 4F/(40+32 Mbit/s) = 4.4 s
+    assert.equal(bounds[fast]!.seconds, 8);
+    assert.equal(bounds[slow]!.seconds, 40);
     // A slower source binds the fast ones.
-    assert.equal(nodeBounds(F, 5e6, links)[0]!.binding, 'source');
+    assert.equal(nodeBounds(F, 5e6, links)[fast]!.binding, 'source');
   });
 
   it('counts a link that slows down in that node\'s own bound', () => {
