@@ -1,7 +1,7 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
 import { SLOW } from './pace.js';
-import { chainToSplit, farBelowReference, feedRate, feedsEach, heldBack, paceOf, probeTargets, roomOf, sharedUploadHolding, slowFeeder } from './placement.js';
+import { chainToSplit, farBelowReference, feedRate, feedsEach, heldBack, paceOf, probeTargets, roomOf, slowFeeder } from './placement.js';
 import type { Peer, Resources, Task } from './resources.js';
 
 /** What the adaptive shape needs of the scheduling engine. */
@@ -78,14 +78,6 @@ export class Adaptation {
       const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
       const slow = peer.parents.length === 1 ? slowAgainstParent(peer, peer.parents[0]!, arriving, now) : undefined;
       if (slow) {
-        const parent = peer.parents[0]!;
-        const upload = sharedUploadHolding(parent, peer, slow.rate);
-        if (upload !== undefined) {
-          // Its share of a parent that feeds several: the parent's upload is the slow end.
-          peer.pace.slowArrival = slow;
-          this.slowUpload(parent, upload);
-          continue;
-        }
         const cap = peer.host.links.downCap;
         // Found slow before and no slower now: nothing new.
         if (cap !== undefined && slow.rate > SLOW * cap) continue;
@@ -118,16 +110,6 @@ export class Adaptation {
     if (known !== undefined && rate > SLOW * known) return;
     this.engine.log.debug({ task: task.id, parent: parent.id, child: child.id, bytesPerMs: rate }, 'slow download');
     if (slowFeeder(child)) this.retire(child);
-  }
-
-  /** What the parent's children receive from it together is all its upload gives. */
-  private slowUpload(parent: Peer, rate: number): void {
-    const known = parent.host.links.upCap;
-    if (known !== undefined && rate > SLOW * known) return;
-    parent.host.links.capUpload(rate);
-    this.engine.log.debug({ task: parent.task.id, parent: parent.id, bytesPerMs: rate }, 'slow upload');
-    updateReference(parent.task);
-    if (slowFeeder(parent)) this.retire(parent);
   }
 
   /**

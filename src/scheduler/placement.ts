@@ -139,27 +139,6 @@ export function feedsEach(parent: Peer): number | undefined {
   return Number.isFinite(each) ? each : undefined;
 }
 
-/**
- * The parent's upload, when that is what holds the child to `rate`: the parent feeds several
- * children, and the child receives at least SLOW of its share of what they receive from it
- * together (each other child's measured rate from it; children not measured yet are left out),
- * and together they take about all the upload it was seen (or announced) to give. Undefined when
- * the child itself is the slow end, or nothing tells.
- */
-export function sharedUploadHolding(parent: Peer, child: Peer, rate: number): number | undefined {
-  let delivered = rate;
-  let sharing = 1;
-  for (const other of parent.children) {
-    const from = other === child ? undefined : other.pace.fromParent.get(parent.id);
-    if (from === undefined) continue;
-    delivered += from;
-    sharing++;
-  }
-  if (sharing < 2 || rate * sharing < SLOW * delivered) return undefined;
-  // And its upload is used up: two passengers slow for their own reasons leave it idle.
-  return delivered >= SLOW * (uploadEstimate(parent) ?? 0) ? delivered : undefined;
-}
-
 /** What the parent would feed a chain child: its pace, within its room. */
 export function offerTo(parent: Peer, child: Peer): number {
   return Math.min(paceOf(parent) ?? Infinity, roomOf(parent, child) ?? Infinity);

@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
-import { canTake, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
+import { canTake, heldBack, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
 import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 
@@ -140,6 +140,20 @@ describe('adaptive shape: where slow peers go', () => {
     e.scheduling.tick();
     assert.deepEqual(e.lastParents(s), ['end']);
     assert.ok(passengerCap(s) !== undefined);
+  });
+
+  it('a node receiving at its own download\'s cap is not held back, however fast the fastest node is', () => {
+    const e = engine();
+    e.join('seed', { seed: true }, all(PIECES));
+    const x = e.join('x');
+    e.task.adaptive.referenceRate = 10_000;
+    // x was found to download at 3,000 bytes/ms: at 2,500 it receives what its link allows.
+    x.host.links.downCap = 3_000;
+    assert.equal(heldBack(x, 2_500), false);
+    assert.equal(heldBack(x, 1_500), true, 'at half its own rate a parent holds it back');
+    // A node not found slow is judged against the fastest one.
+    x.host.links.downCap = undefined;
+    assert.equal(heldBack(x, 2_500), true);
   });
 
   it('a seed whose link carries several chains takes a chain child beyond its fan-out', () => {
