@@ -1,6 +1,8 @@
 // Plots of emulated-cluster runs: the share of nodes done over time (one CDF per scenario, with T*)
 // and the origin's egress rate over time (one panel per scenario), from the JSON that
-// bench/direct-pull.ts, bench/swarm-cluster.ts and bench/bittorrent-baseline.ts write with --json-out.
+// bench/direct-pull.ts, bench/swarm-cluster.ts and bench/bittorrent-baseline.ts write with --json-out;
+// and, when the runs recorded each node's own bound, the share of nodes done within x times it
+// (PREFIX-own-bound.svg, overall and per group of equal links).
 //
 //   npx tsx bench/plot-cluster.ts --out docs/img/emulated-32-nodes --title "32 nodes × 10 Mbit/s, 64 MiB" A.json B.json …
 //
@@ -8,13 +10,13 @@
 
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
-import { writeClusterPlots } from './lib/cluster-plots.js';
+import { writeBoundPlot, writeClusterPlots } from './lib/cluster-plots.js';
 
 interface ClusterResult {
   kind: string;
   lowerBound: { seconds: number };
   sizeBytes: number;
-  perNode: Array<{ done: number }>;
+  perNode: Array<{ done: number; bound?: number; group?: string }>;
   egress?: { samples: Array<[number, number]>; bytes: number; peakBitsPerSecond: number };
 }
 
@@ -49,3 +51,11 @@ writeClusterPlots(
   [{ x: results[0]!.lowerBound.seconds, label: 'T*' }],
 );
 console.log(`wrote ${values.out}-cdf.svg and ${values.out}-egress.svg`);
+if (results.every((r) => r.perNode.every((p) => p.bound !== undefined && p.group !== undefined))) {
+  writeBoundPlot(
+    values.out,
+    `${values.title ? `${values.title}: ` : ''}nodes against their own bound (emulated cluster)`,
+    results.map((r) => ({ label: label(r), perNode: r.perNode.map((p) => ({ done: p.done, bound: p.bound!, group: p.group! })) })),
+  );
+  console.log(`wrote ${values.out}-own-bound.svg`);
+}

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { planNodeLinks, seededRandom } from '../bench/lib/link-plan.js';
+import { writeBoundPlot } from '../bench/lib/cluster-plots.js';
 import { boundRatioLines } from '../bench/lib/node-bounds.js';
 import { defaultScheduling, shapeSchema } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
@@ -596,7 +597,18 @@ function single(): void {
       `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
     if (r.ownBound.groups.length > 1) for (const line of boundRatioLines(r.ownBound)) log(`  ${line}`);
   }
-  if (args.plots) log(`plots: ${writePlots(str('plots'), `${setup.nodes}x${bytes(setup.size).replace(/ /g, '')}`, `${setup.nodes} nodes × ${bytes(setup.size)}`, results).join(', ')}`);
+  if (args.plots) {
+    const name = `${setup.nodes}x${bytes(setup.size).replace(/ /g, '')}`;
+    const files = writePlots(str('plots'), name, `${setup.nodes} nodes × ${bytes(setup.size)}`, results);
+    // Each node against its own bound, one file per shape (bench/plot-cluster.ts draws the emulated ones).
+    const boundPrefix = path.join(str('plots'), `sim-${name}-${setup.scheduling.shape}`);
+    writeBoundPlot(
+      boundPrefix,
+      `${setup.nodes} nodes × ${bytes(setup.size)}, ${setup.scheduling.shape}: nodes against their own bound (simulated)`,
+      results.map((r) => ({ label: SCENARIO_LABEL[r.scenario], perNode: r.ready.map((done, i) => ({ done, bound: r.bounds[i]!, group: r.groups[i]! })) })),
+    );
+    log(`plots: ${[...files, `${boundPrefix}-own-bound.svg`].join(', ')}`);
+  }
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(results.map(compact), null, 1));
 }
 

@@ -54,3 +54,50 @@ export function writeClusterPlots(prefix: string, cdfTitle: string, runs: Plotte
     ),
   );
 }
+
+/** One run's nodes against their own bounds (bench/lib/node-bounds.ts): done_i / b_i per node, by group of equal links. */
+export interface BoundRun {
+  label: string;
+  perNode: Array<{ done: number; bound: number; group: string }>;
+}
+
+/**
+ * Writes `${prefix}-own-bound.svg`: for each run, the share of nodes done within x times their own
+ * bound, all nodes (solid) and, when the run has several groups of links, each group (dashed), with
+ * the issue's goals (1.3 for the fast nodes' median, 1.5 for every node) as reference lines.
+ */
+export function writeBoundPlot(prefix: string, title: string, runs: BoundRun[]): void {
+  fs.mkdirSync(path.dirname(prefix), { recursive: true });
+  const series = runs.flatMap((run) => {
+    const all = { label: run.label, points: cdfPoints(run.perNode.map((n) => n.done / n.bound)), step: true };
+    const groups = [...new Set(run.perNode.map((n) => n.group))];
+    if (groups.length < 2) return [all];
+    return [
+      all,
+      ...groups.map((group) => ({
+        label: `${run.label}: ${group}`,
+        points: cdfPoints(run.perNode.filter((n) => n.group === group).map((n) => n.done / n.bound)),
+        step: true,
+        dashed: true,
+      })),
+    ];
+  });
+  const worst = Math.max(...runs.flatMap((r) => r.perNode.map((n) => n.done / n.bound)));
+  fs.writeFileSync(
+    `${prefix}-own-bound.svg`,
+    lineChart({
+      title,
+      xLabel: "node's completion / its own bound b_i",
+      yLabel: 'share of nodes',
+      series,
+      xMin: 1,
+      xMax: Math.max(1.6, worst * 1.05),
+      yMin: 0,
+      yMax: 1,
+      markers: [
+        { x: 1.3, label: '1.3' },
+        { x: 1.5, label: '1.5' },
+      ],
+    }),
+  );
+}
