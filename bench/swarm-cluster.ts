@@ -1,6 +1,6 @@
 // Scenario (b): the Starling swarm, full download, on an emulated cluster.
 //
-//   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit] [--shape pipeline]
+//   npx tsx bench/swarm-cluster.ts --nodes 32 [--size 64MiB] [--node-rate 20mbit] [--origin-rate 80mbit] [--shape mesh|pipeline]
 //   npx tsx bench/swarm-cluster.ts --nodes 32 --size 64MiB --node-rate 10mbit*24,3mbit*8 --origin-rate 40mbit [--rate-change n5=0.1x@20s]
 //
 // The same emulated cluster as bench/direct-pull.ts and bench/bittorrent-baseline.ts: a real
@@ -26,7 +26,7 @@ import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
-  shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
+  shape: { type: 'string', default: 'adaptive', help: 'the scheduler\'s parent graph: adaptive (its default), mesh or pipeline' },
   'scheduler-args': { type: 'string', default: '', help: 'extra flags for the scheduler, e.g. "--seed-fanout 4"' },
   'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
   'seed-args': { type: 'string', default: '', help: 'extra flags for the seed peer' },

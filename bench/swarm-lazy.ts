@@ -5,7 +5,7 @@
 //          order (bench/lib/lazy-reader.ts: the FUSE mount of the snapshotter, without containerd);
 //   full — each node downloads the whole layer blob through its peer (scenario b).
 //
-//   npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy] [--shape pipeline]
+//   npx tsx bench/swarm-lazy.ts [--nodes 8] [--node-rate 100mbit] [--origin-rate 400mbit] [--scenarios full,lazy] [--shape mesh|pipeline]
 //                               [--plots DIR] [--json-out FILE] [--keep-logs DIR]
 //
 // The image is the Debian + python3 one of bench/lazy-start.ts (workload `python3 -c 'import json,
@@ -46,7 +46,7 @@ const args = scenarioArgs(
     plots: { type: 'string', help: 'write a completion-time CDF and a registry-egress plot (SVG) there' },
     'keep-logs': { type: 'string', help: 'copy every process log there' },
     'peer-args': { type: 'string', default: '', help: 'extra flags for every peer, the seed\'s included' },
-    shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
+    shape: { type: 'string', default: 'adaptive', help: 'the scheduler\'s parent graph: adaptive (its default), mesh or pipeline' },
   },
   { nodeRate: '100mbit', size: null },
 );
