@@ -136,7 +136,7 @@ describe('adaptive shape: where slow peers go', () => {
     const { e, a, s } = slowMiddle();
     assert.equal(s.parents[0], a, 'still under a, which now feeds the chain through c');
     // A peer at a chain's end, holding pieces s lacks.
-    const end = e.join('end', {}, [3, 4, 5]);
+    e.join('end', {}, [3, 4, 5]);
     e.scheduling.tick();
     assert.deepEqual(e.lastParents(s), ['end']);
     assert.ok(passengerCap(s) !== undefined);
