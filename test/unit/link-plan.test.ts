@@ -50,7 +50,7 @@ describe('node link descriptions (shared by the emulated cluster and the simulat
     assert.throws(() => planNodeLinks('10mbit*3,3mbit*3', 4), /describe 6 nodes, not 4/);
     assert.throws(() => planNodeLinks('10mbit,3mbit', 4), /only one group may leave out its count/);
     assert.throws(() => planNodeLinks('10mbit,,3mbit*2', 4), /empty group/);
-    assert.throws(() => planNodeLinks('10 furlongs', 4), /cannot read rate "10 furlongs"/);
+    assert.throws(() => planNodeLinks('10 furlongs', 4), /invalid rate "10 furlongs"/);
     assert.throws(() => planNodeLinks('lognormal(50gbit)', 4), /lognormal\(MEDIAN,SIGMA\)/);
     assert.throws(() => planNodeLinks('lognormal(50gbit,-1)', 4), /σ must be a number ≥ 0/);
     assert.throws(() => planNodeLinks('1mbit/2mbit/3mbit', 4), /one slash at most/);
