@@ -191,7 +191,3 @@ export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: 
   console.log(JSON.stringify(egress ? { ...rest, egress: { ...egress, samples: undefined } } : rest));
   if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
 }
-
-export function sha256Hex(digest: string): string {
-  return digest.replace(/^sha256:/, '');
-}

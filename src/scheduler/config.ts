@@ -30,7 +30,6 @@ export const topologyRuleSchema = z
  *   (1 on equal NICs; a seed with a 4 x faster NIC may feed 4).
  */
 export const shapeSchema = z.enum(['adaptive', 'mesh', 'pipeline']);
-export type Shape = z.output<typeof shapeSchema>;
 
 /** How parents are chosen; the same shape the manager will push to running schedulers. */
 export const schedulingSchema = z
