@@ -25,6 +25,7 @@ export class SchedulerClient {
   private endpoints: SchedulerEndpoint[] = [];
   private keepalive?: NodeJS.Timeout;
   private intervalMs = 5_000;
+  private shutDown = false;
 
   constructor(
     addresses: string[],
@@ -126,7 +127,14 @@ export class SchedulerClient {
       .map(({ endpoint }) => endpoint.address);
   }
 
+  /** True once `close` ran: the peer is shutting down and opens no more streams. */
+  get closed(): boolean {
+    return this.shutDown;
+  }
+
+  /** Throws when the client is closed or the scheduler left the list meanwhile (grpc-js throws on a closed channel). */
   openStream(address: string): PeerStream {
+    if (this.shutDown) throw new Error('the scheduler client is closed');
     const endpoint = this.endpoints.find((e) => e.address === address);
     if (!endpoint) throw new Error(`unknown scheduler ${address}`);
     return endpoint.client.AnnouncePeer(this.metadata());
@@ -153,6 +161,7 @@ export class SchedulerClient {
   }
 
   close(): void {
+    this.shutDown = true;
     if (this.keepalive) clearTimeout(this.keepalive);
     for (const endpoint of this.endpoints) endpoint.client.close();
   }

@@ -204,8 +204,16 @@ export class SwarmDownload {
       tried.add(address);
       if (!(await this.schedulers.ready(address))) return attempt();
       if (this.closed) return;
+      // ready() awaited: the peer may have begun shutting down, or the scheduler left the list.
+      if (this.schedulers.closed) return;
+      let stream: PeerStream;
+      try {
+        stream = this.schedulers.openStream(address);
+      } catch (error) {
+        this.log.warn({ task: this.task.digest, scheduler: address, err: (error as Error).message }, 'could not open a stream; trying the next scheduler');
+        return attempt();
+      }
       this.schedulerAddress = address;
-      const stream = this.schedulers.openStream(address);
       this.stream = stream;
       let answered = false;
       stream.on('data', (packet: SchedulerPacket) => {

@@ -65,6 +65,8 @@ export class Swarm {
 
   /** Set once the blobs kept from before a restart have been offered. */
   private started = false;
+  /** Set when close() begins: no new task joins the swarm (a blob verified meanwhile is not announced). */
+  private closing = false;
 
   async start(): Promise<void> {
     const manager = this.options.manager;
@@ -119,7 +121,9 @@ export class Swarm {
     return {
       kind: 'peer',
       description: 'swarm',
-      async fetchRun(_layout: PieceLayout, run: PieceRun, _sink: PieceSink) {
+      fetchRun: async (layout: PieceLayout, run: PieceRun, sink: PieceSink) => {
+        // Shutting down: the scheduler is being left, so the last reads go to the origin.
+        if (this.closing) return origin.fetchRun(layout, run, sink);
         const swarmDownload = download();
         swarmDownload.want(run, origin);
         await swarmDownload.waitRun(run);
@@ -135,7 +139,7 @@ export class Swarm {
     const download = this.downloads.get(task.digest);
     // No download: a blob verified from disk after start-up; offer it like the others.
     if (download) download.completed();
-    else if (this.started) this.downloadFor(task).announceHolding();
+    else if (this.started && !this.closing) this.downloadFor(task).announceHolding();
   }
 
   forget(digest: string, reason: string): void {
@@ -218,6 +222,7 @@ export class Swarm {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     this.managerClient?.stop();
     for (const download of [...this.downloads.values()]) download.close('peer shutting down');
     await this.schedulers.leave(this.options.hostId);
