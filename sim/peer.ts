@@ -781,7 +781,11 @@ export class SimDownload {
         waiter.resolve();
       }
     }
-    this.pump();
+    // The peers the old-endgame flags replay also asked for pieces when the task stored one,
+    // while the attempt that brought it was still listed: that is how their endgame asked a
+    // second parent for a piece just stored. Today's peer refills its slots only as attempts end.
+    const { eagerEndgame, endgameRefetchesStored } = this.world.settings;
+    if (eagerEndgame || endgameRefetchesStored) this.pump();
     if (this.complete && !this.finished) this.completed();
   }
 

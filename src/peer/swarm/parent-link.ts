@@ -12,6 +12,10 @@ import { ParentPace } from './policy/parent-pace.js';
 
 /** How long a bitmap request may wait at the parent for news. */
 const LONG_POLL_MS = 10_000;
+/** Bitmap requests failed in a row that make a parent unreachable (each retried 200 ms × n later). */
+const BITMAP_FAILURES_UNREACHABLE = 3;
+/** Piece requests failed in a row (not busy, not missing) that make a parent unreachable. */
+const PIECE_FAILURES_UNREACHABLE = 2;
 
 export class ParentBusyError extends Error {
   override name = 'ParentBusyError';
@@ -33,8 +37,9 @@ export class ParentLink implements ParentView {
   readonly pieces = new Set<number>();
   /** Pieces on their way to the parent, which it relays as they arrive. */
   readonly growing = new Set<number>();
-  inflight = 0;
-  consecutiveFailures = 0;
+  private attempts = 0;
+  /** Failures in a row, of bitmap requests or of pieces (a success resets it). */
+  private consecutiveFailures = 0;
   /** How fast the parent serves this child. */
   readonly pace = new ParentPace();
   /** The parent said all its upload slots were busy: leave it alone until then (Date.now() clock). */
@@ -82,6 +87,27 @@ export class ParentLink implements ParentView {
     return this.stop.signal.aborted;
   }
 
+  /** Pieces on their way from this parent to this peer. */
+  get inflight(): number {
+    return this.attempts;
+  }
+
+  /** The child began an attempt at a piece from this parent. */
+  attemptStarted(): void {
+    this.attempts++;
+  }
+
+  /** An attempt ended, however: a retired link closes with its last one. */
+  attemptEnded(): void {
+    this.attempts--;
+    if (this.closed && this.attempts === 0) this.fetcher.close();
+  }
+
+  /** A piece failed for a cause other than a clear answer (busy, missing): says whether that makes the parent unreachable (two in a row). */
+  pieceFailed(): boolean {
+    return ++this.consecutiveFailures >= PIECE_FAILURES_UNREACHABLE;
+  }
+
   private get base(): string {
     const host = this.info.ip.includes(':') ? `[${this.info.ip}]` : this.info.ip;
     return `${httpScheme(this.tls)}://${host}:${this.info.uploadPort}`;
@@ -101,16 +127,11 @@ export class ParentLink implements ParentView {
   /**
    * Stops following the parent (the scheduler chose others) but lets the pieces on their way
    * finish: cutting them would throw away bytes already received. The caller takes no new
-   * pieces from a retired link and calls `pieceSettled` as each attempt ends.
+   * pieces from a retired link and calls `attemptEnded` as each attempt ends.
    */
   retire(): void {
     this.stop.abort();
-    if (this.inflight === 0) this.fetcher.close();
-  }
-
-  /** An attempt on this link ended (after `inflight` was lowered): a retired link closes with its last one. */
-  pieceSettled(): void {
-    if (this.closed && this.inflight === 0) this.fetcher.close();
+    if (this.attempts === 0) this.fetcher.close();
   }
 
   private async follow(): Promise<void> {
@@ -153,7 +174,7 @@ export class ParentLink implements ParentView {
         if (this.closed) return;
         this.log.debug({ parent: this.id, err: (error as Error).message }, 'parent bitmap request failed');
         this.consecutiveFailures++;
-        if (this.consecutiveFailures >= 3) {
+        if (this.consecutiveFailures >= BITMAP_FAILURES_UNREACHABLE) {
           this.onUnreachable(this, error as Error);
           return;
         }

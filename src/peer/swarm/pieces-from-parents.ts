@@ -1,0 +1,256 @@
+import { sha256Hex } from '../../common/hashing.js';
+import type { PeerPacket } from '../../rpc/scheduler-api.js';
+import { pieceBounds } from '../../storage/piece-plan.js';
+import type { BlobTask } from '../blob-task.js';
+import type { GrowingPiece } from '../growing-piece.js';
+import { ParentBusyError, PieceCutShortError, PieceMissingError, type ParentLink } from './parent-link.js';
+import type { ParentSet } from './parent-set.js';
+import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
+import { wantsSecondParent } from './policy/endgame.js';
+import { bestParentFor, stillUploading, type ParentChoice } from './policy/parent-choice.js';
+import { pieceCheckIntervalMs, RETRY_AFTER_FAILED_PIECE_MS } from './policy/stall.js';
+import type { WantedPieces } from './wanted-pieces.js';
+
+export interface ParentFetchSettings {
+  /** Pieces fetched from parents at once for one task. */
+  parallelism: number;
+  /** Pieces fetched from one parent at once. */
+  perParent: number;
+  /** A piece from a parent that sends no byte of it for this long is given up and fetched elsewhere. */
+  pieceTimeoutMs: number;
+}
+
+export interface ParentFetchEvents {
+  /** Says something to the scheduler (a piece begun, a piece failed). */
+  report(packet: PeerPacket): void;
+  /** Opens a piece's relay buffer as its bytes start to arrive. */
+  beginPiece(index: number): GrowingPiece;
+  /** An attempt at piece `index` ended, whatever came of it. */
+  settled(index: number): void;
+}
+
+interface Attempt {
+  link: ParentLink;
+  controller: AbortController;
+  started: number;
+  /** The piece's length in bytes. */
+  length: number;
+  /** The piece's bytes as they arrive, once the parent has begun to send them (relayed to this peer's children as they come). */
+  growing?: GrowingPiece;
+}
+
+/**
+ * Fetches a task's wanted pieces from its parents, as the policy orders them (policy/): each
+ * piece from one parent, a straggler at the tail from a second one, every piece checked against
+ * the digest the scheduler vouched for before it is stored. Pieces go one way: parent → check →
+ * task; what the task does with a stored piece does not come back here.
+ */
+export class PiecesFromParents {
+  private readonly attempts = new Map<number, Attempt[]>();
+  /** Piece digests the scheduler vouched for (from the peer that read the origin). */
+  private readonly digests = new Map<number, string>();
+  /** A random rank per piece, fixed for this download (pieceTieBreaks). */
+  private readonly tieBreak: Float64Array;
+  private running = false;
+  private stopped = false;
+
+  constructor(
+    private readonly task: BlobTask,
+    private readonly wanted: WantedPieces,
+    private readonly parents: ParentSet,
+    private readonly settings: ParentFetchSettings,
+    private readonly events: ParentFetchEvents,
+  ) {
+    this.tieBreak = pieceTieBreaks(task.layout.pieceCount);
+  }
+
+  /** Pieces on their way from parents. */
+  get onTheirWay(): number {
+    return this.attempts.size;
+  }
+
+  isOnItsWay(index: number): boolean {
+    return this.attempts.has(index);
+  }
+
+  vouch(digests: Record<string, string>): void {
+    for (const [index, digest] of Object.entries(digests)) this.digests.set(Number(index), digest);
+  }
+
+  /** Starts fetching (the scheduler named parents or said wait); stop() ends it for good. */
+  run(): void {
+    if (!this.stopped) this.running = true;
+  }
+
+  /** No new attempts (the download reads the origin now); pieces on their way still arrive. */
+  pause(): void {
+    this.running = false;
+  }
+
+  /** No new attempts, and those on their way are aborted (the download left the task). */
+  stop(): void {
+    this.running = false;
+    this.stopped = true;
+    for (const attempts of this.attempts.values()) for (const attempt of attempts) attempt.controller.abort();
+  }
+
+  /** Fills the free fetch slots with the best pieces from the best parents; at the tail, the endgame. */
+  pump(): void {
+    if (!this.running || this.wanted.failed) return;
+    let budget = this.settings.parallelism - this.attempts.size;
+    const order = this.candidateOrder();
+    const choice = this.parentChoice();
+    for (const index of order) {
+      if (budget <= 0) break;
+      const link = bestParentFor(index, this.parents, choice);
+      if (!link) continue;
+      this.startAttempt(index, link);
+      budget--;
+    }
+    if (order.length === 0 && this.attempts.size > 0) this.endgame();
+  }
+
+  /**
+   * Wanted pieces that can be fetched now, best first (policy/candidate-order.ts). A piece still
+   * arriving at a parent counts: the parent relays it as it comes. Only pieces whose digest the
+   * scheduler has vouched for are asked for: a digest that never comes (its report lost with a
+   * scheduler) would keep an attempt waiting, and a peer with attempts on their way never falls
+   * back to the origin.
+   */
+  private candidateOrder(): number[] {
+    const available: Candidate[] = [];
+    for (const index of this.wanted) {
+      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
+      let holders = 0;
+      let nodeHolders = 0;
+      for (const link of this.parents) {
+        if (!link.offers(index)) continue;
+        holders++;
+        if (!link.seed) nodeHolders++;
+      }
+      if (holders > 0) available.push({ index, holders, nodeHolders });
+    }
+    return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
+  }
+
+  private parentChoice(): ParentChoice<ParentLink> {
+    return { now: Date.now(), perParent: this.settings.perParent, hasNodeParents: this.parents.hasNodeParents, uploading: (link) => this.uploadsFrom(link) };
+  }
+
+  /** Pieces `link` is still sending to this peer (policy stillUploading: not one whose last byte alone is held back). */
+  private uploadsFrom(link: ParentLink): number {
+    let count = 0;
+    for (const attempts of this.attempts.values()) {
+      for (const attempt of attempts) if (attempt.link === link && stillUploading(attempt.growing?.filled, attempt.length)) count++;
+    }
+    return count;
+  }
+
+  /**
+   * At the tail (every wanted piece stored or on its way), a straggling piece is asked of a
+   * second parent too; the first answer wins.
+   */
+  private endgame(): void {
+    for (const index of this.wanted) if (!this.attempts.has(index)) return;
+    const now = Date.now();
+    const choice = this.parentChoice();
+    for (const [index, attempts] of this.attempts) {
+      // A piece just stored is still listed until its attempt settles: it needs no second parent.
+      const first = attempts[0];
+      if (!first || attempts.length !== 1 || this.task.hasPiece(index)) continue;
+      const link = bestParentFor(index, this.parents, choice, first.link);
+      if (!link) continue;
+      const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
+      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link);
+    }
+  }
+
+  private startAttempt(index: number, link: ParentLink): void {
+    const { length } = pieceBounds(this.task.layout, index);
+    const attempt: Attempt = { link, controller: new AbortController(), started: Date.now(), length };
+    const list = this.attempts.get(index) ?? [];
+    list.push(attempt);
+    this.attempts.set(index, list);
+    link.attemptStarted();
+    const stall = this.watchForStall(attempt);
+    let stored = false;
+    void link
+      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal)
+      .then(async (bytes) => {
+        stored = await this.checkAndStore(index, attempt, bytes);
+      })
+      .catch((error: Error) => this.failed(index, attempt, error, stall.timedOut))
+      .finally(() => {
+        stall.stop();
+        attempt.growing?.end();
+        link.attemptEnded();
+        const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);
+        if (remaining.length) this.attempts.set(index, remaining);
+        else this.attempts.delete(index);
+        this.events.settled(index);
+        // The next piece at once after a good one: in a pipeline the child's only parent is free
+        // again only now, and every millisecond idle here is lost by every peer down the chain.
+        // A busy or failing parent is asked again a little later rather than at once.
+        if (stored) this.pump();
+        else setTimeout(() => this.pump(), RETRY_AFTER_FAILED_PIECE_MS).unref();
+      });
+  }
+
+  /** The piece's relay buffer, once the parent has agreed to send it. */
+  private beginPiece(index: number, attempt: Attempt): GrowingPiece {
+    const growing = this.events.beginPiece(index);
+    attempt.growing = growing;
+    // All but the byte a relaying parent holds back until its own check: its upload to us is
+    // over, and the next piece may be asked of it while this one is checked and stored.
+    void growing.next(attempt.length - 2).then(() => {
+      if (!attempt.controller.signal.aborted) this.pump();
+    });
+    return growing;
+  }
+
+  /** A stall, not a slow piece, is given up (policy/stall.ts): the attempt is aborted when no byte came for pieceTimeoutMs. */
+  private watchForStall(attempt: Attempt): { readonly timedOut: boolean; stop(): void } {
+    let seen = -1;
+    let lastMoved = Date.now();
+    const state = { timedOut: false, stop: () => clearInterval(timer) };
+    const timer = setInterval(() => {
+      const filled = attempt.growing?.filled ?? -1;
+      if (filled !== seen) {
+        seen = filled;
+        lastMoved = Date.now();
+      } else if (Date.now() - lastMoved >= this.settings.pieceTimeoutMs) {
+        state.timedOut = true;
+        attempt.controller.abort();
+      }
+    }, pieceCheckIntervalMs(this.settings.pieceTimeoutMs));
+    return state;
+  }
+
+  /** Stores the piece if it matches its vouched digest (the other attempts at it are aborted); a mismatch drops the parent. */
+  private async checkAndStore(index: number, attempt: Attempt, bytes: Buffer): Promise<boolean> {
+    const { link } = attempt;
+    const sha256 = await sha256Hex(bytes);
+    if (`sha256:${sha256}` !== this.digests.get(index)) {
+      this.parents.drop(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
+      return false;
+    }
+    for (const other of this.attempts.get(index) ?? []) if (other !== attempt) other.controller.abort();
+    await this.task.storePiece(index, bytes, { from: link.seed ? 'seed' : 'peer', parentId: link.id, sha256, costMs: Date.now() - attempt.started });
+    return true;
+  }
+
+  private failed(index: number, attempt: Attempt, error: Error, timedOut: boolean): void {
+    const { link } = attempt;
+    if (timedOut) {
+      const message = `no byte of the piece for ${this.settings.pieceTimeoutMs} ms`;
+      this.events.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message } });
+    } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
+      // Lost the endgame race, the parent is busy, or a piece it relayed was given up
+      // upstream: another parent or a later pump will do.
+    } else if (error instanceof PieceMissingError) {
+      this.events.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: error.message } });
+    } else if (link.pieceFailed()) {
+      this.parents.drop(link, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message, index);
+    }
+  }
+}
