@@ -9,16 +9,18 @@
 //
 // Deliberately small: one request per connection (`connection: close`), a body framed by
 // Content-Length only (a chunked or unframed answer returns undefined, having closed the
-// connection, and the caller asks again through undici), no TLS. The transport decides when to
+// connection, and the caller asks again through undici), no TLS. The bytes are read by the one
+// HTTP/1.1 response reader (src/http1/), strict about what it accepts; this file is the body's
+// pull-based side (fills, read-ahead, a caller's wait). The transport decides when to
 // use it (big bodies, plain-HTTP hops) and follows redirects around it.
 import net from 'node:net';
 import type { IncomingHttpHeaders } from 'node:http';
+import type { ResponseHead } from '../http1/response-head.js';
+import { ResponseReader, type BodySink } from '../http1/response-reader.js';
 import { bodyText, type BufferBody, type OnFill } from './buffer-body.js';
 
-/** Largest response head accepted (registries' heads are well under 2 KiB). */
+/** Largest response head accepted (registries' heads are well under 2 KiB); body bytes no fill waits for land in a scratch this large too. */
 const HEAD_LIMIT = 32 * 1024;
-/** Where body bytes land when no read is waiting for them (they are copied out later). */
-const SCRATCH_BYTES = 64 * 1024;
 /** Time allowed for a response's head, and between its body bytes (the transport's undici agent uses them too). */
 export const HEAD_TIMEOUT_MS = 60_000;
 export const BODY_IDLE_TIMEOUT_MS = 120_000;
@@ -40,20 +42,15 @@ interface Fill {
   onFill?: OnFill;
   /** Full (or at the body's end), waiting only for its last onFill to settle. */
   ending?: boolean;
-  /** The exact buffer object handed to the socket for the next read, if it is this fill's. */
-  given?: Buffer;
   resolve(n: number): void;
   reject(error: Error): void;
 }
 
-/** One connection, one exchange: the head, then the body as the caller asks for it. */
+/** One connection, one exchange: the head, then the body as the caller asks for it. Its bytes are read by the one HTTP/1.1 reader (src/http1/). */
 class DirectExchange implements BufferBody {
   readonly socket: net.Socket;
-  private readonly scratch = Buffer.allocUnsafe(HEAD_LIMIT);
-  private scratchFilled = 0;
+  private readonly reader: ResponseReader;
   private headSettled = false;
-  /** Body bytes not yet read from the socket. */
-  private remaining = 0;
   /** Body bytes read before anyone asked for them. */
   private leftover: Buffer[] = [];
   private current?: Fill;
@@ -67,11 +64,19 @@ class DirectExchange implements BufferBody {
     request: string,
     private readonly onHead: (result: DirectResponse | undefined | Error) => void,
   ) {
+    this.reader = new ResponseReader(HEAD_LIMIT, {
+      head: (head) => this.headIn(head),
+      end: () => {
+        this.finished = true;
+        this.socket.destroy(); // one exchange per connection
+      },
+      failed: (error) => this.destroy(new DirectGetError(`the server ${error.message}`)),
+    });
     this.socket = net.connect({
       host: url.hostname.replace(/^\[|\]$/g, ''),
       port: Number(url.port || 80),
       noDelay: true,
-      onread: { buffer: () => this.nextBuffer(), callback: (n: number, buffer: Uint8Array) => this.onData(n, buffer as Buffer) },
+      onread: { buffer: () => this.reader.buffer(), callback: (n: number) => this.reader.read(n) },
     });
     this.socket.setTimeout(HEAD_TIMEOUT_MS);
     this.socket.on('timeout', () =>
@@ -80,12 +85,13 @@ class DirectExchange implements BufferBody {
     this.socket.on('error', (error) => this.destroy(error));
     this.socket.on('end', () => this.onEnd());
     this.socket.on('close', () => this.onEnd());
+    this.reader.expect();
     this.socket.write(request);
   }
 
   fill(target: Buffer, offset: number, length: number, onFill?: OnFill): Promise<number> {
     if (this.current) return Promise.reject(new DirectGetError('fill called while another fill is under way'));
-    const wanted = Math.min(length, this.remaining + this.leftoverBytes());
+    const wanted = Math.min(length, this.reader.bodyRemaining + this.leftoverBytes());
     const fill: Fill = { target: target.subarray(offset, offset + wanted), filled: 0, onFill, resolve: () => undefined, reject: () => undefined };
     const settled = new Promise<number>((resolve, reject) => {
       fill.resolve = resolve;
@@ -130,35 +136,37 @@ class DirectExchange implements BufferBody {
     else fill.resolve(fill.filled);
   }
 
-  private nextBuffer(): Buffer {
-    if (!this.headSettled) return this.scratch.subarray(this.scratchFilled);
-    const fill = this.current;
-    if (fill && fill.filled < fill.target.length) return (fill.given = fill.target.subarray(fill.filled));
-    // No fill is waiting for these bytes: read a little into the scratch (copied out later).
-    return this.scratch.subarray(0, Math.max(1, Math.min(SCRATCH_BYTES, this.remaining)));
-  }
-
-  private onData(n: number, buffer: Buffer): boolean {
-    if (!this.headSettled) return this.onHeadBytes(n);
-    if (n > this.remaining) {
-      this.destroy(new DirectGetError('the server sent more than its Content-Length'));
-      return false;
-    }
-    this.remaining -= n;
-    if (this.remaining === 0) {
+  /** The head is in: a Content-Length body is the caller's to read; any other is asked for again another way. */
+  private headIn(head: ResponseHead): BodySink | 'stop' {
+    this.headSettled = true;
+    if (head.framing.kind === 'chunked' || head.framing.kind === 'until-close') {
+      // Not a body this reader can bound: the caller asks again through undici.
       this.finished = true;
-      this.socket.destroy(); // one exchange per connection
+      this.socket.destroy();
+      this.onHead(undefined);
+      return 'stop';
     }
-    const fill = this.current;
-    if (fill && buffer === fill.given) {
-      fill.given = undefined;
-      fill.filled += n;
-      return this.progress(fill);
-    }
-    // It landed in the scratch: keep a copy, and hand it on if a fill is waiting.
-    this.leftover.push(Buffer.from(buffer.subarray(0, n)));
-    if (!fill) return false; // pause until someone fills
-    return this.fromLeftover(fill);
+    this.socket.setTimeout(BODY_IDLE_TIMEOUT_MS); // reads re-arm it
+    this.onHead({ statusCode: head.status, headers: head.headers, body: this });
+    return {
+      // The socket reads into the waiting fill's buffer; with none waiting, into the reader's scratch.
+      into: () => {
+        const fill = this.current;
+        return fill && !fill.ending && fill.filled < fill.target.length ? fill.target.subarray(fill.filled) : undefined;
+      },
+      landed: (n) => {
+        const fill = this.current;
+        if (!fill) return false;
+        fill.filled += n;
+        return this.progress(fill);
+      },
+      took: (bytes) => {
+        // It landed in the scratch: keep a copy, and hand it on if a fill is waiting.
+        this.leftover.push(Buffer.from(bytes));
+        const fill = this.current;
+        return fill ? this.fromLeftover(fill) : false; // pause until someone fills
+      },
+    };
   }
 
   /** Moves leftover bytes into the fill; returns whether reading may go on. */
@@ -174,7 +182,7 @@ class DirectExchange implements BufferBody {
 
   /** Tells the fill's caller, and ends the fill when it is full or the body is. */
   private progress(fill: Fill): boolean {
-    const done = fill.filled === fill.target.length || (this.remaining === 0 && !this.leftover.length);
+    const done = fill.filled === fill.target.length || (this.reader.bodyRemaining === 0 && !this.leftover.length);
     const wait = fill.filled > 0 ? fill.onFill?.(fill.filled) : undefined;
     if (done) {
       fill.ending = true;
@@ -195,71 +203,13 @@ class DirectExchange implements BufferBody {
     return false;
   }
 
-  private onHeadBytes(n: number): boolean {
-    this.scratchFilled += n;
-    const end = this.scratch.subarray(0, this.scratchFilled).indexOf('\r\n\r\n');
-    if (end < 0) {
-      if (this.scratchFilled >= HEAD_LIMIT) this.destroy(new DirectGetError(`the response head is over ${HEAD_LIMIT} bytes`));
-      return true;
-    }
-    let head: { statusCode: number; headers: IncomingHttpHeaders };
-    try {
-      head = parseHead(this.scratch.toString('latin1', 0, end));
-    } catch (error) {
-      this.destroy(error as Error);
-      return false;
-    }
-    const length = Number(head.headers['content-length']);
-    const framed = head.headers['transfer-encoding'] === undefined && head.headers['content-length'] !== undefined && Number.isSafeInteger(length) && length >= 0;
-    const early = this.scratch.subarray(end + 4, this.scratchFilled);
-    this.headSettled = true;
-    if (!framed) {
-      // Not a body this reader can bound: the caller asks again another way.
-      this.finished = true;
-      this.socket.destroy();
-      this.onHead(undefined);
-      return false;
-    }
-    if (early.length > length) {
-      this.failure = new DirectGetError('the server sent more than its Content-Length');
-      this.socket.destroy();
-      this.onHead(this.failure);
-      return false;
-    }
-    if (early.length) this.leftover.push(Buffer.from(early));
-    this.remaining = length - early.length;
-    if (this.remaining === 0) {
-      this.finished = true;
-      this.socket.destroy();
-    } else {
-      this.socket.setTimeout(BODY_IDLE_TIMEOUT_MS); // reads re-arm it
-    }
-    this.onHead({ ...head, body: this });
-    return false; // the body waits for its first fill
-  }
-
   private onEnd(): void {
     // A whole body's fills end as its last bytes are handed out; a failure has settled them.
     if (this.finished || this.failure) return;
-    this.destroy(new DirectGetError(this.headSettled ? `the connection closed with ${this.remaining} body bytes still to come` : 'the connection closed before a response head'));
+    this.destroy(
+      new DirectGetError(this.headSettled ? `the connection closed with ${this.reader.bodyRemaining} body bytes still to come` : 'the connection closed before a response head'),
+    );
   }
-}
-
-function parseHead(text: string): { statusCode: number; headers: IncomingHttpHeaders } {
-  const lines = text.split('\r\n');
-  const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
-  if (!status) throw new DirectGetError(`the server sent no HTTP status line (${JSON.stringify((lines[0] ?? '').slice(0, 40))})`);
-  const headers: IncomingHttpHeaders = {};
-  for (const line of lines.slice(1)) {
-    const colon = line.indexOf(':');
-    if (colon <= 0) throw new DirectGetError(`the server sent a malformed header line (${JSON.stringify(line.slice(0, 40))})`);
-    const name = line.slice(0, colon).trim().toLowerCase();
-    const value = line.slice(colon + 1).trim();
-    const previous = headers[name];
-    if (name === 'set-cookie') headers[name] = [...((previous as string[] | undefined) ?? []), value];
-    else headers[name] = previous === undefined ? value : `${previous as string}, ${value}`;
-  }
-  return { statusCode: Number(status[1]), headers };
 }
 
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;

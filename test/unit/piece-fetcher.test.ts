@@ -178,9 +178,9 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
     servers.push(server);
     const port = await listen(server);
     const expected: Record<string, RegExp> = {
-      '/chunked': /chunked response/,
-      '/nolength': /no valid Content-Length/,
-      '/garbage': /no HTTP status line/,
+      '/chunked': /sent a chunked body, where a Content-Length was needed/,
+      '/nolength': /sent no Content-Length/,
+      '/garbage': /sent no HTTP\/1.x status line/,
       '/wronglength': /sent 3 bytes where 4 were expected/,
       '/toolong': /more than its Content-Length/,
       '/hugehead': /response head over 8192 bytes/,

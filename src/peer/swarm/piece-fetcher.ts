@@ -2,6 +2,8 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { formatHostPort } from '../../common/net.js';
 import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
+import type { ResponseHead } from '../../http1/response-head.js';
+import { ResponseReader, type BodySink } from '../../http1/response-reader.js';
 
 /**
  * Reads piece bodies from one parent's upload server over kept-alive HTTP/1.1 connections,
@@ -64,29 +66,31 @@ interface Exchange {
   head?: PieceHead;
   target?: PieceBodyTarget;
   filled: number;
-  /** A non-200 body being skipped: bytes still to read. */
-  skip: number;
   onHead: (head: PieceHead) => PieceBodyTarget | undefined;
   done: (error?: Error) => void;
 }
 
-/** One kept-alive connection; it serves one exchange at a time. */
+/** One kept-alive connection; it serves one exchange at a time. Its bytes are read by the one HTTP/1.1 reader (src/http1/). */
 class Connection {
   readonly socket: net.Socket;
-  private readonly scratch = Buffer.allocUnsafe(HEAD_LIMIT);
-  private scratchFilled = 0;
+  private readonly reader: ResponseReader;
   exchange?: Exchange;
   reusable = true;
   private resting = false;
   private readonly batchBytes: number;
 
   constructor(host: string, port: number, secure: ClientTls | undefined, onClose: (conn: Connection) => void) {
+    this.reader = new ResponseReader(HEAD_LIMIT, {
+      head: (head) => this.onHead(head),
+      end: () => this.finish(),
+      failed: (error) => this.fail(error.message),
+    });
     // Over TLS the decrypted bytes land in the piece buffer the same way (onread works for both).
     const options = {
       host,
       port,
       noDelay: true,
-      onread: { buffer: () => this.nextBuffer(), callback: (n: number) => (this.onRead(n), true) },
+      onread: { buffer: () => this.reader.buffer(), callback: (n: number) => this.reader.read(n) },
     };
     this.socket = secure ? tls.connect({ ...options, ...clientTlsOptions(secure) }) : net.connect(options);
     this.batchBytes = secure ? TLS_BATCH_BYTES : BATCH_BYTES;
@@ -100,6 +104,7 @@ class Connection {
 
   start(request: string, exchange: Exchange): void {
     this.exchange = exchange;
+    this.reader.expect();
     this.socket.write(request);
   }
 
@@ -108,94 +113,53 @@ class Connection {
     this.socket.destroy();
   }
 
-  private nextBuffer(): Buffer {
-    const target = this.exchange?.target;
-    if (target && this.exchange!.filled < target.buffer.length) return target.buffer.subarray(this.exchange!.filled);
-    // Heads, skipped bodies and anything unasked-for land in the scratch buffer.
-    return this.scratch.subarray(this.scratchFilled < HEAD_LIMIT ? this.scratchFilled : 0);
-  }
-
-  private onRead(n: number): void {
+  /** A piece response's head: a 200's body goes into the caller's buffer, any other's is read and dropped. */
+  private onHead(response: ResponseHead): BodySink | 'discard' | 'stop' {
     const exchange = this.exchange;
-    if (!exchange) {
-      this.destroy(); // bytes nobody asked for: the stream is out of step
-      return;
-    }
-    if (exchange.target) {
-      exchange.filled += n;
-      exchange.target.advance(exchange.filled);
-      if (exchange.filled === exchange.target.buffer.length) return this.finish();
-      if (n < this.batchBytes) this.rest();
-      return;
-    }
-    if (exchange.head) {
-      // Skipping a non-200 body (a short JSON error).
-      exchange.skip -= n;
-      this.scratchFilled = 0;
-      if (exchange.skip <= 0) return exchange.skip === 0 ? this.finish() : this.fail('sent more than its Content-Length');
-      return;
-    }
-    this.scratchFilled += n;
-    const end = this.scratch.subarray(0, this.scratchFilled).indexOf('\r\n\r\n');
-    if (end < 0) {
-      if (this.scratchFilled >= HEAD_LIMIT) this.fail(`sent a response head over ${HEAD_LIMIT} bytes`);
-      return;
-    }
-    let head: PieceHead;
-    try {
-      head = this.parseHead(this.scratch.toString('latin1', 0, end));
-    } catch (error) {
-      return this.fail((error as Error).message);
-    }
+    if (!exchange) return 'stop';
+    const { framing } = response;
+    // A body not framed by a Content-Length: the reader names what is wrong with it.
+    if (framing.kind === 'chunked' || framing.kind === 'until-close') return 'discard';
+    if (!response.keepAlive) this.reusable = false;
+    const head: PieceHead = { status: response.status, length: framing.kind === 'length' ? framing.length : 0 };
     exchange.head = head;
-    const early = this.scratch.subarray(end + 4, this.scratchFilled);
-    // The next read (of this body or of the next response's head) starts the scratch afresh.
-    this.scratchFilled = 0;
-    if (early.length > head.length) return this.fail('sent more than its Content-Length');
-    if (head.status === 200) {
-      const target = exchange.onHead(head);
-      if (!target) return this.fail('piece refused by the caller');
-      if (target.buffer.length !== head.length) return this.fail(`sent ${head.length} bytes where ${target.buffer.length} were expected`);
-      exchange.target = target;
-      early.copy(target.buffer);
-      exchange.filled = early.length;
-      if (early.length > 0) target.advance(exchange.filled);
-      if (exchange.filled === head.length) return this.finish();
-    } else {
+    if (head.status !== 200) {
       exchange.onHead(head);
-      exchange.skip = head.length - early.length;
-      if (exchange.skip === 0) return this.finish();
+      return 'discard';
     }
-  }
-
-  private parseHead(text: string): PieceHead {
-    const lines = text.split('\r\n');
-    const status = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '');
-    if (!status) throw new Error(`sent no HTTP status line (${JSON.stringify((lines[0] ?? '').slice(0, 40))})`);
-    let length: number | undefined;
-    for (const line of lines.slice(1)) {
-      const colon = line.indexOf(':');
-      const name = line.slice(0, colon).trim().toLowerCase();
-      const value = line.slice(colon + 1).trim();
-      if (name === 'content-length') length = Number(value);
-      else if (name === 'connection' && value.toLowerCase() === 'close') this.reusable = false;
-      else if (name === 'transfer-encoding') throw new Error('sent a chunked response, where a piece needs a Content-Length');
-    }
-    if (length === undefined || !Number.isSafeInteger(length) || length < 0) throw new Error('sent no valid Content-Length');
-    return { status: Number(status[1]), length };
+    const target = exchange.onHead(head);
+    if (!target) return this.fail('piece refused by the caller');
+    if (target.buffer.length !== head.length) return this.fail(`sent ${head.length} bytes where ${target.buffer.length} were expected`);
+    exchange.target = target;
+    return {
+      into: () => target.buffer.subarray(exchange.filled),
+      landed: (n) => {
+        exchange.filled += n;
+        target.advance(exchange.filled);
+        if (exchange.filled < target.buffer.length && n < this.batchBytes) this.rest();
+        return true;
+      },
+      // Body bytes that came with the head.
+      took: (bytes) => {
+        exchange.filled += bytes.copy(target.buffer, exchange.filled);
+        target.advance(exchange.filled);
+        return true;
+      },
+    };
   }
 
   private finish(): void {
-    const exchange = this.exchange!;
+    const exchange = this.exchange;
     this.exchange = undefined;
-    exchange.done();
+    exchange?.done();
   }
 
-  private fail(problem: string): void {
+  private fail(problem: string): 'stop' {
     const exchange = this.exchange;
     this.exchange = undefined;
     exchange?.done(new PieceProtocolError(`parent ${problem}`));
     this.destroy();
+    return 'stop';
   }
 
   private breakError(what: string): PieceTransferError {
@@ -280,14 +244,15 @@ export class PieceFetcher {
       signal.addEventListener('abort', abort, { once: true });
       const exchange: Exchange = {
         filled: 0,
-        skip: 0,
         onHead,
         done: (error) => {
           signal.removeEventListener('abort', abort);
           if (error) return reject(error);
+          const head = exchange.head;
+          if (!head) return reject(new PieceProtocolError('parent ended an exchange without a response head'));
           if (conn.reusable && !this.closed) this.idle.push(conn);
           else conn.destroy();
-          resolve(exchange.head!);
+          resolve(head);
         },
       };
       conn.start(`GET ${path} HTTP/1.1\r\nhost: ${this.hostHeader}\r\n${this.extraHeaders}\r\n`, exchange);
