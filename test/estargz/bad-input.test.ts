@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { bufferSource, encodeFooter, EstargzError, openEstargz, verifyEstargz, type EstargzErrorCode } from '../../src/estargz/index.js';
 import { ustarFileHeader } from '../../src/estargz/tar.js';
-import { build, everyTypeEntries, makeTar, rewriteToc } from './helpers.js';
+import { build, everyTypeEntries, rewriteToc } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const CHUNK = 64 * 1024;
 const isError = (code: EstargzErrorCode, message: RegExp) => (e: unknown) =>

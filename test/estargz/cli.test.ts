@@ -6,7 +6,8 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { everyTypeEntries, makeTar, withTempDir } from './helpers.js';
+import { everyTypeEntries, withTempDir } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const CLI = resolve(import.meta.dirname, '../../dist/cli/main.js');
 const run = promisify(execFile);

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 import { bufferSource, encodeFooter, openEstargz, serializeToc, verifyEstargz, type EstargzReader } from '../../src/estargz/index.js';
-import { build, cleanName, everyTypeEntries, execFileP, harness, harnessSkip, makeTar, readTarOracle, sha256hex, withTempDir, type OracleEntry } from './helpers.js';
+import { build, cleanName, everyTypeEntries, execFileP, harness, harnessSkip, readTarOracle, sha256hex, withTempDir, type OracleEntry } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const CHUNK = 64 * 1024;
 const PRIORITIZED = ['d/hard', 'x/with-xattrs', 'd/big.bin'];

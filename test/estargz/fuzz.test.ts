@@ -5,7 +5,8 @@ import { Readable } from 'node:stream';
 import { test } from 'node:test';
 import { bufferSource, EstargzError, openEstargz, verifyEstargz } from '../../src/estargz/index.js';
 import { streamedEntries } from '../../src/estargz/entries.js';
-import { build, makeTar, prng, rewriteToc, seededBytes } from './helpers.js';
+import { build, prng, rewriteToc, seededBytes } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const CHUNK = 1024;
 /**

@@ -12,6 +12,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import tarStream from 'tar-stream';
 import { buildEstargz, encodeFooter, parseAnyFooter, type BuildOptions, type BuildResult } from '../../src/estargz/index.js';
 import { END_OF_ARCHIVE, paddingFor, ustarFileHeader } from '../../src/estargz/tar.js';
+import { collect, type TarEntry } from '../fixtures/tar.js';
 
 export const execFileP = promisify(execFile);
 
@@ -24,12 +25,6 @@ export async function harness(args: string[]): Promise<string> {
   return stdout;
 }
 
-/** A tar header as tar-stream's pack takes it (every field but the name optional), plus PAX records and content. */
-export type FixtureEntry = Partial<tarStream.Header> & Pick<tarStream.Header, 'name'> & {
-  pax?: Record<string, string>;
-  content?: Buffer;
-};
-
 /** Deterministic pseudo-random bytes (a sha256 counter stream), so fixtures are reproducible. */
 export function seededBytes(seed: string, length: number): Buffer {
   const out = Buffer.alloc(length);
@@ -40,10 +35,8 @@ export function seededBytes(seed: string, length: number): Buffer {
   return out;
 }
 
-const MTIME = new Date('2023-05-06T07:08:09Z');
-
 /** A layer with every entry type the TOC can describe, long names, xattrs and odd characters. */
-export function everyTypeEntries(chunkSize: number): FixtureEntry[] {
+export function everyTypeEntries(chunkSize: number): TarEntry[] {
   const longDir = `long/${'d'.repeat(90)}/${'e'.repeat(60)}`;
   return [
     { name: 'd/', type: 'directory', mode: 0o755, uid: 1000, gid: 1000, uname: 'alice', gname: 'staff' },
@@ -69,31 +62,6 @@ export function everyTypeEntries(chunkSize: number): FixtureEntry[] {
     { name: 'u/ünïcödé <&> "q".txt', type: 'file', mode: 0o644, content: Buffer.from('unicode name') },
     { name: 'u/big-ids', type: 'file', mode: 0o644, uid: 70000, gid: 70001, uname: 'bob', gname: 'bobs', content: Buffer.from('ids') },
   ];
-}
-
-export async function makeTar(entries: FixtureEntry[]): Promise<Buffer> {
-  const pack = tarStream.pack();
-  const done = collect(pack);
-  for (const { content, pax, ...header } of entries) {
-    const h = { mtime: MTIME, uid: 0, gid: 0, ...header, ...(pax ? { pax } : {}) };
-    await new Promise<void>((ok, fail) => {
-      const settle = (error?: Error | null) => (error ? fail(error) : ok());
-      if (content) pack.entry(h, content, settle);
-      else pack.entry(h, settle);
-    });
-  }
-  pack.finalize();
-  return done;
-}
-
-/** tar-stream's streams (streamx) yield untyped chunks: they are Buffers, checked here. */
-async function collect(stream: AsyncIterable<unknown>): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const part of stream) {
-    if (!Buffer.isBuffer(part)) throw new TypeError(`tar-stream yielded a ${typeof part}, not a Buffer`);
-    parts.push(part);
-  }
-  return Buffer.concat(parts);
 }
 
 /** What an independent tar reader (tar-stream) sees in a tar: the oracle for round trips. */

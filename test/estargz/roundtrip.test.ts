@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { bufferSource, openEstargz, verifyEstargz, type EstargzReader } from '../../src/estargz/index.js';
 import { ustarFileHeader } from '../../src/estargz/tar.js';
-import { build, cleanName, everyTypeEntries, makeTar, readTarOracle, sha256hex, type OracleEntry } from './helpers.js';
+import { build, cleanName, everyTypeEntries, readTarOracle, sha256hex, type OracleEntry } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const CHUNK = 64 * 1024;
 

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { createRequire } from 'node:module';
 import { bufferSource, openEstargz, serializeToc, verifyEstargz, EstargzError } from '../../src/estargz/index.js';
-import { build, everyTypeEntries, harness, harnessSkip, makeTar, readTarOracle, sha256hex, withTempDir } from './helpers.js';
+import { build, everyTypeEntries, harness, harnessSkip, readTarOracle, sha256hex, withTempDir } from './helpers.js';
+import { makeTar } from '../fixtures/tar.js';
 
 const zstd = createRequire(import.meta.url)('zstd-napi') as typeof import('zstd-napi');
 const CHUNK = 64 * 1024;

@@ -8,7 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import { fileSource, type RangeSource } from '../../src/estargz/index.js';
 import { FetchPriority, mountLazyLayer, type LazyLayer } from '../../src/lazy/index.js';
 import { makeTempDir, type TempDir } from '../fixtures/processes.js';
-import { buildLayer, layerEntries, makeTar, type BuiltLayer } from './layer-fixture.js';
+import { buildLayer, layerEntries, type BuiltLayer } from './layer-fixture.js';
+import { makeTar } from '../fixtures/tar.js';
 
 /** A file source that counts its reads and can be held: reads wait while `held` is set. */
 async function observedSource(file: string) {

@@ -6,26 +6,10 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { createWriteStream } from 'node:fs';
 import { crc32, gunzipSync } from 'node:zlib';
-import tarStream from 'tar-stream';
 import { buildEstargz, fileSource, openEstargz, type BuildResult, type EstargzReader } from '../../src/estargz/index.js';
+import type { TarEntry } from '../fixtures/tar.js';
 
 export const CHUNK_SIZE = 256 * 1024;
-const MTIME = new Date('2024-02-03T04:05:06Z');
-
-export interface FixtureEntry {
-  name: string;
-  type: 'file' | 'directory' | 'symlink' | 'link' | 'fifo' | 'character-device' | 'block-device';
-  mode: number;
-  uid?: number;
-  gid?: number;
-  uname?: string;
-  gname?: string;
-  linkname?: string;
-  devmajor?: number;
-  devminor?: number;
-  content?: Buffer;
-  xattrs?: Record<string, string>;
-}
 
 /** Incompressible bytes derived from a seed (AES-CTR keystream). */
 export function randomContent(seed: string, size: number): Buffer {
@@ -35,7 +19,7 @@ export function randomContent(seed: string, size: number): Buffer {
 
 export const PRIORITIZED = ['etc/prio.conf', 'bin/tool'];
 
-export function layerEntries(bigSize: number): FixtureEntry[] {
+export function layerEntries(bigSize: number): TarEntry[] {
   return [
     { name: 'etc/', type: 'directory', mode: 0o755 },
     { name: 'etc/prio.conf', type: 'file', mode: 0o644, content: Buffer.from('prioritized = true\n') },
@@ -68,22 +52,6 @@ export function layerEntries(bigSize: number): FixtureEntry[] {
     { name: 'big/', type: 'directory', mode: 0o755 },
     { name: 'big/big.bin', type: 'file', mode: 0o644, content: randomContent('big', bigSize) },
   ];
-}
-
-export async function makeTar(entries: FixtureEntry[]): Promise<Buffer> {
-  const pack = tarStream.pack();
-  const parts: Buffer[] = [];
-  const done = (async () => {
-    for await (const part of pack) parts.push(part as Buffer);
-  })();
-  for (const { content, xattrs, ...header } of entries) {
-    const pax = xattrs ? Object.fromEntries(Object.entries(xattrs).map(([k, v]) => [`SCHILY.xattr.${k}`, v])) : undefined;
-    const h = { mtime: MTIME, uid: 0, gid: 0, ...header, ...(pax ? { pax } : {}) } as tarStream.Header;
-    await new Promise<void>((ok, fail) => pack.entry(h, content ?? Buffer.alloc(0), (error) => (error ? fail(error) : ok())));
-  }
-  pack.finalize();
-  await done;
-  return Buffer.concat(parts);
 }
 
 export interface BuiltLayer {

@@ -9,7 +9,8 @@ import { detachMount, fuseMountHealth } from '../../src/fuse/index.js';
 import { mirrorBlobUrl } from '../../src/lazy/index.js';
 import { pieceBounds, pieceLayout, piecesCovering } from '../../src/storage/piece-plan.js';
 import { spawnService, waitFor } from '../fixtures/processes.js';
-import { buildLayer, corruptChunkCopy, layerEntries, makeTar, type BuiltLayer } from './layer-fixture.js';
+import { buildLayer, corruptChunkCopy, layerEntries, type BuiltLayer } from './layer-fixture.js';
+import { makeTar } from '../fixtures/tar.js';
 import { isMounted, mountFromPeer, pushBlob, registryBytes, REPO, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env } from './helpers.js';
 
 const SERVE_LAYER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'serve-layer.ts');

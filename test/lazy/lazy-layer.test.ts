@@ -11,7 +11,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { makedev, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG } from '../../src/fuse/index.js';
 import type { LazyLayer } from '../../src/lazy/index.js';
 import { pieceLayout, piecesCovering, pieceBounds } from '../../src/storage/piece-plan.js';
-import { buildLayer, layerEntries, makeTar, PRIORITIZED, type BuiltLayer } from './layer-fixture.js';
+import { buildLayer, layerEntries, PRIORITIZED, type BuiltLayer } from './layer-fixture.js';
+import { makeTar } from '../fixtures/tar.js';
 import {
   isMounted, mountFromPeer, pushBlob, registryBytes, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env,
 } from './helpers.js';

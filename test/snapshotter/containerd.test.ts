@@ -16,7 +16,8 @@ import { buildImage, imageInfo, pushImage, uploadBlobFile, type BuiltImage } fro
 import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/peer.js';
 import { makeTempDir, run, waitFor, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, startRegistry, type Registry } from '../fixtures/registry.js';
-import { buildLayer, corruptChunkCopy, layerEntries, makeTar } from '../lazy/layer-fixture.js';
+import { buildLayer, corruptChunkCopy, layerEntries } from '../lazy/layer-fixture.js';
+import { makeTar } from '../fixtures/tar.js';
 import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
 import { fuseMountsUnder } from './helpers.js';
 

@@ -11,7 +11,8 @@ import { pieceBounds, pieceLayout, piecesCovering } from '../../src/storage/piec
 import { run, waitFor } from '../fixtures/processes.js';
 import { blobBytesSent } from '../fixtures/registry.js';
 import { pushBlob, REPO, startEnv, stopEnv, type Env } from '../lazy/helpers.js';
-import { buildLayer, layerEntries, makeTar, type BuiltLayer } from '../lazy/layer-fixture.js';
+import { buildLayer, layerEntries, type BuiltLayer } from '../lazy/layer-fixture.js';
+import { makeTar } from '../fixtures/tar.js';
 
 describe('layers resolved ahead of their mount', () => {
   let env: Env;
