@@ -6,7 +6,7 @@ import path from 'node:path';
 import type { Server } from 'node:http';
 import type { Logger } from '../common/log.js';
 import { closeHttp, listenHttp } from '../common/http-server.js';
-import { createMetricsRegistry } from '../common/metrics.js';
+import { createMetricsRegistry, serveMetrics } from '../common/metrics.js';
 import type { SnapshotterConfig } from './config.js';
 import { snapshotsHandlers, SnapshotsService } from './grpc-service.js';
 import { Layout } from './layout.js';
@@ -51,10 +51,7 @@ export async function startSnapshotter(config: SnapshotterConfig, log: Logger): 
       config.metrics.listen,
       (req, res) => {
         if (req.url !== '/metrics') return void res.writeHead(404).end();
-        registry.metrics().then(
-          (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
-          (error: Error) => res.writeHead(500).end(error.message),
-        );
+        void serveMetrics(registry, res);
       },
       { what: 'snapshotter metrics', limits: { maxConnections: 256 }, log },
     ));

@@ -2,6 +2,7 @@ import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http
 import type { ServerLimits } from '../../common/http-server.js';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/log.js';
+import { serveMetrics } from '../../common/metrics.js';
 import { isLoopbackAddress } from '../../common/net.js';
 import { bearerMatches } from '../../common/token.js';
 import { parseDigest, DigestError } from '../../oci/digest.js';
@@ -86,9 +87,7 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
   try {
     if (rawPath === '/metrics') {
       routeName = 'metrics';
-      const body = await deps.metricsRegistry.metrics();
-      res.writeHead(200, { 'content-type': deps.metricsRegistry.contentType });
-      return void res.end(body);
+      return await serveMetrics(deps.metricsRegistry, res);
     }
     if (rawPath === '/healthz') {
       routeName = 'health';
