@@ -93,6 +93,11 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     // Seeds get no more slots than other peers: a seed serving many children at once gets every
     // piece out later (simulated 64 nodes × 21.4 GB: 32 seed slots 4.4 × T*, 8 slots 1.8 × T*).
     const uploadSlots = config.swarm.uploadSlots ?? 8;
+    // The upload port listens before the swarm is made (the swarm announces its address).
+    const joinedSwarm = (): Swarm => {
+      if (!swarm) throw new Error('this peer is still joining the swarm; ask again shortly');
+      return swarm;
+    };
     const uploads = new UploadService({
       tasks,
       board,
@@ -103,8 +108,8 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       log,
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
       onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
-      seedTrigger: config.swarm.seed ? (body) => swarm!.seedTask(body) : undefined,
-      preheat: { start: (body) => swarm!.preheatTask(body), status: (digest) => swarm!.fetchStatus(digest) },
+      seedTrigger: config.swarm.seed ? (request) => joinedSwarm().seedTask(request) : undefined,
+      preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
     // Children keep connections to their parents per task (a long poll and pieces): room for many.
     const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, { what: 'upload', tls, limits: { maxConnections: 8192 }, log });

@@ -1,22 +1,35 @@
-/** Shapes of the manager's HTTP contract with peers, shared by both sides. */
+/**
+ * The manager's HTTP contract with peers, shared by both sides: the manager validates what it
+ * receives with these schemas (its REST routes, src/manager/api/), the peer builds the types.
+ */
+import { z } from 'zod';
+import { countField, digestField, ipField, portField } from './wire.js';
 
 /** A task a peer holds, with where its bytes came from. */
-export interface PeerTaskReport {
-  digest: string;
-  size: number;
-  complete: boolean;
-  bytesFrom: { peer: number; seed: number; origin: number };
-}
+export const peerTaskReportSchema = z
+  .object({
+    digest: digestField,
+    size: countField,
+    complete: z.boolean(),
+    bytesFrom: z.object({ peer: countField, seed: countField, origin: countField }).strict(),
+  })
+  .strict();
+export type PeerTaskReport = z.output<typeof peerTaskReportSchema>;
 
-/** The body of `POST /api/v1/peers/keepalive`. */
-export interface PeerKeepalive {
-  hostId: string;
-  hostname: string;
-  ip: string;
-  uploadPort: number;
-  mirrorUrl: string;
-  labels: Record<string, string>;
-  seed: boolean;
-  /** Replaces the peer's previous report; left out, the old one stays. */
-  tasks?: PeerTaskReport[];
-}
+/** `POST` a PeerKeepalive: the peer is alive, where it listens, and (now and then) what it holds. */
+export const PEER_KEEPALIVE_PATH = '/api/v1/peers/keepalive';
+
+export const peerKeepaliveSchema = z
+  .object({
+    hostId: z.string().min(1).max(255),
+    hostname: z.string().min(1).max(255),
+    ip: ipField,
+    uploadPort: portField,
+    mirrorUrl: z.string().max(2048),
+    labels: z.record(z.string().max(255), z.string().max(255)).default({}),
+    seed: z.boolean().default(false),
+    /** Replaces the peer's previous report; left out, the old one stays. */
+    tasks: z.array(peerTaskReportSchema).max(100_000).optional(),
+  })
+  .strict();
+export type PeerKeepalive = z.output<typeof peerKeepaliveSchema>;

@@ -2,21 +2,57 @@
  * The contract of a peer's upload port (peer/upload/server.ts), shared by its callers: children
  * fetching pieces and bitmaps, the scheduler triggering a seed, the manager sending preheats.
  * Every request carries the cluster token; pieces of a private blob also need the proof below.
+ * Bodies are validated where they are received, with the schemas here.
  */
+import { z } from 'zod';
+import { countField, digestField } from './wire.js';
 
 /** `GET`: one piece's bytes. */
 export const PIECE_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)$/;
 /** `GET ?known=<version>&wait=<ms>`: which pieces are held, long-polled. */
 export const BITMAP_PATH = /^\/_starling\/tasks\/(sha256:[0-9a-f]{64})\/pieces$/;
-/** `POST` a seed request (scheduler/seed-trigger.ts): fetch a public blob from its origin. */
+/** `POST` a BlobFetchRequest (scheduler/seed-trigger.ts): a seed fetches a public blob from its origin. */
 export const SEED_TRIGGER_PATH = '/_starling/seed';
-/** `POST` a preheat request from the manager. */
+/** `POST` a BlobFetchRequest from the manager: fetch a blob through the swarm ahead of need. */
 export const PREHEAT_PATH = '/_starling/preheat';
-/** `GET`: how a preheat (or seed) fetch is doing. */
+/** `GET`: how a preheat (or seed) fetch is doing, as a FetchStatus. */
 export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 
 export const piecePath = (digest: string, index: number): string => `/_starling/pieces/${digest}/${index}`;
 export const bitmapPath = (digest: string): string => `/_starling/tasks/${digest}/pieces`;
+export const preheatStatusPath = (digest: string): string => `${PREHEAT_PATH}/${digest}`;
+
+/**
+ * The body of a seed trigger and of a preheat: fetch the whole blob `taskId` from `origin`, cut
+ * into pieces of `pieceSize` (which must be the size the peer's plan gives `contentLength`).
+ * Strict: an unknown field is an error that names it, as a misspelt one would otherwise be lost.
+ */
+export const blobFetchRequestSchema = z
+  .object({
+    taskId: digestField,
+    contentLength: countField,
+    pieceSize: z.number().int().positive(),
+    origin: z
+      .object({
+        url: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }),
+        /** Sent to the origin with each request (a registry's Authorization); only over TLS. */
+        headers: z.record(z.string(), z.string()).default({}),
+      })
+      .strict(),
+  })
+  .strict();
+export type BlobFetchRequest = z.output<typeof blobFetchRequestSchema>;
+
+/** The answer to `GET /_starling/preheat/<digest>`. */
+export const fetchStatusSchema = z.object({
+  digest: digestField,
+  size: countField,
+  storedBytes: countField,
+  complete: z.boolean(),
+  /** Why the fetch failed, when it did. */
+  error: z.string().optional(),
+});
+export type FetchStatus = z.output<typeof fetchStatusSchema>;
 
 /**
  * Sent with a piece request: the registry blob URL the child's client asked for. A parent gives

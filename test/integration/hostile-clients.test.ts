@@ -123,6 +123,9 @@ describe('hostile clients: the upload port, from another host', { timeout: 120_0
     const notRegistry = await curl([...auth, '-X', 'POST', '-d', JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLength: 10, pieceSize: 4194304, origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} } }), `${upload}/_starling/preheat`]);
     assert.equal(status(notRegistry), '400');
     assert.match(notRegistry.stdout, /is not a registry blob path/);
+    const misspelt = await curl([...auth, '-X', 'POST', '-d', JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLenght: 10, pieceSize: 4194304, origin: { url: `http://127.0.0.1:1/v2/a/blobs/sha256:${'1'.repeat(64)}` } }), `${upload}/_starling/preheat`]);
+    assert.equal(status(misspelt), '400');
+    assert.match(misspelt.stdout, /bad preheat request: contentLength: [^;]*; unknown key \\"contentLenght\\"/);
     const badPath = await curl([...auth, `${upload}/_starling/pieces/sha256:zz/0`]);
     assert.equal(status(badPath), '404');
     assert.ok(peer.service.running);

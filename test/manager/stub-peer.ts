@@ -4,6 +4,8 @@
 
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { blobFetchRequestSchema, PREHEAT_PATH, PREHEAT_STATUS_PATH, type BlobFetchRequest } from '../../src/rpc/upload-api.js';
+import { parseWire } from '../../src/rpc/wire.js';
 
 export type Behaviour =
   /** Accepts, then reports growing storedBytes until complete (in `steps` polls). */
@@ -19,7 +21,7 @@ export type Behaviour =
 
 export interface Trigger {
   authorization?: string;
-  body: { taskId: string; contentLength: number; pieceSize: number; origin: { url: string; headers: Record<string, string> } };
+  body: BlobFetchRequest;
 }
 
 /** One request from a manager: which replica sent it (from its User-Agent) and when it began and ended. */
@@ -87,17 +89,22 @@ export async function startStubPeer(hostId: string, behaviour: Behaviour, cluste
     req.on('data', (chunk: Buffer) => (text += chunk.toString()));
     req.on('end', () => {
       if (req.headers.authorization !== `Bearer ${clusterToken}`) return reply(res, 401, { error: 'missing or wrong cluster token' });
-      if (req.method === 'POST' && req.url === '/_starling/preheat') {
-        const body = JSON.parse(text) as Trigger['body'];
+      if (req.method === 'POST' && req.url === PREHEAT_PATH) {
+        // As the real peer does: a body off the contract is refused, naming what is wrong.
+        let body: BlobFetchRequest;
+        try {
+          body = parseWire(blobFetchRequestSchema, JSON.parse(text), 'preheat request');
+        } catch (error) {
+          return reply(res, 400, { error: (error as Error).message });
+        }
         stub.triggers.push({ authorization: req.headers.authorization, body });
         if (current === 'refuse') return reply(res, 400, { error: 'disk quota would be exceeded' });
         tasks.set(body.taskId, { size: body.contentLength, stored: 0 });
         return reply(res, 202, { accepted: true });
       }
-      const match = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/.exec(req.url ?? '');
-      if (req.method === 'GET' && match) {
+      const [, digest] = PREHEAT_STATUS_PATH.exec(req.url ?? '') ?? [];
+      if (req.method === 'GET' && digest !== undefined) {
         stub.statusPolls++;
-        const digest = match[1]!;
         const task = tasks.get(digest);
         if (current === 'forget-once' && !forgotten && task) {
           forgotten = true;

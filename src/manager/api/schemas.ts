@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { countField as count, ipField as ip, portField as port } from '../../rpc/wire.js';
 import { schedulingSchema } from '../../scheduler/config.js';
 import { clusterNameSchema } from '../services/clusters.js';
 import { clusterScopesPatchSchema, clusterScopesSchema } from '../services/scopes.js';
@@ -9,10 +10,6 @@ import { clusterScopesPatchSchema, clusterScopesSchema } from '../services/scope
  * answers to it.
  */
 
-const ip = z.string().refine((value) => /^[0-9a-fA-F:.]+$/.test(value) && (value.includes('.') || value.includes(':')), { message: 'must be an IPv4 or IPv6 address' });
-const port = z.number().int().min(1).max(65535);
-const digest = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>');
-const count = z.number().int().min(0);
 const time = z.string().describe('ISO 8601 time');
 
 export const idParams = z.object({ id: z.coerce.number().int().min(1) }).strict();
@@ -64,31 +61,6 @@ export const schedulerKeepaliveBody = z
   .strict();
 
 export const schedulerKeepaliveAnswer = z.object({ clusterId: z.number().int(), config: schedulingSchema, configVersion: z.number().int() });
-
-export const peerKeepaliveBody = z
-  .object({
-    hostId: z.string().min(1).max(255),
-    hostname: z.string().min(1).max(255),
-    ip,
-    uploadPort: port,
-    mirrorUrl: z.string().max(2048),
-    labels: z.record(z.string().max(255), z.string().max(255)).default({}),
-    seed: z.boolean().default(false),
-    tasks: z
-      .array(
-        z
-          .object({
-            digest,
-            size: count,
-            complete: z.boolean(),
-            bytesFrom: z.object({ peer: count, seed: count, origin: count }).strict(),
-          })
-          .strict(),
-      )
-      .max(100_000)
-      .optional(),
-  })
-  .strict();
 
 export const peerKeepaliveAnswer = z.object({ clusterId: z.number().int(), schedulers: z.array(z.string()).describe('ip:port of the active schedulers') });
 

@@ -2,7 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import { httpScheme, type ClientTls } from '../../common/tls.js';
-import { PREHEAT_PATH } from '../../rpc/upload-api.js';
+import { fetchStatusSchema, PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest } from '../../rpc/upload-api.js';
+import { parseWire } from '../../rpc/wire.js';
 import { pieceSizeFor } from '../../storage/piece-plan.js';
 import type { JobState, JobTaskRow } from '../db/schema.js';
 import type { BlobOrigin } from './images.js';
@@ -121,7 +122,7 @@ export class PreheatRun {
   private async trigger(f: Fetch): Promise<void> {
     const { origin } = this.plan;
     if (!origin) return this.finish(f, 'failed', this.plan.originMissing ?? 'no origin to fetch from');
-    const body = {
+    const body: BlobFetchRequest = {
       taskId: f.row.digest,
       contentLength: f.row.size,
       pieceSize: pieceSizeFor(f.row.size),
@@ -155,7 +156,7 @@ export class PreheatRun {
     this.assertHeld();
     let res;
     try {
-      res = await request(this.peerUrl(f.row.peer_address, `${PREHEAT_PATH}/${f.row.digest}`), {
+      res = await request(this.peerUrl(f.row.peer_address, preheatStatusPath(f.row.digest)), {
         headers: this.headers(),
         headersTimeout: PEER_TIMEOUT_MS,
         bodyTimeout: PEER_TIMEOUT_MS,
@@ -181,16 +182,16 @@ export class PreheatRun {
       f.lastProblem = `status answered HTTP ${res.statusCode}${peerMessage(text)}`;
       return;
     }
-    let status: { storedBytes?: unknown; complete?: unknown; error?: unknown };
+    let status;
     try {
-      status = JSON.parse(text) as typeof status;
-    } catch {
-      f.lastProblem = 'status answer is not JSON';
+      status = parseWire(fetchStatusSchema, JSON.parse(text), 'preheat status from the peer');
+    } catch (error) {
+      f.lastProblem = error instanceof SyntaxError ? 'status answer is not JSON' : (error as Error).message;
       return;
     }
-    const bytes = typeof status.storedBytes === 'number' && status.storedBytes >= 0 ? Math.min(status.storedBytes, f.row.size) : f.row.bytes;
-    if (status.complete === true) return this.finish(f, 'succeeded', null, f.row.size);
-    if (typeof status.error === 'string' && status.error) return this.finish(f, 'failed', `the peer's fetch failed: ${status.error}`, bytes);
+    const bytes = Math.min(status.storedBytes, f.row.size);
+    if (status.complete) return this.finish(f, 'succeeded', null, f.row.size);
+    if (status.error) return this.finish(f, 'failed', `the peer's fetch failed: ${status.error}`, bytes);
     if (f.row.state === 'pending') return this.update(f, { state: 'running', bytes });
     if (bytes !== f.row.bytes) await this.update(f, { bytes });
   }

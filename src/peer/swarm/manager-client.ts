@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { Agent, request } from 'undici';
 import type { Logger } from '../../common/log.js';
 import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
-import type { PeerKeepalive, PeerTaskReport } from '../../rpc/manager-api.js';
+import { PEER_KEEPALIVE_PATH, type PeerKeepalive, type PeerTaskReport } from '../../rpc/manager-api.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
 
 const KEEPALIVE_MS = 5_000;
@@ -43,7 +43,7 @@ export class ManagerClient {
   }
 
   private async keepalive(body: PeerKeepalive): Promise<string[]> {
-    const response = await request(new URL('/api/v1/peers/keepalive', this.managerUrl), {
+    const response = await request(new URL(PEER_KEEPALIVE_PATH, this.managerUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
       body: JSON.stringify(body),

@@ -4,9 +4,9 @@ import type { Logger } from '../../common/log.js';
 import { clientTlsOptions } from '../../common/tls.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
-import { parseDigest } from '../../oci/digest.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
+import type { BlobFetchRequest, FetchStatus } from '../../rpc/upload-api.js';
 import { pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
@@ -147,18 +147,18 @@ export class Swarm {
   }
 
   /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm. */
-  async seedTask(body: unknown): Promise<void> {
+  async seedTask(request: BlobFetchRequest): Promise<void> {
     if (!this.options.seed) throw new Error('this peer is not a seed');
-    await this.fetchTask(body, 'seed');
+    await this.fetchTask(request, 'seed');
   }
 
   /** `POST /_starling/preheat` from the manager: fetch the task through the swarm ahead of need. */
-  async preheatTask(body: unknown): Promise<void> {
-    await this.fetchTask(body, 'preheat');
+  async preheatTask(request: BlobFetchRequest): Promise<void> {
+    await this.fetchTask(request, 'preheat');
   }
 
   /** How a preheated (or seeded) task is doing, for the manager's job progress. */
-  fetchStatus(digest: string): { digest: string; size: number; storedBytes: number; complete: boolean; error?: string } | undefined {
+  fetchStatus(digest: string): FetchStatus | undefined {
     const lease = this.tasks.lease(digest);
     const error = this.fetchErrors.get(digest);
     if (!lease) return error ? { digest, size: 0, storedBytes: 0, complete: false, error } : undefined;
@@ -173,8 +173,7 @@ export class Swarm {
   private readonly fetchErrors = new Map<string, string>();
 
   /** Fetches a whole task on someone else's behalf (the scheduler's seed trigger, the manager's preheat). */
-  private async fetchTask(body: unknown, why: 'seed' | 'preheat'): Promise<void> {
-    const request = parseSeedRequest(body);
+  private async fetchTask(request: BlobFetchRequest, why: 'seed' | 'preheat'): Promise<void> {
     if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
       throw new Error(`piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`);
     }
@@ -229,26 +228,4 @@ export class Swarm {
     this.schedulers.close();
     await this.dispatcher.close();
   }
-}
-
-interface SeedRequest {
-  taskId: string;
-  contentLength: number;
-  pieceSize: number;
-  origin: { url: string; headers: Record<string, string> };
-}
-
-function parseSeedRequest(body: unknown): SeedRequest {
-  const value = body as Partial<SeedRequest> | null;
-  if (!value || typeof value !== 'object') throw new Error('seed request must be a JSON object');
-  const taskId = parseDigest(String(value.taskId ?? '')).value;
-  if (!Number.isSafeInteger(value.contentLength) || value.contentLength! < 0) throw new Error('contentLength must be a non-negative integer');
-  if (!Number.isSafeInteger(value.pieceSize) || value.pieceSize! <= 0) throw new Error('pieceSize must be a positive integer');
-  const origin = value.origin;
-  if (!origin || typeof origin.url !== 'string') throw new Error('origin.url is required');
-  const url = new URL(origin.url);
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('origin.url must be http(s)');
-  const headers: Record<string, string> = {};
-  for (const [key, v] of Object.entries(origin.headers ?? {})) if (typeof v === 'string') headers[key] = v;
-  return { taskId, contentLength: value.contentLength!, pieceSize: value.pieceSize!, origin: { url: url.href, headers } };
 }

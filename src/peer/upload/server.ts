@@ -13,7 +13,11 @@ import {
   PREHEAT_PATH,
   PREHEAT_STATUS_PATH,
   SEED_TRIGGER_PATH,
+  blobFetchRequestSchema,
+  type BlobFetchRequest,
+  type FetchStatus,
 } from '../../rpc/upload-api.js';
+import { parseWire, WireError } from '../../rpc/wire.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import { writeChunk, ClientGoneError } from '../mirror/respond.js';
 import type { AccessChecker } from '../access/checker.js';
@@ -43,11 +47,11 @@ export interface UploadServiceDeps {
   /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
   onRequest?(kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status', outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused'): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
-  seedTrigger?: (body: unknown) => Promise<void>;
+  seedTrigger?: (request: BlobFetchRequest) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
   preheat?: {
-    start: (body: unknown) => Promise<void>;
-    status: (digest: string) => unknown;
+    start: (request: BlobFetchRequest) => Promise<void>;
+    status: (digest: string) => FetchStatus | undefined;
   };
 }
 
@@ -79,17 +83,17 @@ export class UploadService {
     const [path, queryText] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
     if (path === '/healthz') return this.reply(res, 200, { ok: true });
     if (!bearerMatches(req.headers.authorization, this.deps.clusterToken)) return this.reply(res, 401, { error: 'missing or wrong cluster token' });
-    const piece = PIECE_PATH.exec(path);
-    if (piece && req.method === 'GET') return this.servePiece(req, res, piece[1]!, Number(piece[2]));
-    const bitmap = BITMAP_PATH.exec(path);
-    if (bitmap && req.method === 'GET') return this.serveBitmap(req, res, bitmap[1]!, new URLSearchParams(queryText ?? ''));
+    const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
+    if (pieceDigest !== undefined && req.method === 'GET') return this.servePiece(req, res, pieceDigest, Number(pieceIndex));
+    const [, bitmapDigest] = BITMAP_PATH.exec(path) ?? [];
+    if (bitmapDigest !== undefined && req.method === 'GET') return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
     if (path === SEED_TRIGGER_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
     if (path === PREHEAT_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
-    const preheat = PREHEAT_STATUS_PATH.exec(path);
-    if (preheat && req.method === 'GET' && this.deps.preheat) {
-      const status = this.deps.preheat.status(preheat[1]!);
+    const [, preheatDigest] = PREHEAT_STATUS_PATH.exec(path) ?? [];
+    if (preheatDigest !== undefined && req.method === 'GET' && this.deps.preheat) {
+      const status = this.deps.preheat.status(preheatDigest);
       this.deps.onRequest?.('preheat-status', status ? 'sent' : 'missing');
-      return this.reply(res, status ? 200 : 404, status ?? { error: `no preheat of ${preheat[1]} here` });
+      return this.reply(res, status ? 200 : 404, status ?? { error: `no preheat of ${preheatDigest} here` });
     }
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
@@ -258,7 +262,7 @@ export class UploadService {
     req: IncomingMessage,
     res: ServerResponse,
     kind: 'seed' | 'preheat',
-    handler: ((body: unknown) => Promise<void>) | undefined,
+    handler: ((request: BlobFetchRequest) => Promise<void>) | undefined,
     refusal: string,
   ): Promise<void> {
     const refuse = (status: number, error: string) => {
@@ -266,18 +270,18 @@ export class UploadService {
       this.reply(res, status, { error });
     };
     if (!handler) return refuse(403, refusal);
-    let body: unknown;
+    let request: BlobFetchRequest;
     try {
-      body = JSON.parse(await readBody(req, 64 * 1024));
+      request = parseWire(blobFetchRequestSchema, JSON.parse(await readBody(req, 64 * 1024)), `${kind} request`);
     } catch (error) {
-      return refuse(400, `bad ${kind} request: ${(error as Error).message}`);
+      // Not JSON, too large, or not the contract (WireError names each field at fault).
+      return refuse(400, error instanceof WireError ? error.message : `bad ${kind} request: ${(error as Error).message}`);
     }
-    const headers = (body as { origin?: { headers?: unknown } } | null)?.origin?.headers;
-    if (headers && typeof headers === 'object' && Object.keys(headers).length > 0 && !(req.socket as TLSSocket).encrypted) {
+    if (Object.keys(request.origin.headers).length > 0 && !(req.socket as TLSSocket).encrypted) {
       return refuse(403, 'a request carrying registry credentials (origin.headers) is accepted only over TLS');
     }
     try {
-      await handler(body);
+      await handler(request);
     } catch (error) {
       return refuse(400, (error as Error).message);
     }

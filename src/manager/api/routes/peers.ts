@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import type { ApiDeps } from '../deps.js';
 import { route, type Route } from '../route.js';
-import { limitQuery, peerKeepaliveAnswer, peerKeepaliveBody, peerQuery, peerSchema, taskSchema } from '../schemas.js';
+import { PEER_KEEPALIVE_PATH, peerKeepaliveSchema } from '../../../rpc/manager-api.js';
+import { limitQuery, peerKeepaliveAnswer, peerQuery, peerSchema, taskSchema } from '../schemas.js';
 import { listPeers, listTasks, peerKeepalive } from '../../services/members.js';
 
 export function peerRoutes({ db, livenessMs }: ApiDeps): Route[] {
@@ -13,9 +14,9 @@ export function peerRoutes({ db, livenessMs }: ApiDeps): Route[] {
       handler: ({ query }) => listPeers(db, query),
     }),
     route({
-      method: 'POST', url: '/api/v1/peers/keepalive', tag: 'peers', access: 'cluster',
+      method: 'POST', url: PEER_KEEPALIVE_PATH, tag: 'peers', access: 'cluster',
       summary: 'A peer registers or refreshes itself (every 5 s), reports its tasks, and gets the active schedulers of its cluster',
-      body: peerKeepaliveBody, response: peerKeepaliveAnswer,
+      body: peerKeepaliveSchema, response: peerKeepaliveAnswer,
       // One entry per blob the peer holds: a big cache reports a few MiB.
       bodyLimit: 16 * 1024 * 1024,
       handler: ({ body }) => peerKeepalive(db, body, livenessMs),
