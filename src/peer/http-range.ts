@@ -18,10 +18,10 @@ export const MAX_RANGES = 64;
 
 export function parseRange(header: string | undefined, size: number): RangeRequest {
   if (header === undefined) return { kind: 'none' };
-  const match = /^\s*([A-Za-z]+)\s*=\s*(.*)$/.exec(header);
-  if (!match) return { kind: 'invalid', reason: `malformed Range header "${header}"` };
-  if (match[1]!.toLowerCase() !== 'bytes') return { kind: 'invalid', reason: `unsupported range unit "${match[1]}"` };
-  const specs = match[2]!.split(',').map((spec) => spec.trim());
+  const [, unit, rangeSet] = /^\s*([A-Za-z]+)\s*=\s*(.*)$/.exec(header) ?? [];
+  if (unit === undefined || rangeSet === undefined) return { kind: 'invalid', reason: `malformed Range header "${header}"` };
+  if (unit.toLowerCase() !== 'bytes') return { kind: 'invalid', reason: `unsupported range unit "${unit}"` };
+  const specs = rangeSet.split(',').map((spec) => spec.trim());
   if (specs.length > MAX_RANGES) return { kind: 'invalid', reason: `more than ${MAX_RANGES} ranges in one request` };
   const ranges: ByteRange[] = [];
   for (const spec of specs) {

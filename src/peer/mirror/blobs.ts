@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { itemAt } from '../../common/indexing.js';
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
@@ -139,12 +140,14 @@ export class BlobService {
     }
     const whole = range.kind === 'none';
     const parts = whole ? [{ start: 0, end: size - 1 }] : range.ranges;
+    // A satisfiable range request has at least one range (parseRange's rule); a whole read is one.
+    const first = itemAt(parts, 0);
     const boundary = `starling-${randomBytes(12).toString('hex')}`;
     const multipart = parts.length > 1 ? multipartLayout(parts, size, BLOB_CONTENT_TYPE, boundary) : undefined;
     const head = () => {
       if (whole) res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
       else if (multipart) res.writeHead(206, { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': multipart.length });
-      else res.writeHead(206, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-range': contentRange(parts[0]!, size), 'content-length': parts[0]!.end - parts[0]!.start + 1 });
+      else res.writeHead(206, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-range': contentRange(first, size), 'content-length': first.end - first.start + 1 });
     };
     if (headOnly) {
       head();
@@ -157,7 +160,7 @@ export class BlobService {
       for (const part of parts) for (const index of task.request(...coveringPieces(task, part), source)) fetchedForThis.add(index);
       // The status line waits for the source's first bytes: a registry that fails after its HEAD
       // said 200 (a 500, a 401, a length it did not announce) gets the client a status saying so.
-      await task.waitForFirstBytes(coveringPieces(task, parts[0]!)[0]);
+      await task.waitForFirstBytes(coveringPieces(task, first)[0]);
       const authorization = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
       const plan: StreamPlan = {
         whole,
@@ -166,7 +169,7 @@ export class BlobService {
       };
       head();
       if (!multipart) {
-        await this.streamer.stream(res, task, parts[0]!, plan);
+        await this.streamer.stream(res, task, first, plan);
         return void res.end();
       }
       for (const part of multipart.parts) {

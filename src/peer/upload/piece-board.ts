@@ -33,13 +33,17 @@ export class PieceBoard {
 /** Encodes which pieces are held as a bitmap (piece i is bit i % 8 of byte i / 8), base64. */
 export function encodeBitmap(pieceCount: number, has: (index: number) => boolean): string {
   const bytes = Buffer.alloc(Math.ceil(pieceCount / 8));
-  for (let index = 0; index < pieceCount; index++) if (has(index)) bytes[index >> 3]! |= 1 << (index & 7);
+  for (let byte = 0; byte < bytes.length; byte++) {
+    let bits = 0;
+    for (let bit = 0; bit < 8 && byte * 8 + bit < pieceCount; bit++) if (has(byte * 8 + bit)) bits |= 1 << bit;
+    bytes[byte] = bits;
+  }
   return bytes.toString('base64');
 }
 
 export function decodeBitmap(encoded: string, pieceCount: number): Set<number> {
   const bytes = Buffer.from(encoded, 'base64');
   const out = new Set<number>();
-  for (let index = 0; index < pieceCount && index >> 3 < bytes.length; index++) if (bytes[index >> 3]! & (1 << (index & 7))) out.add(index);
+  for (let index = 0; index < pieceCount && index >> 3 < bytes.length; index++) if (bytes.readUInt8(index >> 3) & (1 << (index & 7))) out.add(index);
   return out;
 }
