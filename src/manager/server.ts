@@ -114,8 +114,8 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
       app,
       async close() {
         clearInterval(sweeper);
-        await jobs!.close();
-        await closeGracefully(app!);
+        await running.jobs.close();
+        await closeGracefully(running.app);
         await store.close();
       },
     };

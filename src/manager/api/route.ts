@@ -52,6 +52,12 @@ export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B exten
   handler(input: RouteInput<P, Q, B>): Promise<unknown>;
 }
 
+/** The caller of a `user` route, which its access check has found before the handler runs. */
+export function principalOf(input: { principal?: Principal }): Principal {
+  if (!input.principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
+  return input.principal;
+}
+
 /** A route's path or query schema when it declares none. */
 type NoFields = z.ZodObject<Record<never, never>>;
 

@@ -27,13 +27,13 @@ export function generateToken(): string {
 
 /** The principal behind `Authorization: Bearer <token>`, or undefined for a missing, unknown or expired token. */
 export async function authenticate(db: Kysely<Database>, header: string | undefined): Promise<Principal | undefined> {
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
-  if (!match) return undefined;
+  const [, token] = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '') ?? [];
+  if (token === undefined) return undefined;
   const row = await db
     .selectFrom('tokens')
     .innerJoin('users', 'users.id', 'tokens.user_id')
     .select(['tokens.id as tokenId', 'tokens.expires_at as expiresAt', 'users.id as userId', 'users.name as userName', 'users.role as role'])
-    .where('tokens.hash', '=', hashToken(match[1]!))
+    .where('tokens.hash', '=', hashToken(token))
     .executeTakeFirst();
   if (!row || (row.expiresAt !== null && row.expiresAt <= Date.now())) return undefined;
   return { userId: row.userId, userName: row.userName, role: row.role, tokenId: row.tokenId };

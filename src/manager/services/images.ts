@@ -67,7 +67,7 @@ export async function resolveImage(
   const client = new RegistryClient(ref.registry, { hosts, credentials: options.credentials, userAgent: 'starling-manager' });
   const reference = formatImageReference(ref);
   try {
-    let manifest = await client.getManifest(ref.repository, ref.digest ?? ref.tag!);
+    let manifest = await client.getManifest(ref.repository, ref.digest ?? ref.tag ?? 'latest');
     let parsed = parseJson(manifest.bytes, reference);
     const fromIndex = INDEX_TYPES.has(manifest.mediaType) || Array.isArray((parsed as { manifests?: unknown }).manifests);
     if (fromIndex) {
@@ -91,8 +91,9 @@ export async function resolveImage(
     }
     // Foreign layers (with `urls`) are not in the registry; peers could not fetch them from it.
     const layers = image.layers.filter((l) => !l.urls?.length).map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType ?? '' }));
-    if (layers.length === 0) throw new ManagerError(422, 'image_has_no_layers', `image: ${reference} has no layers to preheat`);
-    const origin = await originAccess(client.baseUrl, ref, layers[0]!.digest, options.credentials);
+    const [firstLayer] = layers;
+    if (!firstLayer) throw new ManagerError(422, 'image_has_no_layers', `image: ${reference} has no layers to preheat`);
+    const origin = await originAccess(client.baseUrl, ref, firstLayer.digest, options.credentials);
     const config = { digest: image.config.digest, size: image.config.size, mediaType: image.config.mediaType ?? '' };
     return { reference, manifestDigest: manifest.digest, platform: formatPlatform(platform), layers, config, ...origin };
   } catch (error) {
@@ -177,8 +178,8 @@ function parseJson(bytes: Buffer, reference: string): unknown {
 function check<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
   const result = schema.safeParse(value);
   if (!result.success) {
-    const issue = result.error.issues[0]!;
-    throw new ManagerError(422, 'bad_manifest', `image: ${what} is malformed at ${issue.path.join('.') || '(top)'}: ${issue.message}`);
+    const [issue] = result.error.issues;
+    throw new ManagerError(422, 'bad_manifest', `image: ${what} is malformed at ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'not as expected'}`);
   }
   return result.data;
 }

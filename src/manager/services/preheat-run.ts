@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
+import { itemAt } from '../../common/indexing.js';
 import type { Logger } from '../../common/log.js';
 import { httpScheme, type ClientTls } from '../../common/tls.js';
 import { fetchStatusSchema, PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest } from '../../rpc/upload-api.js';
@@ -110,7 +111,7 @@ export class PreheatRun {
     const byPeer = new Map<string, Fetch[]>();
     for (const f of failed) byPeer.set(f.row.host_id, [...(byPeer.get(f.row.host_id) ?? []), f]);
     const first = [...byPeer.values()].slice(0, 3).map((fs) => {
-      const f = fs[0]!;
+      const f = itemAt(fs, 0); // a peer is in byPeer once it has a failed fetch
       return `peer ${f.row.host_id} (${f.row.peer_address}), ${fs.length > 1 ? `${fs.length} blobs, first ` : ''}blob ${f.row.digest}: ${f.row.error}`;
     });
     const error = `${failed.length} of ${this.fetches.length} blob fetches failed: ${first.join('; ')}${byPeer.size > 3 ? '; …' : ''}`;
@@ -223,7 +224,7 @@ export class PreheatRun {
   private async eachLimited<T>(items: T[], work: (item: T) => Promise<void>): Promise<void> {
     let next = 0;
     const lanes = Array.from({ length: Math.min(this.options.concurrency, items.length) }, async () => {
-      while (next < items.length) await work(items[next++]!);
+      while (next < items.length) await work(itemAt(items, next++));
     });
     // Every lane ends before the first failure is raised: none writes after the run returned.
     const outcomes = await Promise.allSettled(lanes);

@@ -24,12 +24,12 @@ export interface Cidr {
 }
 
 export function parseCidr(text: string): Cidr | undefined {
-  const match = /^([^/]+)\/(\d{1,3})$/.exec(text.trim());
-  if (!match) return undefined;
-  const version = isIP(match[1]!);
-  const prefix = Number(match[2]);
+  const [, address, prefixText] = /^([^/]+)\/(\d{1,3})$/.exec(text.trim()) ?? [];
+  if (address === undefined) return undefined;
+  const version = isIP(address);
+  const prefix = Number(prefixText);
   if (version === 0 || prefix > (version === 4 ? 32 : 128)) return undefined;
-  return { address: match[1]!, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
+  return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
 }
 
 export function cidrContains(cidr: Cidr, ip: string): boolean {

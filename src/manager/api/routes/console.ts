@@ -44,7 +44,7 @@ export function registerConsole(app: FastifyInstance, dir: string): void {
     return reply.send(createReadStream(target));
   };
   app.get('/', (request, reply) => serve('/', reply));
-  app.get('/*', (request, reply) => serve(request.url.split('?')[0]!, reply));
+  app.get('/*', (request, reply) => serve(request.url.replace(/\?.*/s, ''), reply));
 }
 
 async function isFile(path: string): Promise<boolean> {

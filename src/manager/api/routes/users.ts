@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ApiDeps } from '../deps.js';
-import { route, type Route } from '../route.js';
+import { principalOf, route, type Route } from '../route.js';
 import { createdTokenSchema, createTokenBody, createUserBody, idParams, meSchema, tokenSchema, userSchema } from '../schemas.js';
 import { createToken, createUser, getUser, listTokens, listUsers, revokeToken } from '../../services/auth.js';
 
@@ -10,7 +10,10 @@ export function userRoutes({ db }: ApiDeps): Route[] {
       method: 'GET', url: '/api/v1/me', tag: 'users', access: 'user',
       summary: 'Who the presented token belongs to (the console logs in with it)',
       response: meSchema,
-      handler: async ({ principal }) => ({ user: await getUser(db, principal!.userId), tokenId: principal!.tokenId }),
+      handler: async (input) => {
+        const { userId, tokenId } = principalOf(input);
+        return { user: await getUser(db, userId), tokenId };
+      },
     }),
     route({
       method: 'GET', url: '/api/v1/users', tag: 'users', access: 'user',
@@ -34,7 +37,7 @@ export function userRoutes({ db }: ApiDeps): Route[] {
       method: 'POST', url: '/api/v1/tokens', tag: 'tokens', access: 'user', status: 201,
       summary: 'Create a personal access token for a user (default: the caller); the value is in this answer only',
       body: createTokenBody, response: createdTokenSchema,
-      handler: ({ body, principal, actor }) => createToken(db, actor, { ...body, userId: body.userId ?? principal!.userId }),
+      handler: (input) => createToken(db, input.actor, { ...input.body, userId: input.body.userId ?? principalOf(input).userId }),
     }),
     route({
       method: 'DELETE', url: '/api/v1/tokens/:id', tag: 'tokens', access: 'user', status: 204,
