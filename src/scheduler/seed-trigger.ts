@@ -1,16 +1,7 @@
 import { Agent, request } from 'undici';
 import { clientTlsOptions, httpScheme, type ClientTls } from '../common/tls.js';
-import { SEED_TRIGGER_PATH } from '../rpc/upload-api.js';
+import { SEED_TRIGGER_PATH, type BlobFetchRequest } from '../rpc/upload-api.js';
 import type { Host, Task } from './resources.js';
-
-/** What a seed needs to fetch a task on the scheduler's behalf. */
-export interface SeedTriggerBody {
-  taskId: string;
-  contentLength: number;
-  pieceSize: number;
-  origin: { url: string; headers: Record<string, string> };
-}
-
 
 /** Asks seed peers, over their upload servers (HTTPS when the cluster uses TLS), to fetch tasks. */
 export class SeedTrigger {
@@ -25,7 +16,7 @@ export class SeedTrigger {
 
   async trigger(seed: Host, task: Task): Promise<void> {
     if (!task.origin?.public) throw new Error(`task ${task.id} has no public origin a seed could fetch it from`);
-    const body: SeedTriggerBody = {
+    const body: BlobFetchRequest = {
       taskId: task.id,
       contentLength: task.contentLength,
       pieceSize: task.pieceSize,

@@ -1,9 +1,8 @@
 import * as grpc from '@grpc/grpc-js';
 import { networkInterfaces } from 'node:os';
-import { errorMessage } from '../common/errors.js';
 import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
-import { createMetricsRegistry } from '../common/metrics.js';
+import { createMetricsRegistry, serveMetrics } from '../common/metrics.js';
 import { parseListenAddress, formatHostPort } from '../common/net.js';
 import { UserError } from '../common/errors.js';
 import { loadTls } from '../common/tls.js';
@@ -70,10 +69,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     config.metricsListen,
     (req, res) => {
       if (req.url === '/metrics') {
-        registry.metrics().then(
-          (body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body),
-          (error: unknown) => res.writeHead(500).end(errorMessage(error)),
-        );
+        void serveMetrics(registry, res);
       } else if (req.url === '/healthz') {
         res.end('ok\n');
       } else if (req.url?.startsWith('/api/tasks/')) {
