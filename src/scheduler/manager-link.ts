@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { Agent, request } from 'undici';
 import { clientTlsOptions, type ClientTls } from '../common/tls.js';
 import type { Logger } from '../common/log.js';
+import { SCHEDULER_KEEPALIVE_PATH, type SchedulerKeepalive } from '../rpc/manager-api.js';
 import { schedulingSchema, type SchedulingConfig } from './config.js';
 
 const KEEPALIVE_MS = 5_000;
@@ -45,10 +46,11 @@ export class ManagerLink {
   }
 
   private async keepalive(): Promise<void> {
-    const response = await request(new URL('/api/v1/schedulers/keepalive', this.managerUrl), {
+    const keepalive: SchedulerKeepalive = { hostname: hostname(), ip: this.self.ip, port: this.self.port, ...(this.self.clusterName ? { clusterName: this.self.clusterName } : {}) };
+    const response = await request(new URL(SCHEDULER_KEEPALIVE_PATH, this.managerUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
-      body: JSON.stringify({ hostname: hostname(), ip: this.self.ip, port: this.self.port, ...(this.self.clusterName ? { clusterName: this.self.clusterName } : {}) }),
+      body: JSON.stringify(keepalive),
       headersTimeout: 5_000,
       bodyTimeout: 5_000,
       ...(this.dispatcher ? { dispatcher: this.dispatcher } : {}),

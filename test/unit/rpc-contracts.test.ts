@@ -2,7 +2,7 @@
 // the one the receiver validates with. A bad body is refused with every field at fault named.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { peerKeepaliveSchema } from '../../src/rpc/manager-api.js';
+import { peerKeepaliveSchema, schedulerKeepaliveSchema } from '../../src/rpc/manager-api.js';
 import { blobFetchRequestSchema, fetchStatusSchema } from '../../src/rpc/upload-api.js';
 import { parseWire, WireError } from '../../src/rpc/wire.js';
 
@@ -57,5 +57,11 @@ describe('wire contracts (src/rpc/)', () => {
     assert.deepEqual(parseWire(peerKeepaliveSchema, keepalive, 'keepalive'), { ...keepalive, labels: {}, seed: false });
     const tasks = [{ digest, size: 1, complete: true, bytesFrom: { peer: 0, seed: 0, origin: 1, cache: 1 } }];
     assert.match(problem(peerKeepaliveSchema, { ...keepalive, ip: 'localhost', tasks }, 'keepalive'), /ip: must be an IPv4 or IPv6 address; unknown key "tasks\.0\.bytesFrom\.cache"/);
+  });
+
+  it('takes a scheduler keepalive, and names a bad cluster name and port', () => {
+    const keepalive = { hostname: 's1', ip: '::1', port: 8002, clusterName: 'zone-a' };
+    assert.deepEqual(parseWire(schedulerKeepaliveSchema, keepalive, 'keepalive'), keepalive);
+    assert.match(problem(schedulerKeepaliveSchema, { ...keepalive, port: 70000, clusterName: '-a' }, 'keepalive'), /port: .*; clusterName: must be letters, digits/);
   });
 });

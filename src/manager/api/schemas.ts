@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { countField as count, ipField as ip, portField as port } from '../../rpc/wire.js';
+import { clusterNameSchema } from '../../rpc/manager-api.js';
+import { countField as count } from '../../rpc/wire.js';
 import { schedulingSchema } from '../../scheduler/config.js';
-import { clusterNameSchema } from '../services/clusters.js';
 import { clusterScopesPatchSchema, clusterScopesSchema } from '../services/scopes.js';
 
 /*
@@ -50,15 +50,6 @@ export const updateClusterBody = z
 export const clusterConfigPatchBody = z.record(z.string(), z.unknown());
 
 // Schedulers and peers
-
-export const schedulerKeepaliveBody = z
-  .object({
-    hostname: z.string().min(1).max(255),
-    ip,
-    port,
-    clusterName: clusterNameSchema.optional(),
-  })
-  .strict();
 
 export const schedulerKeepaliveAnswer = z.object({ clusterId: z.number().int(), config: schedulingSchema, configVersion: z.number().int() });
 

@@ -17,7 +17,6 @@ export interface Cluster {
   updatedAt: string;
 }
 
-export const clusterNameSchema = z.string().min(1, 'must not be empty').max(100).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'must be letters, digits, . _ - (starting with a letter or digit)');
 
 export function toCluster(row: ClusterRow): Cluster {
   return {

@@ -6,20 +6,13 @@ import { ManagerError } from '../errors.js';
 import { recordAudit } from './audit.js';
 import { clusterByName, defaultCluster, scopedClusters } from './clusters.js';
 import { matchCluster } from './scopes.js';
-import type { PeerKeepalive } from '../../rpc/manager-api.js';
+import type { PeerKeepalive, SchedulerKeepalive } from '../../rpc/manager-api.js';
 
 /*
  * Schedulers and peers keep themselves registered by calling every few seconds; whoever stays
  * silent past the liveness window is inactive. Only changes of membership (a new member, going
  * inactive, coming back) reach the audit log: the keep-alives themselves would drown it.
  */
-
-export interface SchedulerKeepalive {
-  hostname: string;
-  ip: string;
-  port: number;
-  clusterName?: string;
-}
 
 export async function schedulerKeepalive(
   db: Kysely<Database>,

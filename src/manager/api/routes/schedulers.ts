@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import type { ApiDeps } from '../deps.js';
 import { route, type Route } from '../route.js';
-import { schedulerKeepaliveAnswer, schedulerKeepaliveBody, schedulerQuery, schedulerSchema } from '../schemas.js';
+import { SCHEDULER_KEEPALIVE_PATH, schedulerKeepaliveSchema } from '../../../rpc/manager-api.js';
+import { schedulerKeepaliveAnswer, schedulerQuery, schedulerSchema } from '../schemas.js';
 import { listSchedulers, schedulerKeepalive } from '../../services/members.js';
 
 export function schedulerRoutes({ db }: ApiDeps): Route[] {
@@ -13,9 +14,9 @@ export function schedulerRoutes({ db }: ApiDeps): Route[] {
       handler: ({ query }) => listSchedulers(db, query),
     }),
     route({
-      method: 'POST', url: '/api/v1/schedulers/keepalive', tag: 'schedulers', access: 'cluster',
+      method: 'POST', url: SCHEDULER_KEEPALIVE_PATH, tag: 'schedulers', access: 'cluster',
       summary: "A scheduler registers or refreshes itself (every 5 s) and gets its cluster's scheduling settings",
-      body: schedulerKeepaliveBody, response: schedulerKeepaliveAnswer,
+      body: schedulerKeepaliveSchema, response: schedulerKeepaliveAnswer,
       handler: ({ body }) => schedulerKeepalive(db, body),
     }),
   ];
