@@ -216,13 +216,24 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
   }
 
   it('a restarted peer offers the blobs it kept, so the next pull needs no origin', async () => {
-    const { peers } = await cluster(2, { seeds: [] });
+    const { scheduler, peers } = await cluster(2, { seeds: [] });
     const blob = await pushRandomBlob(registry, 'swarm/restart', 20 * MB);
     const [first, second] = peers as [RunningPeerProcess, RunningPeerProcess];
     assert.equal((await pullThrough(first, registry, 'swarm/restart', blob.digest)).digest, blob.digest);
     await first.stop();
     const restarted = await first.restart();
     running.push(restarted);
+    // The restarted peer registers what it kept on a stream it opens after start-up; under load the
+    // next pull's register could come first and be sent to the origin: wait for the scheduler to know it.
+    await waitFor(
+      async () => {
+        const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${blob.digest}`));
+        if (response.statusCode !== 200) return (await response.body.dump(), false);
+        return ((await response.body.json()) as TaskStat).peers.some((peer) => peer.finished);
+      },
+      30_000,
+      'the restarted peer offering its blob',
+    );
     const result = await pullThrough(second, registry, 'swarm/restart', blob.digest);
     assert.equal(result.digest, blob.digest);
     // Once in bytes: the first pull's seedless origin read takes the last piece on a request of its own.
