@@ -168,9 +168,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
     for (const result of [...results, await first]) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
 
-    // Below the throttled peer in a chain, a peer would have taken the blob's size at its rate.
+    // Below the throttled peer in a chain, a peer would have taken the blob's size at its rate (48 s).
+    // The bound is that time itself, not a fraction of it (half of it failed on a 2-core machine at
+    // load 8-19); the bytes below say where the fast peers' bytes came from.
     const alone = blob.size / throttledRate;
-    assert.ok(Math.max(...took) < alone / 2, `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`);
+    assert.ok(Math.max(...took) < alone, `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`);
     const stat = await taskStat(scheduler, blob.digest);
     const throttledHost = stat.peers.find((peer) => peer.hostId.includes(`-${throttled.host.split(':')[0]}-`))!.hostId;
     for (const peer of stat.peers.filter((p) => !p.seed && p.hostId !== throttledHost)) {
