@@ -22,14 +22,37 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, runOk, type Service } from '../test/fixtures/processes.js';
 import { infoHash } from './lib/bencode.js';
-import { clusterLowerBound, createCluster, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type Counters, type QdiscStats } from './lib/cluster.js';
+import {
+  clusterLowerBound,
+  createCluster,
+  softnetDrops,
+  startCpuSampler,
+  tcpPayloadBytes,
+  type Cluster,
+  type Counters,
+  type QdiscStats,
+} from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
-import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import {
+  againstOwnBounds,
+  boundLine,
+  cpuLine,
+  reportJson,
+  scenarioArgs,
+  startRateChanges,
+  startRates,
+  summarize,
+  warnIfOverBudget,
+  type NodeTiming,
+} from './lib/scenario.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('bittorrent-baseline', {
-  'piece-length': { type: 'string', help: 'BitTorrent piece size, a power of 2 (default: size/256, within 32KiB…4MiB; mktorrent allows 32KiB…256MiB)' },
+  'piece-length': {
+    type: 'string',
+    help: 'BitTorrent piece size, a power of 2 (default: size/256, within 32KiB…4MiB; mktorrent allows 32KiB…256MiB)',
+  },
   'leave-on-complete': { type: 'boolean', default: false, help: 'leechers quit when done instead of seeding until all are done' },
   timeout: { type: 'string', help: 'give up after this many seconds (default: max(300, 30 × T*))' },
 });
@@ -39,7 +62,8 @@ const N = a.nodes;
 const pieceLog2 = a.extra['piece-length']
   ? Math.log2(parseSize(String(a.extra['piece-length'])))
   : Math.min(22, Math.max(15, Math.round(Math.log2(F / 256))));
-if (!Number.isInteger(pieceLog2) || pieceLog2 < 15 || pieceLog2 > 28) throw new Error('--piece-length must be a power of 2 between 32KiB and 256MiB (mktorrent\'s range)');
+if (!Number.isInteger(pieceLog2) || pieceLog2 < 15 || pieceLog2 > 28)
+  throw new Error("--piece-length must be a power of 2 between 32KiB and 256MiB (mktorrent's range)");
 const TRACKER_PORT = 6969;
 const PEER_PORT = 6881;
 
@@ -66,13 +90,19 @@ try {
   // ------------------------------------------------------------ tracker and seeder
   const services: Service[] = [];
   services.push(
-    await c.spawn(tracker, 'opentracker', ['-i', tracker.ip, '-p', String(TRACKER_PORT), '-P', String(TRACKER_PORT), '-u', 'nobody', '-d', trackerDir, '-w', 'whitelist'], {
-      name: 'opentracker',
-      logFile: path.join(work.path, 'logs', 'opentracker.log'),
-    }),
+    await c.spawn(
+      tracker,
+      'opentracker',
+      ['-i', tracker.ip, '-p', String(TRACKER_PORT), '-P', String(TRACKER_PORT), '-u', 'nobody', '-d', trackerDir, '-w', 'whitelist'],
+      {
+        name: 'opentracker',
+        logFile: path.join(work.path, 'logs', 'opentracker.log'),
+      },
+    ),
   );
   const scrapeUrl = `http://${tracker.ip}:${TRACKER_PORT}/scrape?info_hash=${hash.replace(/../g, '%$&')}`;
-  const scrape = async () => (await c.exec(tracker, 'curl', ['-s', '--noproxy', '*', '--max-time', '2', scrapeUrl], { allowFail: true })).stdout;
+  const scrape = async () =>
+    (await c.exec(tracker, 'curl', ['-s', '--noproxy', '*', '--max-time', '2', scrapeUrl], { allowFail: true })).stdout;
   const waitScrape = async (what: string, ok: (body: string) => boolean) => {
     for (let i = 0; ; i++) {
       const body = await scrape();
@@ -161,7 +191,9 @@ try {
     }
     if (Date.now() / 1000 - t0 > timeoutS) {
       const missing = c.nodes.filter((n) => !done.has(n.name)).map((n) => n.name);
-      throw new Error(`timed out after ${timeoutS} s; not done: ${missing.join(' ')}; log of ${missing[0]}:\n${c.nodes.length && leechers[c.nodes.findIndex((n) => n.name === missing[0])]!.logTail()}`);
+      throw new Error(
+        `timed out after ${timeoutS} s; not done: ${missing.join(' ')}; log of ${missing[0]}:\n${c.nodes.length && leechers[c.nodes.findIndex((n) => n.name === missing[0])]!.logTail()}`,
+      );
     }
     await sleep(50);
   }
@@ -234,12 +266,36 @@ try {
   console.log(boundLine(lb));
   console.log(
     table(
-      ['scenario', 'N', 'size', 'node', 'origin', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'seeder egress (copies)', 'peer upload (copies)'],
-      [[
-        'bittorrent', String(N), a.sizeText, a.nodeRate, a.originRate,
-        fixed(lb.seconds), fixed(s.first), fixed(s.median), fixed(s.last), fixed(result.ratio),
-        `${fixed(result.seederEgressCopies)} (wire ${fixed(result.seederEgressWireCopies)})`, fixed(result.peerUploadCopies),
-      ]],
+      [
+        'scenario',
+        'N',
+        'size',
+        'node',
+        'origin',
+        'T* s',
+        'first s',
+        'median s',
+        'last s',
+        'last/T*',
+        'seeder egress (copies)',
+        'peer upload (copies)',
+      ],
+      [
+        [
+          'bittorrent',
+          String(N),
+          a.sizeText,
+          a.nodeRate,
+          a.originRate,
+          fixed(lb.seconds),
+          fixed(s.first),
+          fixed(s.median),
+          fixed(s.last),
+          fixed(result.ratio),
+          `${fixed(result.seederEgressCopies)} (wire ${fixed(result.seederEgressWireCopies)})`,
+          fixed(result.peerUploadCopies),
+        ],
+      ],
     ),
   );
   console.log(
@@ -248,7 +304,12 @@ try {
   );
   for (const line of own.lines) console.log(line);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
-  console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
+  console.log(
+    `per node (s): ${[...timings]
+      .sort((x, y) => x.done - y.done)
+      .map((t) => `${t.node}=${fixed(t.done, 1)}`)
+      .join(' ')}`,
+  );
   console.log(cpuLine(cpuReport));
   await reportJson(a, result);
 } finally {

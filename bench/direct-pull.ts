@@ -13,10 +13,29 @@ import path from 'node:path';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { makeTempDir } from '../test/fixtures/processes.js';
-import { clusterLowerBound, createCluster, nowSeconds, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
+import {
+  clusterLowerBound,
+  createCluster,
+  nowSeconds,
+  softnetDrops,
+  startCpuSampler,
+  tcpPayloadBytes,
+  type Cluster,
+} from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import {
+  againstOwnBounds,
+  boundLine,
+  cpuLine,
+  reportJson,
+  scenarioArgs,
+  startRateChanges,
+  startRates,
+  summarize,
+  warnIfOverBudget,
+  type NodeTiming,
+} from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('direct-pull');
@@ -107,17 +126,46 @@ try {
   console.log(boundLine(lb));
   console.log(
     table(
-      ['scenario', 'N', 'size', 'node', 'origin', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'N·F/u_s s', 'origin egress (copies)'],
-      [[
-        'direct pull', String(N), a.sizeText, a.nodeRate, a.originRate,
-        fixed(lb.seconds), fixed(s.first), fixed(s.median), fixed(s.last), fixed(result.ratio),
-        fixed(directBound), `${fixed(result.originEgressCopies)} (wire ${fixed(result.originEgressWireCopies)})`,
-      ]],
+      [
+        'scenario',
+        'N',
+        'size',
+        'node',
+        'origin',
+        'T* s',
+        'first s',
+        'median s',
+        'last s',
+        'last/T*',
+        'N·F/u_s s',
+        'origin egress (copies)',
+      ],
+      [
+        [
+          'direct pull',
+          String(N),
+          a.sizeText,
+          a.nodeRate,
+          a.originRate,
+          fixed(lb.seconds),
+          fixed(s.first),
+          fixed(s.median),
+          fixed(s.last),
+          fixed(result.ratio),
+          fixed(directBound),
+          `${fixed(result.originEgressCopies)} (wire ${fixed(result.originEgressWireCopies)})`,
+        ],
+      ],
     ),
   );
   for (const line of own.lines) console.log(line);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
-  console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
+  console.log(
+    `per node (s): ${[...timings]
+      .sort((x, y) => x.done - y.done)
+      .map((t) => `${t.node}=${fixed(t.done, 1)}`)
+      .join(' ')}`,
+  );
   console.log(cpuLine(cpuReport));
   await reportJson(a, result);
 } finally {

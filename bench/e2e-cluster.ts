@@ -36,10 +36,10 @@ const args = scenarioArgs(
     'model-size': { type: 'string', default: '256MiB', help: 'the model layer: total size of its shards' },
     'shard-size': { type: 'string', default: '4MiB', help: 'size of one model shard' },
     'shards-loaded': { type: 'string', default: '4', help: 'shards the workload loads before its ready line' },
-    shape: { type: 'string', default: 'mesh', help: 'the scheduler\'s parent graph: mesh or pipeline' },
+    shape: { type: 'string', default: 'mesh', help: "the scheduler's parent graph: mesh or pipeline" },
     'snapshotter-config': { type: 'string', help: 'more YAML for every snapshotter, e.g. "prefetch: {resolveAhead: false}"' },
     plots: { type: 'string', help: 'write the completion CDFs and the registry egress over time (SVG) there' },
-    'keep-logs': { type: 'string', help: 'copy every node\'s and every process\'s logs there' },
+    'keep-logs': { type: 'string', help: "copy every node's and every process's logs there" },
   },
   { nodeRate: '50mbit', size: null },
 );
@@ -48,7 +48,11 @@ const N = args.nodes;
 if (N > 64) throw new Error(`--nodes must be 1…64, got ${N}`);
 const rows = parseRows(flags.rows!);
 warnIfOverBudget(args);
-const modelOptions = { modelBytes: parseSize(flags['model-size']!), shardBytes: parseSize(flags['shard-size']!), shardsLoaded: Number(flags['shards-loaded']) };
+const modelOptions = {
+  modelBytes: parseSize(flags['model-size']!),
+  shardBytes: parseSize(flags['shard-size']!),
+  shardsLoaded: Number(flags['shards-loaded']),
+};
 if (flags.image !== 'debian' && flags.image !== 'busybox') throw new Error(`--image must be debian or busybox, got "${flags.image}"`);
 if (flags.shape !== 'mesh' && flags.shape !== 'pipeline') throw new Error(`--shape must be mesh or pipeline, got "${flags.shape}"`);
 
@@ -60,9 +64,19 @@ let context: Awaited<ReturnType<typeof startE2eCluster>> | undefined;
 try {
   context = await startE2eCluster(image, { nodes: N, nodeRate: args.nodeRate, originRate: args.originRate, workDir: work.path });
   for (const row of rows) {
-    const result = await runRow({ ...context, schedulerArgs: ['--shape', flags.shape], snapshotterConfig: flags['snapshotter-config'], log: (line) => console.error(line) }, row);
+    const result = await runRow(
+      {
+        ...context,
+        schedulerArgs: ['--shape', flags.shape],
+        snapshotterConfig: flags['snapshotter-config'],
+        log: (line) => console.error(line),
+      },
+      row,
+    );
     results.push(result);
-    console.error(`${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; ${cpuLine(result.cpu)}`);
+    console.error(
+      `${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; ${cpuLine(result.cpu)}`,
+    );
   }
 } finally {
   await context?.stop();
@@ -82,9 +96,22 @@ function report(results: RowResult[]): void {
   );
   console.log(
     table(
-      ['row', 'first s', 'median s', 'last s', 'registry until last ready', 'read per node', 'disk per node', 'whole image, last node', 'CPU busy / ours'],
+      [
+        'row',
+        'first s',
+        'median s',
+        'last s',
+        'registry until last ready',
+        'read per node',
+        'disk per node',
+        'whole image, last node',
+        'CPU busy / ours',
+      ],
       results.map((r) => [
-        r.label, fixed(r.firstSeconds), fixed(r.medianSeconds), fixed(r.lastSeconds),
+        r.label,
+        fixed(r.firstSeconds),
+        fixed(r.medianSeconds),
+        fixed(r.lastSeconds),
         `${mb(r.registryBytes)} (${fixed(r.registryCopies)} × needed)`,
         `${mb(median(r.readBytesPerNode))} (${fixed((100 * median(r.readBytesPerNode)) / r.imageBytes, 1)}%)`,
         `${mb(median(r.diskBytesPerNode))} (${fixed((100 * median(r.diskBytesPerNode)) / r.imageBytes, 1)}%)`,
@@ -99,13 +126,19 @@ function report(results: RowResult[]): void {
   const c = byRow('c');
   if (a && c) ratios.directOverLazy = a.lastSeconds / c.lastSeconds;
   if (b && c) ratios.p2pOverLazy = b.lastSeconds / c.lastSeconds;
-  if (ratios.directOverLazy) console.log(`(a)/(c), last node: ${fixed(ratios.directOverLazy, 1)}× (seed: ${SEED_RATIOS.direct}× at 64 nodes × 21.4 GB)`);
+  if (ratios.directOverLazy)
+    console.log(`(a)/(c), last node: ${fixed(ratios.directOverLazy, 1)}× (seed: ${SEED_RATIOS.direct}× at 64 nodes × 21.4 GB)`);
   if (ratios.p2pOverLazy) console.log(`(b)/(c), last node: ${fixed(ratios.p2pOverLazy, 1)}× (seed: ${SEED_RATIOS.p2p}×)`);
   const goals = c ? lazyGoals(c, b) : [];
   for (const goal of goals) console.log(`goal: ${goal.text}: ${goal.met ? 'met' : 'NOT met'} (${goal.measured})`);
   for (const r of results) {
     console.log(`${r.label}: ${cpuLine(r.cpu)}`);
-    console.log(`${r.label}, CPU seconds by program until the last ready line: ${Object.entries(r.cpuSecondsByProgram).slice(0, 10).map(([p, s]) => `${p} ${fixed(s, 1)}`).join(', ')}`);
+    console.log(
+      `${r.label}, CPU seconds by program until the last ready line: ${Object.entries(r.cpuSecondsByProgram)
+        .slice(0, 10)
+        .map(([p, s]) => `${p} ${fixed(s, 1)}`)
+        .join(', ')}`,
+    );
     if (r.cpuAfterReady) console.log(`${r.label}, after the last ready line: ${cpuLine(r.cpuAfterReady)}`);
   }
   const json = {
@@ -116,7 +149,14 @@ function report(results: RowResult[]): void {
     shape: flags.shape,
     snapshotterConfig: flags['snapshotter-config'],
     loadAverage: { before: loadBefore, after: loadAfter },
-    image: { name: image.name, plainBytes: image.plain.bytes, lazyBytes: image.lazy.bytes, neededBytes: image.lazy.neededBytes, layers: image.lazy.layers.length, recordedFiles: image.recordedFiles },
+    image: {
+      name: image.name,
+      plainBytes: image.plain.bytes,
+      lazyBytes: image.lazy.bytes,
+      neededBytes: image.lazy.neededBytes,
+      layers: image.lazy.layers.length,
+      recordedFiles: image.recordedFiles,
+    },
     rows: results,
     ratios,
     seedRatios: SEED_RATIOS,
@@ -126,7 +166,12 @@ function report(results: RowResult[]): void {
   if (args.jsonOut) fs.writeFileSync(args.jsonOut, `${JSON.stringify(json)}\n`);
   if (flags.plots) {
     const lazy = c ?? byRow('c-no-bg') ?? byRow('d');
-    const markers = lazy ? [{ x: linkSeconds(lazy), label: 'link time, bytes needed' }, { x: 2 * linkSeconds(lazy), label: '2 × that' }] : [];
+    const markers = lazy
+      ? [
+          { x: linkSeconds(lazy), label: 'link time, bytes needed' },
+          { x: 2 * linkSeconds(lazy), label: '2 × that' },
+        ]
+      : [];
     writeClusterPlots(
       path.join(flags.plots, `e2e-${N}-nodes`),
       `${N} nodes × ${args.nodeRate}, registry ${args.originRate}: share of nodes whose workload is ready`,
@@ -150,7 +195,7 @@ function linkSeconds(r: RowResult): number {
 function lazyGoals(c: RowResult, b: RowResult | undefined): Array<{ text: string; met: boolean; measured: string }> {
   const goals = [
     {
-      text: '(c) last node within 2 × its link\'s time for the bytes needed (prefetch ranges, TOCs, footers)',
+      text: "(c) last node within 2 × its link's time for the bytes needed (prefetch ranges, TOCs, footers)",
       met: c.lastSeconds <= 2 * linkSeconds(c),
       measured: `${fixed(c.lastSeconds)} s against ${fixed(2 * linkSeconds(c))} s (link time ${fixed(linkSeconds(c))} s for ${(c.neededBytes / 1e6).toFixed(1)} MB)`,
     },
@@ -182,7 +227,8 @@ async function keepLogs(from: string, to: string): Promise<void> {
     for (const entry of await fsp.readdir(dir, { withFileTypes: true }).catch(() => [])) {
       const p = path.join(dir, entry.name);
       if (entry.isDirectory() && !entry.isSymbolicLink()) await walk(p);
-      else if (entry.isFile() && entry.name.endsWith('.log')) await fsp.copyFile(p, path.join(to, path.relative(from, p).replaceAll('/', '_'))).catch(() => {});
+      else if (entry.isFile() && entry.name.endsWith('.log'))
+        await fsp.copyFile(p, path.join(to, path.relative(from, p).replaceAll('/', '_'))).catch(() => {});
     }
   };
   await walk(from);

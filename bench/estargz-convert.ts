@@ -49,7 +49,11 @@ console.log(`layer: ${(inputBytes / MB).toFixed(0)} MB tar; ${format}; chunk siz
 
 async function timeStarling(out: string): Promise<{ seconds: number; size: number; tocDigest: string }> {
   const start = process.hrtime.bigint();
-  const result = await buildEstargz(createReadStream(layer, { highWaterMark: 1 << 20 }), createWriteStream(out), { level, chunkSize, compression: zstd ? 'zstd' : 'gzip' });
+  const result = await buildEstargz(createReadStream(layer, { highWaterMark: 1 << 20 }), createWriteStream(out), {
+    level,
+    chunkSize,
+    compression: zstd ? 'zstd' : 'gzip',
+  });
   return { seconds: Number(process.hrtime.bigint() - start) / 1e9, size: result.size, tocDigest: result.tocDigest };
 }
 
@@ -75,7 +79,9 @@ for (let i = 0; i < runs; i++) {
     const source = await fileSource(outputs[which]);
     await openEstargz(source, { tocDigest: r.tocDigest });
     await source.close();
-    console.log(`  ${which.padEnd(8)} run ${i + 1}: ${r.seconds.toFixed(2)} s, ${(inputBytes / MB / r.seconds).toFixed(1)} MB/s, blob ${(r.size / MB).toFixed(1)} MB`);
+    console.log(
+      `  ${which.padEnd(8)} run ${i + 1}: ${r.seconds.toFixed(2)} s, ${(inputBytes / MB / r.seconds).toFixed(1)} MB/s, blob ${(r.size / MB).toFixed(1)} MB`,
+    );
   }
 }
 const rate = (s: number) => inputBytes / MB / s;

@@ -45,7 +45,9 @@ const { values: flags } = parseArgs({
   },
 });
 if (flags.help) {
-  console.log('usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline] [--ceiling]');
+  console.log(
+    'usage: npx tsx bench/fuse-throughput.ts [--size 256MiB] [--runs 3] [--bs 1M] [--chunk-size 4194304] [--max-read BYTES] [--read-ahead KIB] [--no-memory-cache] [--compare-baseline] [--ceiling]',
+  );
   process.exit(0);
 }
 const size = parseSize(flags.size);
@@ -64,9 +66,17 @@ async function evict(files: string[]): Promise<number> {
   for (let i = 0; i < files.length; i += 64) {
     const batch = files.slice(i, i + 64);
     // Dirty pages (chunk files just written) cannot be dropped: write them back first (fsync).
-    await runOk('sh', ['-c', 'sync -- "$@" && for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none || exit 1; done', 'evict', ...batch]);
+    await runOk('sh', [
+      '-c',
+      'sync -- "$@" && for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none || exit 1; done',
+      'evict',
+      ...batch,
+    ]);
     const res = await runOk('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES', ...batch]);
-    resident += res.stdout.split('\n').filter(Boolean).reduce((n, line) => n + Number(line), 0);
+    resident += res.stdout
+      .split('\n')
+      .filter(Boolean)
+      .reduce((n, line) => n + Number(line), 0);
   }
   return resident;
 }
@@ -105,7 +115,11 @@ try {
     const cacheDir = path.join(work.path, `cache-${name}`);
     await fsp.mkdir(mountpoint);
     const layer = await mountLazyLayer({
-      source: await fileSource(blob), tocDigest: built.tocDigest, mountpoint, cacheDir, prefetch: false,
+      source: await fileSource(blob),
+      tocDigest: built.tocDigest,
+      mountpoint,
+      cacheDir,
+      prefetch: false,
       backgroundFetch: { enabled: true, idleMs: 0, concurrency: 2 },
       fuse: flags['max-read'] ? { maxRead: Number(flags['max-read']) } : undefined,
       onWarning: (message) => console.error(`warning: ${message}`),
@@ -137,25 +151,36 @@ try {
     await fsp.mkdir(mountpoint);
     const data = Buffer.alloc(4 << 20, 0x5a);
     const attr = (ino: number) => ({
-      ino, mode: ino === 1 ? S_IFDIR | 0o755 : S_IFREG | 0o644, nlink: ino === 1 ? 2 : 1, uid: 0, gid: 0, rdev: 0,
-      size: ino === 1 ? 0 : size, mtimeSec: 0, mtimeNsec: 0,
+      ino,
+      mode: ino === 1 ? S_IFDIR | 0o755 : S_IFREG | 0o644,
+      nlink: ino === 1 ? 2 : 1,
+      uid: 0,
+      gid: 0,
+      rdev: 0,
+      size: ino === 1 ? 0 : size,
+      mtimeSec: 0,
+      mtimeNsec: 0,
     });
-    ceilingMount = await mountFuse(mountpoint, {
-      lookup: (parent, name) => {
-        if (parent !== 1 || name !== 'big.bin') throw new FuseError(Errno.ENOENT);
-        return attr(2);
+    ceilingMount = await mountFuse(
+      mountpoint,
+      {
+        lookup: (parent, name) => {
+          if (parent !== 1 || name !== 'big.bin') throw new FuseError(Errno.ENOENT);
+          return attr(2);
+        },
+        getattr: (ino) => attr(ino),
+        readlink: () => {
+          throw new FuseError(Errno.EINVAL);
+        },
+        open: () => ({ fh: 0 }),
+        read: (_ino, _fh, offset, length) => {
+          const at = offset % data.length;
+          return data.subarray(at, Math.min(data.length, at + Math.min(length, size - offset)));
+        },
+        readdir: () => [],
       },
-      getattr: (ino) => attr(ino),
-      readlink: () => {
-        throw new FuseError(Errno.EINVAL);
-      },
-      open: () => ({ fh: 0 }),
-      read: (_ino, _fh, offset, length) => {
-        const at = offset % data.length;
-        return data.subarray(at, Math.min(data.length, at + Math.min(length, size - offset)));
-      },
-      readdir: () => [],
-    }, { fsName: 'starling-ceiling', subtype: 'starling-ceiling', keepCache: true, entryTimeout: 60, attrTimeout: 60 });
+      { fsName: 'starling-ceiling', subtype: 'starling-ceiling', keepCache: true, entryTimeout: 60, attrTimeout: 60 },
+    );
     await setReadAhead(ceilingMount.mountpoint, flags['read-ahead'] === undefined ? 4096 : Number(flags['read-ahead']) || 128);
     const file = path.join(mountpoint, 'big.bin');
     targets.push({ name: 'memory-only FUSE', file, evict: [file], cold: [], warm: [], cpu: [] });
@@ -201,10 +226,19 @@ try {
       ]),
     ),
   );
-  console.log(JSON.stringify({
-    kind: 'fuse-throughput', size, chunkSize, bs: flags.bs, maxRead: flags['max-read'], readAheadKib: flags['read-ahead'] ?? 'default',
-    memoryCache: !flags['no-memory-cache'], runs, targets: targets.map(({ name, cold, warm, cpu }) => ({ name, cold, warm, cpu })),
-  }));
+  console.log(
+    JSON.stringify({
+      kind: 'fuse-throughput',
+      size,
+      chunkSize,
+      bs: flags.bs,
+      maxRead: flags['max-read'],
+      readAheadKib: flags['read-ahead'] ?? 'default',
+      memoryCache: !flags['no-memory-cache'],
+      runs,
+      targets: targets.map(({ name, cold, warm, cpu }) => ({ name, cold, warm, cpu })),
+    }),
+  );
 } finally {
   for (const layer of layers) await layer.unmount({ lazy: true }).catch(() => {});
   await ceilingMount?.unmount({ lazy: true }).catch(() => {});

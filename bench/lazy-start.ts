@@ -55,7 +55,7 @@ if (flags.help) {
   console.log(
     [
       'usage: npx tsx bench/lazy-start.ts [--rate 100mbit] [--runs 1] [--background-fetch] [--only full,lazy,optimized] [--reuse-images] [--keep-logs DIR]',
-      '  --rate R            the node\'s and the registry\'s NIC cap, both directions (tc units: mbit = 10^6 bit/s)',
+      "  --rate R            the node's and the registry's NIC cap, both directions (tc units: mbit = 10^6 bit/s)",
       '  --runs N            runs of each scenario (medians are reported)',
       '  --background-fetch  let the snapshotter fetch the rest of the layer in the background (default off)',
       '  --only LIST         run only these scenarios',
@@ -71,7 +71,7 @@ requireRootfs();
 
 type Scenario = 'full' | 'lazy' | 'optimized';
 const ALL_SCENARIOS: Scenario[] = ['full', 'lazy', 'optimized'];
-const SCENARIOS = flags.only ? flags.only.split(',').map((s) => s.trim()) as Scenario[] : ALL_SCENARIOS;
+const SCENARIOS = flags.only ? (flags.only.split(',').map((s) => s.trim()) as Scenario[]) : ALL_SCENARIOS;
 for (const s of SCENARIOS) if (!ALL_SCENARIOS.includes(s)) throw new Error(`--only: unknown scenario "${s}" (full, lazy, optimized)`);
 const TAGS: Record<Scenario, string> = { full: 'plain', lazy: 'esgz', optimized: 'optimized' };
 const LABELS: Record<Scenario, string> = {
@@ -119,10 +119,25 @@ function metricSum(text: string, name: string): number {
 /** A cold node's Starling side: a new peer and a new snapshotter (and its FUSE server) in the node's namespace. */
 async function startStarlingNode(cluster: Cluster, node: ClusterHost, registryHost: string, dir: string) {
   const services: Service[] = [];
-  const peer = await cluster.spawn(node, process.execPath, [
-    CLI, 'peer', '--data-dir', path.join(dir, 'peer'), '--mirror-listen', PEER, '--upload-listen', '127.0.4.1:65002',
-    '--insecure-registry', registryHost, '--log-level', flags['keep-logs'] ? 'debug' : 'warn',
-  ], { name: 'peer', logFile: path.join(dir, 'peer.log') });
+  const peer = await cluster.spawn(
+    node,
+    process.execPath,
+    [
+      CLI,
+      'peer',
+      '--data-dir',
+      path.join(dir, 'peer'),
+      '--mirror-listen',
+      PEER,
+      '--upload-listen',
+      '127.0.4.1:65002',
+      '--insecure-registry',
+      registryHost,
+      '--log-level',
+      flags['keep-logs'] ? 'debug' : 'warn',
+    ],
+    { name: 'peer', logFile: path.join(dir, 'peer.log') },
+  );
   services.push(peer);
   await waitUntil('the peer', async () => {
     if (!peer.running) throw new Error(`peer exited:\n${peer.logTail()}`);
@@ -132,10 +147,27 @@ async function startStarlingNode(cluster: Cluster, node: ClusterHost, registryHo
   await fsp.writeFile(configFile, `backgroundFetch:\n  enabled: ${flags['background-fetch'] ? 'true' : 'false'}\n`);
   const root = path.join(dir, 'sn-root');
   const socket = path.join(dir, 'sn.sock');
-  const sn = await cluster.spawn(node, process.execPath, [
-    CLI, 'snapshotter', '--socket', socket, '--root', root, '--peer', `http://${PEER}`,
-    '--metrics-listen', SNAPSHOTTER_METRICS, '--config', configFile, '--log-level', flags['keep-logs'] ? 'debug' : 'info',
-  ], { name: 'snapshotter', logFile: path.join(dir, 'snapshotter.log') });
+  const sn = await cluster.spawn(
+    node,
+    process.execPath,
+    [
+      CLI,
+      'snapshotter',
+      '--socket',
+      socket,
+      '--root',
+      root,
+      '--peer',
+      `http://${PEER}`,
+      '--metrics-listen',
+      SNAPSHOTTER_METRICS,
+      '--config',
+      configFile,
+      '--log-level',
+      flags['keep-logs'] ? 'debug' : 'info',
+    ],
+    { name: 'snapshotter', logFile: path.join(dir, 'snapshotter.log') },
+  );
   services.push(sn);
   await waitUntil('the snapshotter', () => {
     if (!sn.running) throw new Error(`snapshotter exited:\n${sn.logTail()}`);
@@ -153,7 +185,9 @@ async function startStarlingNode(cluster: Cluster, node: ClusterHost, registryHo
       if (pid > 0) {
         try {
           process.kill(pid, 'SIGTERM');
-          await waitUntil('the FUSE server to exit', () => !fs.existsSync(`/proc/${pid}`), 15_000).catch(() => process.kill(pid, 'SIGKILL'));
+          await waitUntil('the FUSE server to exit', () => !fs.existsSync(`/proc/${pid}`), 15_000).catch(() =>
+            process.kill(pid, 'SIGKILL'),
+          );
         } catch {
           // already gone
         }
@@ -162,7 +196,14 @@ async function startStarlingNode(cluster: Cluster, node: ClusterHost, registryHo
   };
 }
 
-async function measure(scenario: Scenario, cluster: Cluster, registry: NsRegistry, layer: OciLayer, work: TempDir, n: number): Promise<Measurement> {
+async function measure(
+  scenario: Scenario,
+  cluster: Cluster,
+  registry: NsRegistry,
+  layer: OciLayer,
+  work: TempDir,
+  n: number,
+): Promise<Measurement> {
   const node = cluster.nodes[0]!;
   const registryHost = `${registry.host.ip}:${registry.port}`;
   const ref = `${registryHost}/${REPO}:${TAGS[scenario]}`;
@@ -173,7 +214,9 @@ async function measure(scenario: Scenario, cluster: Cluster, registry: NsRegistr
   let containerd: Containerd | undefined;
   try {
     containerd = await startContainerd({
-      extraConfig: starlingNode ? ['[proxy_plugins.starling]', '  type = "snapshot"', `  address = ${JSON.stringify(starlingNode.socket)}`].join('\n') : undefined,
+      extraConfig: starlingNode
+        ? ['[proxy_plugins.starling]', '  type = "snapshot"', `  address = ${JSON.stringify(starlingNode.socket)}`].join('\n')
+        : undefined,
     });
     // Lazy: pulls go to the node's peer (the mirror); full: straight to the registry.
     await writeHostsToml(containerd.hostsDir, registryHost, lazy ? `http://${PEER}` : undefined);
@@ -182,7 +225,8 @@ async function measure(scenario: Scenario, cluster: Cluster, registry: NsRegistr
     const registryBefore = blobBytesSent(registry.requests(), layer.digest);
     const before = await cluster.counters(node);
     const t0 = performance.now();
-    if (lazy) await ctr('ctr-remote', ['images', 'rpull', '--snapshotter', 'starling', '--plain-http', '--hosts-dir', containerd.hostsDir, ref]);
+    if (lazy)
+      await ctr('ctr-remote', ['images', 'rpull', '--snapshotter', 'starling', '--plain-http', '--hosts-dir', containerd.hostsDir, ref]);
     else await ctr('ctr', ['images', 'pull', '--plain-http', '--hosts-dir', containerd.hostsDir, ref]);
     const t1 = performance.now();
     const runArgs = ['run', '--rm', ...(lazy ? ['--snapshotter', 'starling'] : []), ref, `lazy-start-${scenario}-${n}`, ...WORKLOAD];
@@ -229,9 +273,18 @@ try {
   // ---- the cluster: the registry behind one capped NIC, the node behind another
   cluster = await createCluster({ nodes: 1, nodeRate: flags.rate, originRate: flags.rate, prefix: `stl-opt-${process.pid}-` });
   registry = await startNsRegistry(cluster, cluster.origin);
-  const pushes: Array<[string, string]> = [[`oci:${plain}:plain`, 'plain'], [`oci:${esgzLayout}:esgz`, 'esgz'], [`oci:${optLayout}:optimized`, 'optimized']];
+  const pushes: Array<[string, string]> = [
+    [`oci:${plain}:plain`, 'plain'],
+    [`oci:${esgzLayout}:esgz`, 'esgz'],
+    [`oci:${optLayout}:optimized`, 'optimized'],
+  ];
   for (const [from, tag] of pushes) {
-    await cluster.exec(cluster.origin, 'skopeo', ['copy', '--quiet', '--dest-tls-verify=false', from, `docker://127.0.0.1:${registry.port}/${REPO}:${tag}`], { timeoutMs: 600_000 });
+    await cluster.exec(
+      cluster.origin,
+      'skopeo',
+      ['copy', '--quiet', '--dest-tls-verify=false', from, `docker://127.0.0.1:${registry.port}/${REPO}:${tag}`],
+      { timeoutMs: 600_000 },
+    );
   }
 
   const results: Measurement[] = [];
@@ -240,7 +293,9 @@ try {
     const order = SCENARIOS.map((_, i) => SCENARIOS[(i + n) % SCENARIOS.length]!);
     for (const scenario of order) {
       const m = await measure(scenario, cluster, registry, layers[scenario], work, n);
-      console.error(`run ${n + 1} ${LABELS[scenario]}: ${fixed(m.seconds)} s (pull ${fixed(m.pullSeconds)} s, run ${fixed(m.runSeconds)} s), link ${(m.linkBytes / 1e6).toFixed(1)} MB`);
+      console.error(
+        `run ${n + 1} ${LABELS[scenario]}: ${fixed(m.seconds)} s (pull ${fixed(m.pullSeconds)} s, run ${fixed(m.runSeconds)} s), link ${(m.linkBytes / 1e6).toFixed(1)} MB`,
+      );
       results.push(m);
     }
   }
@@ -256,7 +311,9 @@ try {
   );
   console.log(
     `workload: ${WORKLOAD.join(' ')}; ` +
-      (Number.isNaN(convertSeconds) ? 'images reused from an earlier run' : `starling convert ${fixed(convertSeconds, 1)} s, starling optimize ${fixed(optimizeSeconds, 1)} s (not part of the start)`),
+      (Number.isNaN(convertSeconds)
+        ? 'images reused from an earlier run'
+        : `starling convert ${fixed(convertSeconds, 1)} s, starling optimize ${fixed(optimizeSeconds, 1)} s (not part of the start)`),
   );
   console.log(
     table(
@@ -265,14 +322,32 @@ try {
         const link = med(s, (m) => m.linkBytes);
         const fetched = s === 'full' ? NaN : med(s, (m) => m.snapshotterBytes ?? NaN);
         return [
-          LABELS[s], fixed(med(s, (m) => m.seconds)), fixed(med(s, (m) => m.pullSeconds)), fixed(med(s, (m) => m.runSeconds)),
-          `${fixed(full / med(s, (m) => m.seconds), 1)}×`, mb(link), pct(link, s),
-          s === 'full' ? '-' : `${mb(fetched)} (${pct(fetched, s)})`, mb(med(s, (m) => m.registryBytes)),
+          LABELS[s],
+          fixed(med(s, (m) => m.seconds)),
+          fixed(med(s, (m) => m.pullSeconds)),
+          fixed(med(s, (m) => m.runSeconds)),
+          `${fixed(full / med(s, (m) => m.seconds), 1)}×`,
+          mb(link),
+          pct(link, s),
+          s === 'full' ? '-' : `${mb(fetched)} (${pct(fetched, s)})`,
+          mb(med(s, (m) => m.registryBytes)),
         ];
       }),
     ),
   );
-  console.log(JSON.stringify({ kind: 'lazy-start', rate: flags.rate, runs, backgroundFetch: flags['background-fetch'], layers, convertSeconds, optimizeSeconds, recorded, results }));
+  console.log(
+    JSON.stringify({
+      kind: 'lazy-start',
+      rate: flags.rate,
+      runs,
+      backgroundFetch: flags['background-fetch'],
+      layers,
+      convertSeconds,
+      optimizeSeconds,
+      recorded,
+      results,
+    }),
+  );
 } finally {
   await registry?.stop().catch(() => {});
   await cluster?.destroy();

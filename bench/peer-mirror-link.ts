@@ -48,7 +48,12 @@ interface Get {
 }
 
 async function curl(cluster: Cluster, url: string): Promise<Get> {
-  const res = await cluster.exec(cluster.nodes[0]!, 'curl', ['-sS', '--fail', '-o', '/dev/null', '--noproxy', '*', '-w', '%{size_download} %{time_total}', url], { timeoutMs: 1_800_000 });
+  const res = await cluster.exec(
+    cluster.nodes[0]!,
+    'curl',
+    ['-sS', '--fail', '-o', '/dev/null', '--noproxy', '*', '-w', '%{size_download} %{time_total}', url],
+    { timeoutMs: 1_800_000 },
+  );
   const [bytes, seconds] = res.stdout.trim().split(' ').map(Number) as [number, number];
   if (bytes !== F) throw new Error(`GET ${url}: ${bytes} bytes, expected ${F}`);
   return { seconds, bytes };
@@ -76,12 +81,32 @@ try {
         const peer = await cluster.spawn(
           cluster.nodes[0]!,
           process.execPath,
-          [...CPU_PROF, STARLING_CLI, 'peer', '--data-dir', dataDir, '--mirror-listen', `127.0.0.1:${port}`, '--insecure-registry', registryHost, '--log-level', 'warn'],
+          [
+            ...CPU_PROF,
+            STARLING_CLI,
+            'peer',
+            '--data-dir',
+            dataDir,
+            '--mirror-listen',
+            `127.0.0.1:${port}`,
+            '--insecure-registry',
+            registryHost,
+            '--log-level',
+            'warn',
+          ],
           { name: 'starling-peer', logFile: path.join(work.path, `peer-${round}.log`) },
         );
         try {
           await waitFor(
-            async () => (await cluster.exec(cluster.nodes[0]!, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://127.0.0.1:${port}/healthz`], { allowFail: true })).stdout === '200',
+            async () =>
+              (
+                await cluster.exec(
+                  cluster.nodes[0]!,
+                  'curl',
+                  ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://127.0.0.1:${port}/healthz`],
+                  { allowFail: true },
+                )
+              ).stdout === '200',
             10_000,
             'the peer to answer /healthz',
           );
@@ -98,14 +123,29 @@ try {
           ratios.push(d.seconds / m.seconds);
           speeds.direct.push(F / d.seconds);
           speeds.mirror.push(F / m.seconds);
-          log(`${rate} round ${round + 1}: direct ${mbps(F / d.seconds)} MB/s, mirror ${mbps(F / m.seconds)} MB/s, ratio ${fixed(d.seconds / m.seconds)}`);
+          log(
+            `${rate} round ${round + 1}: direct ${mbps(F / d.seconds)} MB/s, mirror ${mbps(F / m.seconds)} MB/s, ratio ${fixed(d.seconds / m.seconds)}`,
+          );
         } finally {
           await peer.stop();
         }
       }
       const ratio = median(ratios);
-      results.push({ rate: parseBitRate(rate), directBytesPerSecond: median(speeds.direct), mirrorBytesPerSecond: median(speeds.mirror), ratio, ratios });
-      rows.push([`cold pull, registry link ${formatBitRate(parseBitRate(rate))}`, `${mbps(median(speeds.mirror))} MB/s`, `${mbps(median(speeds.direct))} MB/s`, fixed(ratio), `≥ ${GOAL}`, ratio >= GOAL ? 'pass' : 'FAIL']);
+      results.push({
+        rate: parseBitRate(rate),
+        directBytesPerSecond: median(speeds.direct),
+        mirrorBytesPerSecond: median(speeds.mirror),
+        ratio,
+        ratios,
+      });
+      rows.push([
+        `cold pull, registry link ${formatBitRate(parseBitRate(rate))}`,
+        `${mbps(median(speeds.mirror))} MB/s`,
+        `${mbps(median(speeds.direct))} MB/s`,
+        fixed(ratio),
+        `≥ ${GOAL}`,
+        ratio >= GOAL ? 'pass' : 'FAIL',
+      ]);
       await registry.stop();
     } finally {
       await cluster.destroy();

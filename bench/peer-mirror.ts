@@ -60,10 +60,13 @@ const CPU_PROF_DIR = args['cpu-prof'] ? path.resolve(args['cpu-prof']) : undefin
 const CPU_PROF_PRELOAD = fileURLToPath(new URL('./lib/cpu-prof-preload.mjs', import.meta.url));
 
 // The bench stops by itself even if something hangs (the fixtures kill what they started on exit).
-const watchdog = setTimeout(() => {
-  console.error(`peer-mirror bench: gave up after ${args['timeout-min']} minutes`);
-  process.exit(2);
-}, Number(args['timeout-min']) * 60_000);
+const watchdog = setTimeout(
+  () => {
+    console.error(`peer-mirror bench: gave up after ${args['timeout-min']} minutes`);
+    process.exit(2);
+  },
+  Number(args['timeout-min']) * 60_000,
+);
 watchdog.unref();
 
 function log(message: string): void {
@@ -181,7 +184,9 @@ async function main(): Promise<void> {
     }
     cold.push({ direct: d, mirror: m.m, registryCpuMirror: m.regCpu, ratio: d.seconds / m.m.seconds });
     if (ONLY.has('cold')) {
-      log(`cold round ${round + 1}: direct ${mbps(d.speed)} MB/s, mirror ${mbps(m.m.speed)} MB/s (peer CPU ${fixed(m.m.serverCpu)} s), ratio ${fixed(d.seconds / m.m.seconds)}`);
+      log(
+        `cold round ${round + 1}: direct ${mbps(d.speed)} MB/s, mirror ${mbps(m.m.speed)} MB/s (peer CPU ${fixed(m.m.serverCpu)} s), ratio ${fixed(d.seconds / m.m.seconds)}`,
+      );
     }
     const stored = await peer.metric('starling_peer_downloaded_bytes_total').catch(() => NaN);
     if (round < coldRounds - 1) {
@@ -281,7 +286,15 @@ async function main(): Promise<void> {
 
   // ---------------------------------------------------------------- 3. memory under 16 streams
   if (ONLY.has('rss')) {
-    const mem: Array<{ idleRss: number; peakRss: number; hwm: number; samples: number; peerAgg: number; nginxAgg: number; peerCpu: number }> = [];
+    const mem: Array<{
+      idleRss: number;
+      peakRss: number;
+      hwm: number;
+      samples: number;
+      peerAgg: number;
+      nginxAgg: number;
+      peerCpu: number;
+    }> = [];
     let peer = cachedPeer!;
     for (let round = 0; round < ROUNDS; round++) {
       // A fresh process per round, on the data dir that holds the blob: VmHWM then covers this round only.
@@ -313,8 +326,18 @@ async function main(): Promise<void> {
         p = await runPeer();
         n = await many(nginxUrl, nginxPids());
       }
-      mem.push({ idleRss, peakRss: p.peakRss, hwm: p.hwm, samples: p.samples, peerAgg: p.aggregate, nginxAgg: n.aggregate, peerCpu: p.cpu });
-      log(`rss round ${round + 1}: idle ${mb(idleRss)} MB, peak sampled ${mb(p.peakRss)} MB (${p.samples} samples), VmHWM ${mb(p.hwm)} MB; ${STREAMS} streams: peer ${mbps(p.aggregate)} MB/s, nginx ${mbps(n.aggregate)} MB/s`);
+      mem.push({
+        idleRss,
+        peakRss: p.peakRss,
+        hwm: p.hwm,
+        samples: p.samples,
+        peerAgg: p.aggregate,
+        nginxAgg: n.aggregate,
+        peerCpu: p.cpu,
+      });
+      log(
+        `rss round ${round + 1}: idle ${mb(idleRss)} MB, peak sampled ${mb(p.peakRss)} MB (${p.samples} samples), VmHWM ${mb(p.hwm)} MB; ${STREAMS} streams: peer ${mbps(p.aggregate)} MB/s, nginx ${mbps(n.aggregate)} MB/s`,
+      );
     }
     cachedPeer = peer;
     const peak = Math.max(...mem.map((m) => Math.max(m.hwm, m.peakRss)));
@@ -360,7 +383,9 @@ async function main(): Promise<void> {
   const loadEnd = os.loadavg();
   result.loadAverage = { start: loadStart, end: loadEnd };
   console.log(`\nstarling peer mirror — ${mb(SIZE)} MB blob, median of ${ROUNDS} alternating rounds, ${notes.cpus}, loopback`);
-  console.log(`load average (1 min) at start ${fixed(loadStart[0]!)}, at end ${fixed(loadEnd[0]!)}; src at ${build.commit}${build.dirtySrc === 'yes' ? ' + local changes' : ''}, dist built ${build.distBuilt}`);
+  console.log(
+    `load average (1 min) at start ${fixed(loadStart[0]!)}, at end ${fixed(loadEnd[0]!)}; src at ${build.commit}${build.dirtySrc === 'yes' ? ' + local changes' : ''}, dist built ${build.distBuilt}`,
+  );
   console.log(table(['measure', 'starling', 'baseline', 'ratio', 'goal', 'result'], rows));
   if (result.cold) {
     const c = result.cold as Record<string, number>;

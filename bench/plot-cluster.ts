@@ -26,7 +26,10 @@ const LABELS: Record<string, string> = {
   bittorrent: 'BitTorrent (aria2)',
 };
 
-const { values, positionals } = parseArgs({ options: { out: { type: 'string' }, title: { type: 'string', default: '' } }, allowPositionals: true });
+const { values, positionals } = parseArgs({
+  options: { out: { type: 'string' }, title: { type: 'string', default: '' } },
+  allowPositionals: true,
+});
 if (!values.out || positionals.length === 0) {
   console.error('usage: npx tsx bench/plot-cluster.ts --out PREFIX [--title TEXT] RESULT.json[=LABEL]...');
   process.exit(2);
@@ -34,7 +37,8 @@ if (!values.out || positionals.length === 0) {
 const results = positionals.map((arg) => {
   const [file, name] = arg.split(/=(.*)/s) as [string, string | undefined];
   const result = JSON.parse(fs.readFileSync(file, 'utf8')) as ClusterResult & { label?: string };
-  if (!Array.isArray(result.perNode) || !result.lowerBound) throw new Error(`${file}: not the JSON of a cluster benchmark (no perNode or lowerBound)`);
+  if (!Array.isArray(result.perNode) || !result.lowerBound)
+    throw new Error(`${file}: not the JSON of a cluster benchmark (no perNode or lowerBound)`);
   if (!result.egress?.samples) throw new Error(`${file}: has no egress samples (written before --json-out recorded them?)`);
   return { ...result, label: name || undefined };
 });

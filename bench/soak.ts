@@ -66,7 +66,13 @@ async function main(): Promise<void> {
 
   const scheduler = await startScheduler({ ip: '127.0.80.2', extraArgs: ['--log-level', 'warn'] });
   const quota = ['--quota', '150MB', '--log-level', 'warn'];
-  const seed = await startPeer({ ip: '127.0.80.3', schedulers: [scheduler.address], seed: true, insecure: [registry.host], extraArgs: quota });
+  const seed = await startPeer({
+    ip: '127.0.80.3',
+    schedulers: [scheduler.address],
+    seed: true,
+    insecure: [registry.host],
+    extraArgs: quota,
+  });
   const peers: RunningPeerProcess[] = [];
   for (let i = 0; i < Number(values.peers); i++) {
     peers.push(await startPeer({ ip: `127.0.80.${10 + i}`, schedulers: [scheduler.address], insecure: [registry.host], extraArgs: quota }));
@@ -111,7 +117,9 @@ async function main(): Promise<void> {
           count('cut short');
           continue;
         }
-        const good = ranged ? body.equals(blob.bytes.subarray(start, stop + 1)) : `sha256:${createHash('sha256').update(body).digest('hex')}` === blob.digest;
+        const good = ranged
+          ? body.equals(blob.bytes.subarray(start, stop + 1))
+          : `sha256:${createHash('sha256').update(body).digest('hex')}` === blob.digest;
         if (!good && ranged && isInverted(body, blob.bytes.subarray(start, stop + 1))) {
           // The registry's lie (it inverts the bytes), relayed to the range request whose own
           // fetch it answered: what that registry told this client. Never kept as good.
@@ -127,7 +135,9 @@ async function main(): Promise<void> {
         verifiedBytes += body.length;
         count(ranged ? 'range ok' : 'blob ok');
       } catch (error) {
-        count(down.has(which) ? 'peer restarting' : `error: ${(error as Error).message.replace(/\d+\.\d+\.\d+\.\d+:\d+/, 'PEER').slice(0, 40)}`);
+        count(
+          down.has(which) ? 'peer restarting' : `error: ${(error as Error).message.replace(/\d+\.\d+\.\d+\.\d+:\d+/, 'PEER').slice(0, 40)}`,
+        );
         await sleep(50);
       }
     }
@@ -149,7 +159,11 @@ async function main(): Promise<void> {
   const sampler = async () => {
     while (Date.now() < end) {
       const at = Math.round((Date.now() - started) / 1000);
-      const all = [['scheduler', scheduler.service.pid], ['seed', seed.service.pid], ...peers.map((p, i) => [`peer ${i}`, p.service.pid])] as Array<[string, number]>;
+      const all = [
+        ['scheduler', scheduler.service.pid],
+        ['seed', seed.service.pid],
+        ...peers.map((p, i) => [`peer ${i}`, p.service.pid]),
+      ] as Array<[string, number]>;
       for (const [name, pid] of all) {
         const s = await sample(name, pid, at);
         if (s) samples.push(s);
@@ -162,15 +176,36 @@ async function main(): Promise<void> {
   const names = [...new Set(samples.map((s) => s.name))];
   const times = [...new Set(samples.map((s) => s.at))];
   const pick = (name: string, at: number) => samples.find((s) => s.name === name && s.at === at);
-  console.log(table(['t (s)', ...names.map((n) => `${n} RSS MB / fds`)], times.map((at) => [String(at), ...names.map((n) => {
-    const s = pick(n, at);
-    return s ? `${fixed(s.rssMb, 0)} / ${s.fds}` : '-';
-  })])));
+  console.log(
+    table(
+      ['t (s)', ...names.map((n) => `${n} RSS MB / fds`)],
+      times.map((at) => [
+        String(at),
+        ...names.map((n) => {
+          const s = pick(n, at);
+          return s ? `${fixed(s.rssMb, 0)} / ${s.fds}` : '-';
+        }),
+      ]),
+    ),
+  );
   const total = [...outcomes.entries()].filter(([k]) => k !== 'peer restarts').reduce((sum, [, n]) => sum + n, 0);
-  console.log(`\n${total} requests in ${fixed((Date.now() - started) / 60_000, 1)} min against ${blobs.length} blobs (${Number(values.peers)} peers, a seed, failure rate ${failureRate}):`);
-  console.log(table(['outcome', 'count'], [...outcomes.entries()].sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, String(n)])));
-  console.log(`\nbytes delivered and verified: ${verifiedBytes}; wrong bytes delivered as good: ${wrongBytes}; a registry's range lies relayed to the request they answered: ${relayedLies}`);
-  for (const [name, service] of [['scheduler', scheduler.service], ['seed', seed.service], ...peers.map((p, i) => [`peer ${i}`, p.service] as const)] as const) {
+  console.log(
+    `\n${total} requests in ${fixed((Date.now() - started) / 60_000, 1)} min against ${blobs.length} blobs (${Number(values.peers)} peers, a seed, failure rate ${failureRate}):`,
+  );
+  console.log(
+    table(
+      ['outcome', 'count'],
+      [...outcomes.entries()].sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, String(n)]),
+    ),
+  );
+  console.log(
+    `\nbytes delivered and verified: ${verifiedBytes}; wrong bytes delivered as good: ${wrongBytes}; a registry's range lies relayed to the request they answered: ${relayedLies}`,
+  );
+  for (const [name, service] of [
+    ['scheduler', scheduler.service],
+    ['seed', seed.service],
+    ...peers.map((p, i) => [`peer ${i}`, p.service] as const),
+  ] as const) {
     if (!service.running) console.log(`${name} exited: ${JSON.stringify(service.exitInfo)}`);
   }
   for (const process of [...peers.reverse(), seed, scheduler]) await process.stop().catch(() => undefined);

@@ -21,12 +21,23 @@ import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPaylo
 import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { MIRROR, startSwarm, sumPeerMetric } from './lib/swarm.js';
-import { againstOwnBounds, boundLine, cpuLine, reportJson, scenarioArgs, startRateChanges, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import {
+  againstOwnBounds,
+  boundLine,
+  cpuLine,
+  reportJson,
+  scenarioArgs,
+  startRateChanges,
+  startRates,
+  summarize,
+  warnIfOverBudget,
+  type NodeTiming,
+} from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 
 const a = scenarioArgs('swarm-cluster', {
   'parent-limit': { type: 'string', default: '5', help: 'candidate parents per peer (scheduler)' },
-  shape: { type: 'string', default: 'adaptive', help: 'the scheduler\'s parent graph: adaptive (its default), mesh or pipeline' },
+  shape: { type: 'string', default: 'adaptive', help: "the scheduler's parent graph: adaptive (its default), mesh or pipeline" },
   'scheduler-args': { type: 'string', default: '', help: 'extra flags for the scheduler, e.g. "--seed-fanout 4"' },
   'peer-args': { type: 'string', default: '', help: 'extra flags for every node\'s peer, e.g. "--piece-parallelism 16"' },
   'seed-args': { type: 'string', default: '', help: 'extra flags for the seed peer' },
@@ -61,9 +72,19 @@ try {
     registryHost,
     workDir: work.path,
     parentLimit: String(a.extra['parent-limit']),
-    schedulerArgs: ['--shape', String(a.extra.shape), ...String(a.extra['scheduler-args'] ?? '').split(' ').filter(Boolean)],
-    peerArgs: String(a.extra['peer-args'] ?? '').split(' ').filter(Boolean),
-    seedArgs: String(a.extra['seed-args'] ?? '').split(' ').filter(Boolean),
+    schedulerArgs: [
+      '--shape',
+      String(a.extra.shape),
+      ...String(a.extra['scheduler-args'] ?? '')
+        .split(' ')
+        .filter(Boolean),
+    ],
+    peerArgs: String(a.extra['peer-args'] ?? '')
+      .split(' ')
+      .filter(Boolean),
+    seedArgs: String(a.extra['seed-args'] ?? '')
+      .split(' ')
+      .filter(Boolean),
   });
   services.push(...swarm.services);
 
@@ -80,7 +101,11 @@ try {
       const res = await c.exec(
         node,
         'bash',
-        ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download}\\n' "$0" | sha256sum`, url],
+        [
+          '-c',
+          `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download}\\n' "$0" | sha256sum`,
+          url,
+        ],
         { timeoutMs: 3_600_000 },
       );
       const done = nowSeconds() - t0;
@@ -136,23 +161,47 @@ try {
     ownBound: own.ownBound,
     perNode: own.perNode,
   };
-  console.log(`starling swarm (${result.shape}): ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`);
+  console.log(
+    `starling swarm (${result.shape}): ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`,
+  );
   console.log(boundLine(lb));
   console.log(
     table(
       ['scenario', 'N', 'size', 'node', 'seed/origin', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'registry egress (copies)'],
-      [[
-        'starling swarm', String(N), a.sizeText, a.nodeRate, a.originRate,
-        fixed(lb.seconds), fixed(s.first), fixed(s.median), fixed(s.last), fixed(result.ratio),
-        `${fixed(result.originEgressCopies)} (log ${fixed(result.registryLoggedCopies)})`,
-      ]],
+      [
+        [
+          'starling swarm',
+          String(N),
+          a.sizeText,
+          a.nodeRate,
+          a.originRate,
+          fixed(lb.seconds),
+          fixed(s.first),
+          fixed(s.median),
+          fixed(s.last),
+          fixed(result.ratio),
+          `${fixed(result.originEgressCopies)} (log ${fixed(result.registryLoggedCopies)})`,
+        ],
+      ],
     ),
   );
   for (const line of own.lines) console.log(line);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
-  console.log(`per node (s): ${[...timings].sort((x, y) => x.done - y.done).map((t) => `${t.node}=${fixed(t.done, 1)}`).join(' ')}`);
-  console.log(`nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`);
-  console.log(`upload requests: ${Object.entries(uploadRequests).sort().map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  console.log(
+    `per node (s): ${[...timings]
+      .sort((x, y) => x.done - y.done)
+      .map((t) => `${t.node}=${fixed(t.done, 1)}`)
+      .join(' ')}`,
+  );
+  console.log(
+    `nodes got ${fixed(result.nodeBytesFromSeedCopies)} copies from the seed and ${fixed(result.nodeBytesFromPeersCopies)} from other nodes`,
+  );
+  console.log(
+    `upload requests: ${Object.entries(uploadRequests)
+      .sort()
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
   console.log(cpuLine(cpuReport));
   await reportJson(a, result);
 } finally {
@@ -162,7 +211,8 @@ try {
   const keep = String(a.extra['keep-logs'] ?? '');
   if (keep) {
     await mkdir(keep, { recursive: true });
-    for (const name of await readdir(work.path)) if (name.endsWith('.log')) await copyFile(path.join(work.path, name), path.join(keep, name));
+    for (const name of await readdir(work.path))
+      if (name.endsWith('.log')) await copyFile(path.join(work.path, name), path.join(keep, name));
   }
   await work.remove();
 }

@@ -21,8 +21,13 @@ import path from 'node:path';
 import { makeTempDir, waitFor, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import {
-  clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes,
-  type Cluster, type CpuReport,
+  clusterLowerBound,
+  createCluster,
+  nowSeconds,
+  startCpuSampler,
+  tcpPayloadBytes,
+  type Cluster,
+  type CpuReport,
 } from './lib/cluster.js';
 import type { LowerBound } from './lib/lower-bound.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
@@ -45,8 +50,8 @@ const args = scenarioArgs(
     scenarios: { type: 'string', default: 'full,lazy', help: 'full (scenario b) and/or lazy (scenario c), in this order' },
     plots: { type: 'string', help: 'write a completion-time CDF and a registry-egress plot (SVG) there' },
     'keep-logs': { type: 'string', help: 'copy every process log there' },
-    'peer-args': { type: 'string', default: '', help: 'extra flags for every peer, the seed\'s included' },
-    shape: { type: 'string', default: 'adaptive', help: 'the scheduler\'s parent graph: adaptive (its default), mesh or pipeline' },
+    'peer-args': { type: 'string', default: '', help: "extra flags for every peer, the seed's included" },
+    shape: { type: 'string', default: 'adaptive', help: "the scheduler's parent graph: adaptive (its default), mesh or pipeline" },
   },
   { nodeRate: '100mbit', size: null },
 );
@@ -96,7 +101,13 @@ try {
   const expected = (await readFilesDigest(rootfsPath(), files)).digest;
   const F = layer.size;
 
-  cluster = await createCluster({ nodes: N, nodeRate: startRates(args.links), originRate, seed: { rate: originRate }, extras: [{ name: 'sched' }] });
+  cluster = await createCluster({
+    nodes: N,
+    nodeRate: startRates(args.links),
+    originRate,
+    seed: { rate: originRate },
+    extras: [{ name: 'sched' }],
+  });
   const c = cluster;
   registry = await startNsRegistry(c, c.origin);
   await registry.pushBlobFile(REPO, path.join(images.optimized, 'blobs/sha256', layer.digest.slice(7)), layer.digest);
@@ -106,7 +117,14 @@ try {
   const results: ScenarioResult[] = [];
   for (const scenario of SCENARIOS) {
     const peerArgs = flags['peer-args']!.split(' ').filter(Boolean);
-    const swarm = await startSwarm(c, { registryHost, workDir: work.path, tag: scenario, peerArgs, seedArgs: peerArgs, schedulerArgs: ['--shape', flags.shape!] });
+    const swarm = await startSwarm(c, {
+      registryHost,
+      workDir: work.path,
+      tag: scenario,
+      peerArgs,
+      seedArgs: peerArgs,
+      schedulerArgs: ['--shape', flags.shape!],
+    });
     services.push(...swarm.services);
     logFiles.push(...swarm.logFiles());
     const readers: Service[] = [];
@@ -114,15 +132,32 @@ try {
     if (scenario === 'lazy') {
       // The readers load their code before the clock starts, then wait for the go file.
       for (const node of c.nodes) {
-        const spec = { url, tocDigest, mountpoint: path.join(work.path, `mnt-${node.name}`), cacheDir: path.join(work.path, `cache-${node.name}`), files, goFile };
-        readers.push(await c.spawn(node, process.execPath, ['--import', 'tsx', READER, JSON.stringify(spec)], { name: `reader-${node.name}`, logFile: path.join(work.path, `${scenario}-reader-${node.name}.log`) }));
+        const spec = {
+          url,
+          tocDigest,
+          mountpoint: path.join(work.path, `mnt-${node.name}`),
+          cacheDir: path.join(work.path, `cache-${node.name}`),
+          files,
+          goFile,
+        };
+        readers.push(
+          await c.spawn(node, process.execPath, ['--import', 'tsx', READER, JSON.stringify(spec)], {
+            name: `reader-${node.name}`,
+            logFile: path.join(work.path, `${scenario}-reader-${node.name}.log`),
+          }),
+        );
       }
       services.push(...readers);
       logFiles.push(...readers.map((r) => r.logFile));
-      await waitFor(() => readers.every((r) => {
-        if (!r.running) throw new Error(`${r.name} exited:\n${r.logTail()}`);
-        return r.readLog().includes('ready');
-      }), 60_000, 'every reader to load');
+      await waitFor(
+        () =>
+          readers.every((r) => {
+            if (!r.running) throw new Error(`${r.name} exited:\n${r.logTail()}`);
+            return r.readLog().includes('ready');
+          }),
+        60_000,
+        'every reader to load',
+      );
     }
 
     const registryLogBefore = blobBytesSent(registry.requests(), layer.digest);
@@ -141,7 +176,10 @@ try {
       const outcomes = await Promise.all(
         readers.map(async (reader, i) => {
           const exit = await reader.exited;
-          const line = reader.readLog().split('\n').find((l) => l.startsWith('RESULT '));
+          const line = reader
+            .readLog()
+            .split('\n')
+            .find((l) => l.startsWith('RESULT '));
           if (exit.code !== 0 || !line) throw new Error(`${reader.name} failed (${exit.code}):\n${reader.logTail()}`);
           const r = JSON.parse(line.slice(7)) as { mounted: number; done: number; fetched: number; digest: string };
           if (r.digest !== expected) throw new Error(`${reader.name}: the files read do not match the original rootfs`);
@@ -154,9 +192,12 @@ try {
     } else {
       timings = await Promise.all(
         c.nodes.map(async (node) => {
-          const res = await c.exec(node, 'bash', ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' "$0" | sha256sum`, url], { timeoutMs: 3_600_000 });
+          const res = await c.exec(node, 'bash', ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' "$0" | sha256sum`, url], {
+            timeoutMs: 3_600_000,
+          });
           const done = nowSeconds() - t0;
-          if (res.stdout.trim().split(/\s+/)[0] !== layer.digest.slice(7)) throw new Error(`${node.name}: the layer does not match its digest: ${res.stderr.trim()}`);
+          if (res.stdout.trim().split(/\s+/)[0] !== layer.digest.slice(7))
+            throw new Error(`${node.name}: the layer does not match its digest: ${res.stderr.trim()}`);
           return { node: node.name, done };
         }),
       );
@@ -198,19 +239,49 @@ try {
   }
 
   const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
-  console.log(`${N} nodes start \`${WORKLOAD.join(' ')}\` from an optimized eStargz image (layer ${mb(F)}, ${files.length} files recorded); nodes ${nodeRate}, registry and seed ${originRate}`);
+  console.log(
+    `${N} nodes start \`${WORKLOAD.join(' ')}\` from an optimized eStargz image (layer ${mb(F)}, ${files.length} files recorded); nodes ${nodeRate}, registry and seed ${originRate}`,
+  );
   console.log(
     table(
-      ['scenario', 'bytes needed', 'T* s', 'first s', 'median s', 'last s', 'last/T*', 'registry egress', 'peak egress', 'received per node'],
+      [
+        'scenario',
+        'bytes needed',
+        'T* s',
+        'first s',
+        'median s',
+        'last s',
+        'last/T*',
+        'registry egress',
+        'peak egress',
+        'received per node',
+      ],
       results.map((r) => [
-        LABELS[r.scenario], mb(r.neededBytes), fixed(r.lowerBound.seconds), fixed(r.first), fixed(r.median), fixed(r.last), fixed(r.ratio),
-        `${mb(r.registryCopies * F)} (${fixed(r.registryCopies)} copies)`, `${fixed(r.registryPeakBitsPerSecond / 1e6, 0)} Mbit/s`,
+        LABELS[r.scenario],
+        mb(r.neededBytes),
+        fixed(r.lowerBound.seconds),
+        fixed(r.first),
+        fixed(r.median),
+        fixed(r.last),
+        fixed(r.ratio),
+        `${mb(r.registryCopies * F)} (${fixed(r.registryCopies)} copies)`,
+        `${fixed(r.registryPeakBitsPerSecond / 1e6, 0)} Mbit/s`,
         `${mb(r.nodeReceivedBytes)} (${fixed(100 * r.nodeReceivedShare, 1)}%)`,
       ]),
     ),
   );
   for (const r of results) console.log(`${LABELS[r.scenario]}: ${cpuLine(r.cpu)}`);
-  const json = { kind: 'swarm-lazy', shape: flags.shape, nodes: N, nodeRate, originRate, layerBytes: F, workload: WORKLOAD, recordedFiles: files.length, results };
+  const json = {
+    kind: 'swarm-lazy',
+    shape: flags.shape,
+    nodes: N,
+    nodeRate,
+    originRate,
+    layerBytes: F,
+    workload: WORKLOAD,
+    recordedFiles: files.length,
+    results,
+  };
   console.log(JSON.stringify({ ...json, results: results.map(({ egressSamples: _, ...r }) => r) }));
   if (flags['json-out']) await fsp.writeFile(flags['json-out'], `${JSON.stringify(json, null, 1)}\n`);
   if (flags.plots) writePlots(flags.plots, results, `${N} nodes × ${nodeRate}, registry ${originRate}`);

@@ -44,7 +44,9 @@ async function pull(registry: Registry, shape: Shape, round: number): Promise<nu
     const scheduler = await startScheduler({ ip: ip(), extraArgs: ['--shape', shape, '--log-level', 'warn'] });
     running.push(scheduler);
     running.push(await startPeer({ ip: ip(), schedulers: [scheduler.address], seed: true, insecure: [registry.host] }));
-    const peers = await Promise.all(Array.from({ length: peerCount }, () => startPeer({ ip: ip(), schedulers: [scheduler.address], insecure: [registry.host] })));
+    const peers = await Promise.all(
+      Array.from({ length: peerCount }, () => startPeer({ ip: ip(), schedulers: [scheduler.address], insecure: [registry.host] })),
+    );
     running.push(...peers);
     const repo = `bench/loopback-${shape}-${round}`;
     const blob = await pushRandomBlob(registry, repo, size);
@@ -91,5 +93,8 @@ console.log(
 );
 console.log(`median pipeline / mesh: ${fixed(median(ratios))}`);
 if (values['json-out']) {
-  await fsp.writeFile(values['json-out'], `${JSON.stringify({ kind: 'swarm-loopback', peers: peerCount, sizeBytes: size, rounds: rows, ratios }, null, 1)}\n`);
+  await fsp.writeFile(
+    values['json-out'],
+    `${JSON.stringify({ kind: 'swarm-loopback', peers: peerCount, sizeBytes: size, rounds: rows, ratios }, null, 1)}\n`,
+  );
 }

@@ -48,10 +48,21 @@ async function main(): Promise<void> {
     const tls = await testTlsFiles();
     const clientTls = { ca: await readFile(tls.ca), cert: await readFile(tls.cert), key: await readFile(tls.key) };
     const parents: Record<'plain' | 'tls', RunningPeerProcess> = {} as never;
-    for (const [side, ip, args] of [['plain', '127.0.70.2', []], ['tls', '127.0.70.4', await tlsArgs()]] as const) {
-      const scheduler = await startScheduler({ ip: ip.replace(/\d+$/, (n) => String(Number(n) - 1)), extraArgs: [...args, '--log-level', 'warn'] });
+    for (const [side, ip, args] of [
+      ['plain', '127.0.70.2', []],
+      ['tls', '127.0.70.4', await tlsArgs()],
+    ] as const) {
+      const scheduler = await startScheduler({
+        ip: ip.replace(/\d+$/, (n) => String(Number(n) - 1)),
+        extraArgs: [...args, '--log-level', 'warn'],
+      });
       running.push(scheduler);
-      const peer = await startPeer({ ip, schedulers: [scheduler.address], insecure: [registry.host], extraArgs: [...args, '--log-level', 'warn'] });
+      const peer = await startPeer({
+        ip,
+        schedulers: [scheduler.address],
+        insecure: [registry.host],
+        extraArgs: [...args, '--log-level', 'warn'],
+      });
       running.push(peer);
       const pulled = await pullThrough(peer, registry, 'bench/tls', blob.digest);
       if (pulled.digest !== blob.digest) throw new Error(`${side} parent did not store the blob`);
@@ -63,7 +74,12 @@ async function main(): Promise<void> {
     /** Every piece from one parent, `atOnce` at a time: seconds, and the parent's CPU seconds. */
     const readAll = async (side: 'plain' | 'tls') => {
       const parent = parents[side];
-      const fetcher = new PieceFetcher(parent.host.split(':')[0]!, parent.options.uploadPort!, headers, side === 'tls' ? clientTls : undefined);
+      const fetcher = new PieceFetcher(
+        parent.host.split(':')[0]!,
+        parent.options.uploadPort!,
+        headers,
+        side === 'tls' ? clientTls : undefined,
+      );
       const cpuBefore = await cpuSeconds(parent.service.pid);
       const started = performance.now();
       let next = 0;
@@ -72,7 +88,11 @@ async function main(): Promise<void> {
           while (next < layout.pieceCount) {
             const index = next++;
             const buffer = Buffer.allocUnsafe(pieceBounds(layout, index).length);
-            const head = await fetcher.get(piecePath(blob.digest, index), () => ({ buffer, advance: () => undefined }), new AbortController().signal);
+            const head = await fetcher.get(
+              piecePath(blob.digest, index),
+              () => ({ buffer, advance: () => undefined }),
+              new AbortController().signal,
+            );
             if (head.status !== 200) throw new Error(`${side}: piece ${index} answered ${head.status}`);
           }
         }),
@@ -93,10 +113,19 @@ async function main(): Promise<void> {
       const rate = (side: string) => size / result[side]!.seconds / 1e6;
       const cpuPerGb = (side: string) => (result[side]!.cpu / size) * 1e9;
       ratios.push(rate('tls') / rate('plain'));
-      rows.push([String(round), fixed(rate('plain'), 0), fixed(rate('tls'), 0), fixed(rate('tls') / rate('plain'), 2), fixed(cpuPerGb('plain'), 2), fixed(cpuPerGb('tls'), 2)]);
+      rows.push([
+        String(round),
+        fixed(rate('plain'), 0),
+        fixed(rate('tls'), 0),
+        fixed(rate('tls') / rate('plain'), 2),
+        fixed(cpuPerGb('plain'), 2),
+        fixed(cpuPerGb('tls'), 2),
+      ]);
     }
     console.log(table(['round', 'plain MB/s', 'TLS MB/s', 'TLS / plain', 'parent CPU s/GB plain', 'parent CPU s/GB TLS'], rows));
-    console.log(`\nmedian throughput ratio TLS / plain over ${rounds} rounds: ${fixed(median(ratios), 2)} (${size} bytes, ${atOnce} pieces at once)`);
+    console.log(
+      `\nmedian throughput ratio TLS / plain over ${rounds} rounds: ${fixed(median(ratios), 2)} (${size} bytes, ${atOnce} pieces at once)`,
+    );
   } finally {
     for (const process of running.reverse()) await process.stop().catch(() => undefined);
   }

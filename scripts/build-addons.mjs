@@ -24,7 +24,8 @@ const ADDONS = [
 ];
 
 /** node-gyp's progress and the parts of its error report that are the same for every failure. */
-const NODE_GYP_NOISE = /^(gyp (info|ERR! (stack +at |System |command |cwd |node -v |node-gyp -v |not ok|\$npm_))|make(\[\d+\])?: (Entering|Leaving) directory)/;
+const NODE_GYP_NOISE =
+  /^(gyp (info|ERR! (stack +at |System |command |cwd |node -v |node-gyp -v |not ok|\$npm_))|make(\[\d+\])?: (Entering|Leaving) directory)/;
 
 /** Runs a command to its end; resolves with its exit code (127 when it cannot start) and output. */
 function run(command, args) {
@@ -43,12 +44,18 @@ async function build(addon) {
   const { prerequisite } = addon;
   const check = prerequisite && (await run(prerequisite.command[0], prerequisite.command.slice(1)));
   if (check && check.code !== 0) {
-    return [`starling: native/${addon.name} skipped: ${prerequisite.missing(check.code)}; without it ${addon.without}. To add it: ${prerequisite.install}, then npm run build:${addon.name}`];
+    return [
+      `starling: native/${addon.name} skipped: ${prerequisite.missing(check.code)}; without it ${addon.without}. To add it: ${prerequisite.install}, then npm run build:${addon.name}`,
+    ];
   }
   // node-gyp is on PATH in npm's scripts (npm's own copy, which npm's config points at the installed Node's headers).
   const { code, output } = await run('node-gyp', ['rebuild', '--directory', `native/${addon.name}`]);
   if (code === 0) return 'built';
-  const tail = output.trimEnd().split('\n').filter((line) => !NODE_GYP_NOISE.test(line)).slice(-12);
+  const tail = output
+    .trimEnd()
+    .split('\n')
+    .filter((line) => !NODE_GYP_NOISE.test(line))
+    .slice(-12);
   return [
     `starling: native/${addon.name} failed to build; without it ${addon.without}. node-gyp said:`,
     ...tail.map((line) => `  ${line}`),

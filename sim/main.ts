@@ -18,7 +18,17 @@ import { boundRatioLines } from '../bench/lib/node-bounds.js';
 import { defaultScheduling, shapeSchema } from '../src/scheduler/config.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, MEASURED_SEED_UPLOAD_SLOTS } from './peer.js';
-import { defaultLazy, defaultSetup, EFFICIENCY_ETHERNET, EFFICIENCY_TC, run, type LazyOptions, type RunResult, type ScenarioName, type Setup } from './scenario.js';
+import {
+  defaultLazy,
+  defaultSetup,
+  EFFICIENCY_ETHERNET,
+  EFFICIENCY_TC,
+  run,
+  type LazyOptions,
+  type RunResult,
+  type ScenarioName,
+  type Setup,
+} from './scenario.js';
 import { cdfPoints, lineChart, stackedCharts, type Series } from '../bench/lib/svg.js';
 import { parseBitRate, parseSize } from '../src/common/units.js';
 
@@ -221,7 +231,12 @@ function quantumFor(setup: Setup): number {
 }
 
 function lazyFromArgs(): LazyOptions {
-  return { ...defaultLazy(), fraction: Number(args['lazy-fraction']), tocBytes: parseSize(str('lazy-toc')), background: Boolean(args['lazy-background']) };
+  return {
+    ...defaultLazy(),
+    fraction: Number(args['lazy-fraction']),
+    tocBytes: parseSize(str('lazy-toc')),
+    background: Boolean(args['lazy-background']),
+  };
 }
 
 // ---------------------------------------------------------------- formatting
@@ -287,7 +302,20 @@ function resultRow(r: RunResult): string[] {
   ];
 }
 
-const RESULT_HEADER = ['scenario', 'first ready', 'median', 'last ready', 'registry egress', 'peak', 'written/node', 'T*', 'last/T*', 'own bound: median / worst', 'from seed / nodes', 'wall'];
+const RESULT_HEADER = [
+  'scenario',
+  'first ready',
+  'median',
+  'last ready',
+  'registry egress',
+  'peak',
+  'written/node',
+  'T*',
+  'last/T*',
+  'own bound: median / worst',
+  'from seed / nodes',
+  'wall',
+];
 
 function compact(r: RunResult): Record<string, unknown> {
   const { registrySamples, ready, bounds, groups, ...rest } = r;
@@ -434,9 +462,13 @@ function seedTable(): void {
         results.push(r);
         log(table(RESULT_HEADER, [resultRow(r)]));
         const ticks = [...r.tickMs].sort((a, b) => a - b);
-        const passes = ticks.length ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
-        log(`  rng seed ${setup.rngSeed + k}; scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ${r.events} events, ${r.recomputations} rate recomputations; ` +
-          `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`);
+        const passes = ticks.length
+          ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)`
+          : '';
+        log(
+          `  rng seed ${setup.rngSeed + k}; scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ${r.events} events, ${r.recomputations} rate recomputations; ` +
+            `429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies`,
+        );
       }
       const byLast = [...results].sort((a, b) => a.last - b.last);
       const r = byLast[(byLast.length - 1) >> 1]!;
@@ -454,12 +486,20 @@ function seedTable(): void {
         r.ratio.toFixed(2) + (results.length > 1 ? ` (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})` : ''),
         `${(r.wallMs / 1000).toFixed(0)} s`,
       ]);
-      for (const x of results) all.push({ setup: seed.name, description: describe(setup), scheduler: schedulerVersion(), representative: x === r, ...compact(x) });
+      for (const x of results)
+        all.push({ setup: seed.name, description: describe(setup), scheduler: schedulerVersion(), representative: x === r, ...compact(x) });
     }
     if (args.plots) plotFiles.push(...writePlots(str('plots'), seed.name, seed.title, shown));
   }
-  log(`\n## The seed table (simulated Starling${runs > 1 ? `; P2P rows: the median of ${runs} runs by last-ready time, last/T* range in brackets` : ''}; the seed's reported figures for reference)`);
-  log(table(['setup', 'scenario', 'seed reported', 'first ready', 'last ready', 'registry egress', 'written/node', 'T*', 'last/T*', 'wall'], rows));
+  log(
+    `\n## The seed table (simulated Starling${runs > 1 ? `; P2P rows: the median of ${runs} runs by last-ready time, last/T* range in brackets` : ''}; the seed's reported figures for reference)`,
+  );
+  log(
+    table(
+      ['setup', 'scenario', 'seed reported', 'first ready', 'last ready', 'registry egress', 'written/node', 'T*', 'last/T*', 'wall'],
+      rows,
+    ),
+  );
   if (plotFiles.length) log(`plots: ${plotFiles.map((f) => path.relative(ROOT, f)).join(', ')}`);
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(all, null, 1));
 }
@@ -518,15 +558,31 @@ function validate(): void {
   const within = (sim: number, real: number) => `${(((sim - real) / real) * 100).toFixed(0)}%`;
   for (const m of measured.direct.runs) {
     const r = run('direct', base(m.nodes, measured.direct.sizeBytes, 0, 1));
-    rows.push(['direct pull 16 MiB', String(m.nodes), '—', fmt3(m.first, m.median, m.last), fmt3(r.first, r.median, r.last), within(r.last, m.last), within(r.median, m.median), '—', (r.registryBytesTotal / r.size).toFixed(2), '—']);
+    rows.push([
+      'direct pull 16 MiB',
+      String(m.nodes),
+      '—',
+      fmt3(m.first, m.median, m.last),
+      fmt3(r.first, r.median, r.last),
+      within(r.last, m.last),
+      within(r.median, m.median),
+      '—',
+      (r.registryBytesTotal / r.size).toFixed(2),
+      '—',
+    ]);
     json.push({ kind: 'direct', nodes: m.nodes, measured: m, simulated: { first: r.first, median: r.median, last: r.last } });
   }
   for (const noise of noises) {
     for (const m of set.runs) {
-      const results = Array.from({ length: noise === 0 ? 1 : runs }, (_, k) => run('p2p', base(m.nodes, set.sizeBytes, noise, 1 + k, m.seedUploadSlots)));
+      const results = Array.from({ length: noise === 0 ? 1 : runs }, (_, k) =>
+        run('p2p', base(m.nodes, set.sizeBytes, noise, 1 + k, m.seedUploadSlots)),
+      );
       const med = (f: (r: RunResult) => number) => median(results.map(f));
       const [first, mid, last] = [med((r) => r.first), med((r) => r.median), med((r) => r.last)];
-      const lastRange = results.length > 1 ? ` [${Math.min(...results.map((r) => r.last)).toFixed(1)}–${Math.max(...results.map((r) => r.last)).toFixed(1)}]` : '';
+      const lastRange =
+        results.length > 1
+          ? ` [${Math.min(...results.map((r) => r.last)).toFixed(1)}–${Math.max(...results.map((r) => r.last)).toFixed(1)}]`
+          : '';
       rows.push([
         `swarm 64 MiB, noise ${noise}${m.seedUploadSlots ? `, seed slots ${m.seedUploadSlots}` : ''}`,
         String(m.nodes),
@@ -544,14 +600,39 @@ function validate(): void {
         nodes: m.nodes,
         noise,
         measured: m,
-        simulated: results.map((r) => ({ first: r.first, median: r.median, last: r.last, ratio: r.ratio, fromSeed: r.copiesFromSeeds, fromNodes: r.copiesFromNodes, duplicate: r.duplicateBytes / r.size, busy: r.busyAnswers })),
+        simulated: results.map((r) => ({
+          first: r.first,
+          median: r.median,
+          last: r.last,
+          ratio: r.ratio,
+          fromSeed: r.copiesFromSeeds,
+          fromNodes: r.copiesFromNodes,
+          duplicate: r.duplicateBytes / r.size,
+          busy: r.busyAnswers,
+        })),
       });
     }
   }
   log('Emulated cluster (measured, docs/benchmarks.md) against the simulator on the same setup');
   log(`swarm measurements: ${set.commit}; the simulator drives the scheduler as of ${schedulerVersion()}`);
   log('20 Mbit/s nodes, 80 Mbit/s registry (and seed), one bridge, tc framing (payload 1448/1514), 50 µs latency');
-  log(table(['setup', 'N', 'runs', 'measured first / median / last s', 'simulated first / median / last s', 'last Δ', 'median Δ', 'measured seed / nodes copies', 'simulated seed / nodes (direct: registry)', 'wasted copies'], rows));
+  log(
+    table(
+      [
+        'setup',
+        'N',
+        'runs',
+        'measured first / median / last s',
+        'simulated first / median / last s',
+        'last Δ',
+        'median Δ',
+        'measured seed / nodes copies',
+        'simulated seed / nodes (direct: registry)',
+        'wasted copies',
+      ],
+      rows,
+    ),
+  );
   log('wasted copies: piece bytes that reached a node that had stored the piece already (median, in copies of the blob)');
   log('the simulated peers use the endgame of the measured runs (it re-fetched pieces just stored)');
   if (args['json-out']) fs.writeFileSync(str('json-out'), JSON.stringify(json, null, 1));
@@ -574,7 +655,8 @@ function fmt3(a: number, b: number, c: number): string {
 
 function single(): void {
   const scenarios: ScenarioName[] = str('scenario') === 'all' ? ['direct', 'p2p', 'lazy'] : [str('scenario') as ScenarioName];
-  for (const s of scenarios) if (!['direct', 'p2p', 'lazy'].includes(s)) throw new Error(`--scenario must be direct, p2p, lazy or all, got ${s}`);
+  for (const s of scenarios)
+    if (!['direct', 'p2p', 'lazy'].includes(s)) throw new Error(`--scenario must be direct, p2p, lazy or all, got ${s}`);
   const setup = setupFromArgs();
   const lazy = lazyFromArgs();
   log(describe(setup));
@@ -591,10 +673,14 @@ function single(): void {
   log(table(RESULT_HEADER, rows));
   for (const r of results) {
     const ticks = [...r.tickMs].sort((a, b) => a - b);
-    const passes = ticks.length ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)` : '';
-    log(`${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
-      `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; ` +
-      `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`);
+    const passes = ticks.length
+      ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)`
+      : '';
+    log(
+      `${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
+        `${r.events} events, ${r.recomputations} rate recomputations; 429s ${r.busyAnswers}; duplicate piece bytes ${(r.duplicateBytes / r.size).toFixed(2)} copies, aborted transfers ${(r.abortedBytes / r.size).toFixed(2)} copies; ` +
+        `seeds uploaded ${r.seedUploadCopies.toFixed(2)} copies; simulated ${r.simulatedSeconds.toFixed(1)} s in ${(r.wallMs / 1000).toFixed(1)} s`,
+    );
     if (r.ownBound.groups.length > 1) for (const line of boundRatioLines(r.ownBound)) log(`  ${line}`);
   }
   if (args.plots) {
@@ -605,7 +691,10 @@ function single(): void {
     writeBoundPlot(
       boundPrefix,
       `${setup.nodes} nodes × ${bytes(setup.size)}, ${setup.scheduling.shape}: nodes against their own bound (simulated)`,
-      results.map((r) => ({ label: SCENARIO_LABEL[r.scenario], perNode: r.ready.map((done, i) => ({ done, bound: r.bounds[i]!, group: r.groups[i]! })) })),
+      results.map((r) => ({
+        label: SCENARIO_LABEL[r.scenario],
+        perNode: r.ready.map((done, i) => ({ done, bound: r.bounds[i]!, group: r.groups[i]! })),
+      })),
     );
     log(`plots: ${[...files, `${boundPrefix}-own-bound.svg`].join(', ')}`);
   }

@@ -500,7 +500,13 @@ export class SimDownload {
 
   /** A wanted piece not stored nor on its way, whose digest the scheduler vouched for, that some parent offers. */
   private isCandidate(index: number): boolean {
-    return this.wanted[index] === 1 && !this.stored[index] && !this.attempts.has(index) && this.digest[index] === 1 && (this.holders[index] ?? 0) > 0;
+    return (
+      this.wanted[index] === 1 &&
+      !this.stored[index] &&
+      !this.attempts.has(index) &&
+      this.digest[index] === 1 &&
+      (this.holders[index] ?? 0) > 0
+    );
   }
 
   /** Files a piece under the rarity class its state calls for (or takes it out of the candidates). */
@@ -611,7 +617,10 @@ export class SimDownload {
           if (attempt.done) return;
           link.remove(index); // parent-link.ts forgets a piece the parent answered 404 for
           this.finishAttempt(attempt);
-          this.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: 'missing' } });
+          this.report({
+            packet: 'pieceFailed',
+            pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: 'missing' },
+          });
         });
         return;
       }
@@ -831,7 +840,8 @@ export class SimDownload {
   /** Reads every wanted piece not yet stored or on its way, in contiguous runs, from the origin. */
   private fetchFromOrigin(): void {
     const missing: number[] = [];
-    for (let i = 0; i < this.task.pieceCount; i++) if (this.wanted[i] && !this.stored[i] && !this.originBusy[i] && !this.attempts.has(i)) missing.push(i);
+    for (let i = 0; i < this.task.pieceCount; i++)
+      if (this.wanted[i] && !this.stored[i] && !this.originBusy[i] && !this.attempts.has(i)) missing.push(i);
     const runs = contiguousRuns(missing);
     // swarm-download.ts fetchFromOrigin() (originRuns): the blob's last piece (a lazy puller's TOC) first.
     for (const run of this.world.settings.originInOrder ? runs : lastPieceFirst(runs, this.task.pieceCount)) {

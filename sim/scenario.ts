@@ -377,8 +377,15 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     copiesFromNodes: sum(nodeDownloads.map((d) => d.bytesFrom.peer)) / setup.size,
     copiesFromOrigin: scenario === 'direct' ? setup.nodes : sum(nodeDownloads.map((d) => d.bytesFrom.origin)) / setup.size,
     seedUploadCopies: sum(seedHosts.map((h) => h.net.sent)) / setup.size,
-    seedUploadUse: seedHosts.length ? sum(seedHosts.map((h) => integrate(net.samples(h.net.up!), last))) / (seedHosts.length * (setup.seedUp / 8) * setup.efficiency * last) : 0,
-    nodeUploadUse: scenario === 'direct' ? 0 : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) / (sum(links.map((l) => l.steps[0]!.up / 8)) * setup.efficiency * last),
+    seedUploadUse: seedHosts.length
+      ? sum(seedHosts.map((h) => integrate(net.samples(h.net.up!), last))) /
+        (seedHosts.length * (setup.seedUp / 8) * setup.efficiency * last)
+      : 0,
+    nodeUploadUse:
+      scenario === 'direct'
+        ? 0
+        : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) /
+          (sum(links.map((l) => l.steps[0]!.up / 8)) * setup.efficiency * last),
     schedulerMs: world.schedulerMs,
     schedulerCalls: world.schedulerCalls,
     tickMs,

@@ -17,7 +17,12 @@ export interface PlottedRun {
 }
 
 /** Writes `${prefix}-cdf.svg` and `${prefix}-egress.svg`. */
-export function writeClusterPlots(prefix: string, cdfTitle: string, runs: PlottedRun[], markers: Array<{ x: number; label: string }>): void {
+export function writeClusterPlots(
+  prefix: string,
+  cdfTitle: string,
+  runs: PlottedRun[],
+  markers: Array<{ x: number; label: string }>,
+): void {
   fs.mkdirSync(path.dirname(prefix), { recursive: true });
   const end = Math.max(...runs.flatMap((r) => [...r.done, ...r.egressSamples.map((s) => s[0])]));
   fs.writeFileSync(

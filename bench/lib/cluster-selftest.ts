@@ -8,7 +8,15 @@
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { parseBitRate } from '../../src/common/units.js';
-import { createCluster, listNamespaces, softnetDrops, startCpuSampler, tcpPayloadBytes, type Cluster, type ClusterHost } from './cluster.js';
+import {
+  createCluster,
+  listNamespaces,
+  softnetDrops,
+  startCpuSampler,
+  tcpPayloadBytes,
+  type Cluster,
+  type ClusterHost,
+} from './cluster.js';
 import { curlFrom, startHttpSource } from './http-source.js';
 import { fixed, table } from './stats.js';
 
@@ -84,7 +92,10 @@ async function checkCaps(): Promise<void> {
       // an effective rate of 0.4 × the cap.
       const name = 'rate change (n0 to 1/4 halfway)';
       const s0 = startCpuSampler();
-      const timer = setTimeout(() => void c.setRate(c.nodes[0]!, { up: nodeBits / 4, down: nodeBits / 4 }), (secs / 2) * 1000 / PAYLOAD_SHARE);
+      const timer = setTimeout(
+        () => void c.setRate(c.nodes[0]!, { up: nodeBits / 4, down: nodeBits / 4 }),
+        ((secs / 2) * 1000) / PAYLOAD_SHARE,
+      );
       rows.push(row(name, 0.4 * nodeBits, await transfer(c, [[c.nodes[0]!, c.origin]], sized(nodeBits))));
       clearTimeout(timer);
       await c.setRate(c.nodes[0]!, { up: nodeBits, down: nodeBits });
@@ -94,15 +105,27 @@ async function checkCaps(): Promise<void> {
     const fanBytes = sized(Math.min(originBits / N, nodeBits));
     const s = startCpuSampler();
     const t1 = Date.now();
-    const fan = await transfer(c, c.nodes.map((n) => [n, c.origin]), fanBytes);
+    const fan = await transfer(
+      c,
+      c.nodes.map((n) => [n, c.origin]),
+      fanBytes,
+    );
     const wall = (Date.now() - t1) / 1000;
     cpu['fan-out'] = s.stop().meanBusyPct;
     rows.push(row(`fan-out per node (origin → ${N} nodes)`, Math.min(originBits / N, nodeBits), fan));
-    rows.push({ ...row(`fan-out aggregate (origin upload)`, Math.min(originBits, N * nodeBits), [(8 * fanBytes * N) / wall / 1e6]), flows: N });
+    rows.push({
+      ...row(`fan-out aggregate (origin upload)`, Math.min(originBits, N * nodeBits), [(8 * fanBytes * N) / wall / 1e6]),
+      flows: N,
+    });
     cpu['fan-out aggregate (origin upload)'] = cpu['fan-out']!;
     cpu[`fan-out per node (origin → ${N} nodes)`] = cpu['fan-out']!;
     if (N >= 2) {
-      await measure(`ring (n[i] ← n[i+1], all at once)`, nodeBits, c.nodes.map((n, i) => [n, c.nodes[(i + 1) % N]!]), sized(nodeBits));
+      await measure(
+        `ring (n[i] ← n[i+1], all at once)`,
+        nodeBits,
+        c.nodes.map((n, i) => [n, c.nodes[(i + 1) % N]!]),
+        sized(nodeBits),
+      );
       // Fan-in: n0 pulls from every other node at once; n0's download cap binds.
       const k = N - 1;
       const s2 = startCpuSampler();
@@ -112,14 +135,19 @@ async function checkCaps(): Promise<void> {
         const t = Date.now();
         void c.counters(c.nodes[0]!).then((x) => samples.push([t, tcpPayloadBytes(x.rxBytes, x.rxPackets)]));
       }, 250);
-      await transfer(c, c.nodes.slice(1).map((n) => [c.nodes[0]!, n]), sized(nodeBits / k));
+      await transfer(
+        c,
+        c.nodes.slice(1).map((n) => [c.nodes[0]!, n]),
+        sized(nodeBits / k),
+      );
       clearInterval(poll);
       const wall2 = (Date.now() - t2) / 1000;
       const name = `fan-in aggregate (n0 ← ${k} nodes)`;
       cpu[name] = s2.stop().meanBusyPct;
       rows.push({ ...row(name, nodeBits, [(8 * sized(nodeBits / k) * k) / wall2 / 1e6]), flows: k });
       // Steady state: n0's received payload between 20% and 80% of the transfer.
-      const at = (f: number) => samples.reduce((best, x) => (Math.abs(x[0] - (t2 + f * wall2 * 1000)) < Math.abs(best[0] - (t2 + f * wall2 * 1000)) ? x : best));
+      const at = (f: number) =>
+        samples.reduce((best, x) => (Math.abs(x[0] - (t2 + f * wall2 * 1000)) < Math.abs(best[0] - (t2 + f * wall2 * 1000)) ? x : best));
       const [a, b] = [at(0.2), at(0.8)];
       const steady = b[0] > a[0] ? (8 * (b[1] - a[1])) / ((b[0] - a[0]) / 1000) / 1e6 : NaN;
       const name2 = `fan-in steady state (20–80% of the time)`;
@@ -166,7 +194,17 @@ async function checkCaps(): Promise<void> {
   );
   console.log('(ideal payload = cap × 1448/1514: the TCP payload in full-size Ethernet frames; tc caps count whole frames)');
   console.log(`shared receive backlog drops during the checks (whole machine): ${softnet}`);
-  console.log(JSON.stringify({ kind: 'cluster-caps', nodes: N, nodeRate: args['node-rate'], originRate: args['origin-rate'], rows, cpu, softnetDrops: softnet }));
+  console.log(
+    JSON.stringify({
+      kind: 'cluster-caps',
+      nodes: N,
+      nodeRate: args['node-rate'],
+      originRate: args['origin-rate'],
+      rows,
+      cpu,
+      softnetDrops: softnet,
+    }),
+  );
 }
 
 function rootLinks(): string[] {
@@ -182,7 +220,14 @@ async function checkLifecycle(sizes: number[]): Promise<void> {
     const nsCount = listNamespaces(c.prefix).length;
     // Every node reaches the origin and its neighbour; counters and qdiscs are readable.
     const probes = await Promise.all(
-      c.nodes.map((h, i) => c.exec(h, 'curl', ['-s', '-o', '/dev/null', '--connect-timeout', '3', '-w', '%{http_code}', `http://${c.nodes[(i + 1) % n]!.ip}:1/`], { allowFail: true })),
+      c.nodes.map((h, i) =>
+        c.exec(
+          h,
+          'curl',
+          ['-s', '-o', '/dev/null', '--connect-timeout', '3', '-w', '%{http_code}', `http://${c.nodes[(i + 1) % n]!.ip}:1/`],
+          { allowFail: true },
+        ),
+      ),
     );
     // Connection refused (curl exit 7) proves the packet got there and back (RST).
     const reached = probes.filter((p) => p.code === 7).length;
@@ -194,13 +239,15 @@ async function checkLifecycle(sizes: number[]): Promise<void> {
     const left = listNamespaces(c.prefix).length;
     console.log(
       `lifecycle ${n} nodes: ${nsCount} namespaces (hub + origin + seed + tracker + nodes) created in ${created} ms; ` +
-        `${reached}/${n} nodes reached their neighbour; counters for ${counters.size} hosts; caps up=${q.up ? "ok" : "missing"} down=${q.down ? "ok" : "missing"}; ` +
+        `${reached}/${n} nodes reached their neighbour; counters for ${counters.size} hosts; caps up=${q.up ? 'ok' : 'missing'} down=${q.down ? 'ok' : 'missing'}; ` +
         `destroyed in ${destroyed} ms; ${left} namespaces left`,
     );
     if (reached !== n || left !== 0 || !q.up || !q.down) throw new Error(`lifecycle check failed for ${n} nodes`);
   }
   const after = rootLinks();
-  console.log(`root namespace links before/after: ${before.join(',')} / ${after.join(',')} (${before.join() === after.join() ? 'unchanged' : 'CHANGED'})`);
+  console.log(
+    `root namespace links before/after: ${before.join(',')} / ${after.join(',')} (${before.join() === after.join() ? 'unchanged' : 'CHANGED'})`,
+  );
 }
 
 if (!args['skip-caps']) await checkCaps();

@@ -299,7 +299,11 @@ export function listNamespaces(prefix: string): string[] {
 function pidsInNsSync(ns: string): number[] {
   try {
     const out = execFileSync('ip', ['netns', 'pids', ns], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-    return out.split(/\s+/).filter(Boolean).map(Number).filter((p) => p !== process.pid);
+    return out
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number)
+      .filter((p) => p !== process.pid);
   } catch {
     return [];
   }
@@ -322,7 +326,10 @@ function teardownSync(namespaces: string[]): void {
   for (const ns of ours) killAll(pidsInNsSync(ns), 'SIGKILL');
   if (ours.length === 0) return;
   try {
-    execFileSync('ip', ['-force', '-batch', '-'], { input: ours.map((ns) => `netns del ${ns}\n`).join(''), stdio: ['pipe', 'ignore', 'ignore'] });
+    execFileSync('ip', ['-force', '-batch', '-'], {
+      input: ours.map((ns) => `netns del ${ns}\n`).join(''),
+      stdio: ['pipe', 'ignore', 'ignore'],
+    });
   } catch {
     // best effort on the exit path
   }
@@ -418,7 +425,9 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
       const [c, ...pre] = nsArgv(h);
       const res = await run(c!, [...pre, cmd, ...args], { env: o.env, cwd: o.cwd, input: o.input, timeoutMs: o.timeoutMs ?? 120_000 });
       if (res.code !== 0 && !o.allowFail) {
-        throw new Error(`[${resolve(h).name}] ${cmd} ${args.join(' ')} failed (exit ${res.code ?? res.signal}): ${res.stderr.trim() || res.stdout.trim()}`);
+        throw new Error(
+          `[${resolve(h).name}] ${cmd} ${args.join(' ')} failed (exit ${res.code ?? res.signal}): ${res.stderr.trim() || res.stdout.trim()}`,
+        );
       }
       return res;
     },
@@ -515,12 +524,24 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
       // The classes' rates and the queue's depth change in place.
       if (rate.up !== undefined) {
         if (host.rate.up === undefined) throw new Error(`${host.name} has no upload cap to change`);
-        await must('tc', ['-n', host.ns, '-batch', '-'], shaperRateLines(host.iface, rate.up, caps.shaper, caps.queueMs).map((l) => l + '\n').join(''));
+        await must(
+          'tc',
+          ['-n', host.ns, '-batch', '-'],
+          shaperRateLines(host.iface, rate.up, caps.shaper, caps.queueMs)
+            .map((l) => l + '\n')
+            .join(''),
+        );
         host.rate.up = rate.up;
       }
       if (rate.down !== undefined) {
         if (host.rate.down === undefined) throw new Error(`${host.name} has no download cap to change`);
-        await must('tc', ['-n', hubNs, '-batch', '-'], shaperRateLines(host.hubPort, rate.down, caps.shaper, caps.queueMs).map((l) => l + '\n').join(''));
+        await must(
+          'tc',
+          ['-n', hubNs, '-batch', '-'],
+          shaperRateLines(host.hubPort, rate.down, caps.shaper, caps.queueMs)
+            .map((l) => l + '\n')
+            .join(''),
+        );
         host.rate.down = rate.down;
       }
     },
@@ -589,7 +610,11 @@ function countersOf(link: LinkJson): Counters {
   };
 }
 
-async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: { shaper: Shaper; queueMs: number; mtu: number }): Promise<void> {
+async function setup(
+  c: Cluster,
+  concurrency: number,
+  { shaper, queueMs, mtu }: { shaper: Shaper; queueMs: number; mtu: number },
+): Promise<void> {
   if (shaper !== 'tbf' && shaper !== 'htb-ack') throw new Error(`unknown shaper "${String(shaper)}" (tbf, htb-ack)`);
   if (!(queueMs > 0)) throw new Error(`queueMs must be positive, got ${queueMs}`);
   if (!Number.isInteger(mtu) || mtu < 576 || mtu > 9000) throw new Error(`mtu must be an integer from 576 to 9000, got ${mtu}`);
@@ -620,7 +645,10 @@ async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: 
   await must('ip', ['-n', c.hubNs, '-batch', '-'], hub.map((l) => l + '\n').join(''));
   // Bridge netfilter would send every bridged frame through the hub's (empty) iptables hooks.
   await must('nsenter', [
-    `--net=/run/netns/${c.hubNs}`, '--', 'sh', '-c',
+    `--net=/run/netns/${c.hubNs}`,
+    '--',
+    'sh',
+    '-c',
     'for f in /proc/sys/net/bridge/bridge-nf-call-iptables /proc/sys/net/bridge/bridge-nf-call-ip6tables /proc/sys/net/bridge/bridge-nf-call-arptables; do [ -w "$f" ] && echo 0 > "$f"; done; true',
   ]);
   // Static FDB entries: the bridge never has to flood or learn.
@@ -629,7 +657,13 @@ async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: 
   const hubTc = hosts.filter((h) => h.rate.down !== undefined).flatMap((h) => shaperLines(h.hubPort, h.rate.down!, shaper, queueMs));
   if (hubTc.length) await must('tc', ['-n', c.hubNs, '-batch', '-'], hubTc.map((l) => l + '\n').join(''));
   const ports = hosts.map((h) => h.hubPort).join(' ');
-  await must('nsenter', [`--net=/run/netns/${c.hubNs}`, '--', 'sh', '-c', `for p in ${ports}; do ethtool -K "$p" tso off gro on || exit 1; done`]);
+  await must('nsenter', [
+    `--net=/run/netns/${c.hubNs}`,
+    '--',
+    'sh',
+    '-c',
+    `for p in ${ports}; do ethtool -K "$p" tso off gro on || exit 1; done`,
+  ]);
 
   // 3. Each host: loopback, address, link up, permanent neighbours, upload cap, offloads.
   const neigh = hosts.map((h) => ({ ip: h.ip, mac: h.mac }));
@@ -644,7 +678,14 @@ async function setup(c: Cluster, concurrency: number, { shaper, queueMs, mtu }: 
     ];
     for (const n of neigh) if (n.ip !== h.ip) lines.push(`neigh replace ${n.ip} lladdr ${n.mac} dev ${h.iface} nud permanent`);
     await must('ip', ['-n', h.ns, '-batch', '-'], lines.map((l) => l + '\n').join(''));
-    if (h.rate.up !== undefined) await must('tc', ['-n', h.ns, '-batch', '-'], shaperLines(h.iface, h.rate.up, shaper, queueMs).map((l) => l + '\n').join(''));
+    if (h.rate.up !== undefined)
+      await must(
+        'tc',
+        ['-n', h.ns, '-batch', '-'],
+        shaperLines(h.iface, h.rate.up, shaper, queueMs)
+          .map((l) => l + '\n')
+          .join(''),
+      );
     // GSO off too: a 64 KiB GSO packet leaves the host's cap as one unit and then crosses
     // the bridge as a line-rate burst of 44 frames; with it on, 31 senders into one node
     // lost a quarter of their packets at its cap and got 0.65 of its rate instead of 0.97.
@@ -688,11 +729,21 @@ interface CpuTimes {
 
 function readProcStat(): CpuTimes[] {
   // Line "cpu" (all) first, then "cpu0", "cpu1"…; fields: user nice system idle iowait irq softirq steal…
-  const lines = fs.readFileSync('/proc/stat', 'utf8').split('\n').filter((l) => /^cpu\d* /.test(l));
+  const lines = fs
+    .readFileSync('/proc/stat', 'utf8')
+    .split('\n')
+    .filter((l) => /^cpu\d* /.test(l));
   return lines.map((l) => {
     const f = l.trim().split(/\s+/).slice(1).map(Number);
     const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = f;
-    return { total: user + nice + system + idle + iowait + irq + softirq + steal, idle: idle + iowait, user: user + nice, system: system + irq, softirq, iowait };
+    return {
+      total: user + nice + system + idle + iowait + irq + softirq + steal,
+      idle: idle + iowait,
+      user: user + nice,
+      system: system + irq,
+      softirq,
+      iowait,
+    };
   });
 }
 

@@ -17,7 +17,16 @@ export interface Transfer {
 export async function curlGet(url: string, expect: { status?: number; bytes?: number } = {}, timeoutMs = 600_000): Promise<Transfer> {
   const res = await run(
     'curl',
-    ['-s', '-o', '/dev/null', '--noproxy', '*', '-w', '%{http_code} %{size_download} %{time_total} %{speed_download} %{time_starttransfer}', url],
+    [
+      '-s',
+      '-o',
+      '/dev/null',
+      '--noproxy',
+      '*',
+      '-w',
+      '%{http_code} %{size_download} %{time_total} %{speed_download} %{time_starttransfer}',
+      url,
+    ],
     { timeoutMs },
   );
   if (res.code !== 0) throw new Error(`curl ${url} failed (exit ${res.code} ${res.signal ?? ''}): ${res.stderr.trim()}`);

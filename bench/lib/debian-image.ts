@@ -40,7 +40,9 @@ export interface DebianImages {
 /** Fails with the command to run when the rootfs has not been built yet. */
 export function requireRootfs(): void {
   if (!fs.existsSync(path.join(ROOTFS_CACHE, 'complete'))) {
-    throw new Error(`no cached Debian rootfs in ${ROOTFS_CACHE}: run \`node --import tsx --test test/snapshotter/debian.test.ts\` once first`);
+    throw new Error(
+      `no cached Debian rootfs in ${ROOTFS_CACHE}: run \`node --import tsx --test test/snapshotter/debian.test.ts\` once first`,
+    );
   }
   if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npx tsc -p .\` first`);
 }
@@ -68,7 +70,13 @@ async function plainLayout(): Promise<string> {
   await runOk('umoci', ['unpack', '--image', `${layout}:plain`, bundle]);
   await runOk('cp', ['-a', `${rootfsPath()}/.`, path.join(bundle, 'rootfs')], { timeoutMs: 600_000 });
   await runOk('umoci', ['repack', '--image', `${layout}:plain`, bundle], { timeoutMs: 1_200_000 });
-  await runOk('umoci', ['config', '--image', `${layout}:plain`, '--config.env', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']);
+  await runOk('umoci', [
+    'config',
+    '--image',
+    `${layout}:plain`,
+    '--config.env',
+    'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  ]);
   await fsp.rm(bundle, { recursive: true, force: true });
   await fsp.writeFile(path.join(IMAGE_CACHE, 'complete'), new Date().toISOString());
   return layout;
@@ -94,7 +102,17 @@ export async function debianImages(workDir: string, reuse: boolean): Promise<Deb
     await starling(['convert', `oci:${plain}:plain`, `oci:${esgz}:esgz`]);
     convertSeconds = (performance.now() - t) / 1000;
     t = performance.now();
-    await starling(['optimize', `oci:${plain}:plain`, `oci:${optimized}:optimized`, '--entrypoint', JSON.stringify(WORKLOAD), '--args', '[]', '--record-out', record]);
+    await starling([
+      'optimize',
+      `oci:${plain}:plain`,
+      `oci:${optimized}:optimized`,
+      '--entrypoint',
+      JSON.stringify(WORKLOAD),
+      '--args',
+      '[]',
+      '--record-out',
+      record,
+    ]);
     optimizeSeconds = (performance.now() - t) / 1000;
     if (reuse) await fsp.writeFile(path.join(converted, 'converted-complete'), new Date().toISOString());
   }
@@ -103,10 +121,14 @@ export async function debianImages(workDir: string, reuse: boolean): Promise<Deb
 
 /** The layers of the image tagged `tag` in an OCI layout. */
 export async function layoutLayers(layout: string, tag: string): Promise<OciLayer[]> {
-  const index = JSON.parse(await fsp.readFile(path.join(layout, 'index.json'), 'utf8')) as { manifests: Array<{ digest: string; annotations?: Record<string, string> }> };
+  const index = JSON.parse(await fsp.readFile(path.join(layout, 'index.json'), 'utf8')) as {
+    manifests: Array<{ digest: string; annotations?: Record<string, string> }>;
+  };
   const entry = index.manifests.find((m) => m.annotations?.['org.opencontainers.image.ref.name'] === tag);
   if (!entry) throw new Error(`${layout} has no tag ${tag}`);
-  const manifest = JSON.parse(await fsp.readFile(path.join(layout, 'blobs/sha256', entry.digest.slice(7)), 'utf8')) as { layers: OciLayer[] };
+  const manifest = JSON.parse(await fsp.readFile(path.join(layout, 'blobs/sha256', entry.digest.slice(7)), 'utf8')) as {
+    layers: OciLayer[];
+  };
   return manifest.layers.map(({ digest, size, annotations }) => ({ digest, size, annotations }));
 }
 

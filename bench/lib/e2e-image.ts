@@ -88,8 +88,16 @@ export async function debianModelImage(options: ModelImageOptions): Promise<Work
 
 /** The same shape at test size: busybox, model shards, a shell script that loads the first shards. */
 export async function busyboxModelImage(options: ModelImageOptions): Promise<WorkloadImage> {
-  const loaded = shardNames(options).slice(0, options.shardsLoaded).map((name) => `/models/${name}`);
-  const start = ['#!/bin/sh', 'cat /models/index.json > /dev/null', `sum=$(cat ${loaded.join(' ')} | sha256sum)`, 'echo "ready ${sum%% *}"', ''].join('\n');
+  const loaded = shardNames(options)
+    .slice(0, options.shardsLoaded)
+    .map((name) => `/models/${name}`);
+  const start = [
+    '#!/bin/sh',
+    'cat /models/index.json > /dev/null',
+    `sum=$(cat ${loaded.join(' ')} | sha256sum)`,
+    'echo "ready ${sum%% *}"',
+    '',
+  ].join('\n');
   return workloadImage(`busybox-model-${options.modelBytes}-${options.shardBytes}-${options.shardsLoaded}`, {
     withBusybox: true,
     layers: [modelLayer(options), { files: { '/app/start.sh': start } }],
@@ -98,7 +106,8 @@ export async function busyboxModelImage(options: ModelImageOptions): Promise<Wor
 }
 
 function shardNames({ modelBytes, shardBytes }: ModelImageOptions): string[] {
-  if (!(shardBytes > 0) || modelBytes % shardBytes !== 0) throw new Error(`the model (${modelBytes} B) must be a whole number of shards of ${shardBytes} B`);
+  if (!(shardBytes > 0) || modelBytes % shardBytes !== 0)
+    throw new Error(`the model (${modelBytes} B) must be a whole number of shards of ${shardBytes} B`);
   const count = modelBytes / shardBytes;
   const width = String(count).length;
   return Array.from({ length: count }, (_, i) => `shard-${String(i + 1).padStart(width, '0')}-of-${count}.bin`);
@@ -106,7 +115,8 @@ function shardNames({ modelBytes, shardBytes }: ModelImageOptions): string[] {
 
 function modelLayer(options: ModelImageOptions): LayerSpec {
   const names = shardNames(options);
-  if (!(options.shardsLoaded >= 1 && options.shardsLoaded <= names.length)) throw new Error(`shardsLoaded must be 1…${names.length}, got ${options.shardsLoaded}`);
+  if (!(options.shardsLoaded >= 1 && options.shardsLoaded <= names.length))
+    throw new Error(`shardsLoaded must be 1…${names.length}, got ${options.shardsLoaded}`);
   const index = { shards: names, loadAtStart: names.slice(0, options.shardsLoaded) };
   return {
     files: { '/models/index.json': `${JSON.stringify(index)}\n` },
@@ -127,7 +137,10 @@ async function rootfsOrThrow(include: string[]): Promise<string> {
  */
 async function workloadImage(name: string, build: Omit<BuildOptions, 'dir' | 'tag'>): Promise<WorkloadImage> {
   if (!fs.existsSync(CLI)) throw new Error(`${CLI} is missing: run \`npm run build\` first`);
-  const key = createHash('sha256').update(JSON.stringify([FORMAT, build])).digest('hex').slice(0, 12);
+  const key = createHash('sha256')
+    .update(JSON.stringify([FORMAT, build]))
+    .digest('hex')
+    .slice(0, 12);
   const dir = `/var/tmp/starling-e2e-${name}-${key}`;
   const summaryFile = path.join(dir, 'image.json');
   if (fs.existsSync(summaryFile)) return JSON.parse(await fsp.readFile(summaryFile, 'utf8')) as WorkloadImage;
@@ -153,7 +166,12 @@ async function workloadImage(name: string, build: Omit<BuildOptions, 'dir' | 'ta
   for (const { digest, size, annotations } of await layoutLayers(lazyLayout, 'lazy')) {
     const tocDigest = annotations?.[TOC_DIGEST_ANNOTATION];
     if (!tocDigest) throw new Error(`optimized layer ${digest} has no ${TOC_DIGEST_ANNOTATION} annotation`);
-    lazyLayers.push({ digest, size, tocDigest, neededBytes: await lazyStartBytes(path.join(lazyLayout, 'blobs/sha256', digest.slice(7)), tocDigest) });
+    lazyLayers.push({
+      digest,
+      size,
+      tocDigest,
+      neededBytes: await lazyStartBytes(path.join(lazyLayout, 'blobs/sha256', digest.slice(7)), tocDigest),
+    });
   }
   const recorded = (await fsp.readFile(recordFile, 'utf8')).split('\n').filter((line) => line.trim()).length;
   const sum = (layers: ImageLayer[]) => layers.reduce((n, l) => n + l.size, 0);
@@ -161,7 +179,13 @@ async function workloadImage(name: string, build: Omit<BuildOptions, 'dir' | 'ta
     name,
     dir,
     plain: { layout: plain.layoutDir, tag: 'plain', layers: plainLayers, bytes: sum(plainLayers) },
-    lazy: { layout: lazyLayout, tag: 'lazy', layers: lazyLayers, bytes: sum(lazyLayers), neededBytes: lazyLayers.reduce((n, l) => n + l.neededBytes, 0) },
+    lazy: {
+      layout: lazyLayout,
+      tag: 'lazy',
+      layers: lazyLayers,
+      bytes: sum(lazyLayers),
+      neededBytes: lazyLayers.reduce((n, l) => n + l.neededBytes, 0),
+    },
     recordedFiles: recorded,
     readyLine: readyLine.trim(),
   };

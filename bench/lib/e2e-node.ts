@@ -65,7 +65,11 @@ export async function startNodeStack(o: NodeStackOptions): Promise<NodeStack> {
   }
   let containerd: Containerd;
   try {
-    containerd = await startContainerd({ dir: containerdDir, netns, extraConfig: snapshotter ? proxyPluginConfig(snapshotter.socket) : undefined });
+    containerd = await startContainerd({
+      dir: containerdDir,
+      netns,
+      extraConfig: snapshotter ? proxyPluginConfig(snapshotter.socket) : undefined,
+    });
   } catch (error) {
     await snapshotter?.stop();
     throw error;
@@ -81,7 +85,13 @@ export async function startNodeStack(o: NodeStackOptions): Promise<NodeStack> {
     snapshotter,
     async pull(ref) {
       if (snapshotter) {
-        must(`rpull ${ref}`, await containerd.ctrRemote(['images', 'rpull', '--snapshotter', SNAPSHOTTER, '--plain-http', '--hosts-dir', containerd.hostsDir, ref], long));
+        must(
+          `rpull ${ref}`,
+          await containerd.ctrRemote(
+            ['images', 'rpull', '--snapshotter', SNAPSHOTTER, '--plain-http', '--hosts-dir', containerd.hostsDir, ref],
+            long,
+          ),
+        );
       } else {
         must(`pull ${ref}`, await containerd.ctr(['images', 'pull', '--plain-http', '--hosts-dir', containerd.hostsDir, ref], long));
       }
@@ -100,7 +110,10 @@ export async function startNodeStack(o: NodeStackOptions): Promise<NodeStack> {
     async lazyLayers() {
       if (!snapshotter) return { mounted: 0, chunksMissing: 0 };
       const text = await snapshotter.metricsText();
-      return { mounted: sumMetric(text, 'starling_snapshotter_remote_layers'), chunksMissing: sumMetric(text, 'starling_snapshotter_layer_chunks_missing') };
+      return {
+        mounted: sumMetric(text, 'starling_snapshotter_remote_layers'),
+        chunksMissing: sumMetric(text, 'starling_snapshotter_layer_chunks_missing'),
+      };
     },
     async stop() {
       await containerd.stop();

@@ -43,7 +43,10 @@ export const ROWS: Record<RowName, RowSpec> = {
 };
 
 export function parseRows(text: string): RowName[] {
-  const rows = text.split(',').map((r) => r.trim()).filter(Boolean);
+  const rows = text
+    .split(',')
+    .map((r) => r.trim())
+    .filter(Boolean);
   for (const row of rows) if (!(row in ROWS)) throw new Error(`unknown row "${row}" (rows: ${Object.keys(ROWS).join(', ')})`);
   if (rows.length === 0) throw new Error('no rows given');
   return rows as RowName[];
@@ -130,16 +133,33 @@ export interface E2eClusterOptions {
  * The cluster the rows run on: N nodes, a registry host (docker-registry, holding both images as
  * `e2e/app:plain` and `e2e/app:lazy`), a seed host and a scheduler host (`sched`).
  */
-export async function startE2eCluster(image: WorkloadImage, o: E2eClusterOptions): Promise<Omit<E2eContext, 'log' | 'schedulerArgs' | 'snapshotterConfig' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }> {
-  const cluster = await createCluster({ nodes: o.nodes, nodeRate: o.nodeRate, originRate: o.originRate, seed: { rate: o.originRate }, extras: [{ name: 'sched' }] });
+export async function startE2eCluster(
+  image: WorkloadImage,
+  o: E2eClusterOptions,
+): Promise<Omit<E2eContext, 'log' | 'schedulerArgs' | 'snapshotterConfig' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }> {
+  const cluster = await createCluster({
+    nodes: o.nodes,
+    nodeRate: o.nodeRate,
+    originRate: o.originRate,
+    seed: { rate: o.originRate },
+    extras: [{ name: 'sched' }],
+  });
   let registry: NsRegistry | undefined;
   try {
     registry = await startNsRegistry(cluster, cluster.origin);
     const registryHost = `${cluster.origin.ip}:${registry.port}`;
     const refs = { plain: `${registryHost}/${REPO}:plain`, lazy: `${registryHost}/${REPO}:lazy` };
-    for (const [layout, tag] of [[image.plain.layout, image.plain.tag], [image.lazy.layout, image.lazy.tag]] as const) {
+    for (const [layout, tag] of [
+      [image.plain.layout, image.plain.tag],
+      [image.lazy.layout, image.lazy.tag],
+    ] as const) {
       // Over the registry's own loopback: the push costs no capped link and no counted egress.
-      await cluster.exec(cluster.origin, 'skopeo', ['copy', '--quiet', '--dest-tls-verify=false', `oci:${layout}:${tag}`, `docker://127.0.0.1:${registry.port}/${REPO}:${tag}`], { timeoutMs: 600_000 });
+      await cluster.exec(
+        cluster.origin,
+        'skopeo',
+        ['copy', '--quiet', '--dest-tls-verify=false', `oci:${layout}:${tag}`, `docker://127.0.0.1:${registry.port}/${REPO}:${tag}`],
+        { timeoutMs: 600_000 },
+      );
     }
     const r = registry;
     return {
@@ -220,8 +240,10 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
           }
           atReady = Promise.all([c.counters(node.host).then((now) => received(now, node.host.name)), node.diskBytes(nodeDirs(node))]);
         });
-        if (readySeconds === undefined || !atReady) throw new Error(`[${node.host.name}] the workload exited without printing its ready line`);
-        if (readyLine !== ctx.image.readyLine) throw new Error(`[${node.host.name}] the workload printed "${readyLine}", not "${ctx.image.readyLine}": it read other bytes`);
+        if (readySeconds === undefined || !atReady)
+          throw new Error(`[${node.host.name}] the workload exited without printing its ready line`);
+        if (readyLine !== ctx.image.readyLine)
+          throw new Error(`[${node.host.name}] the workload printed "${readyLine}", not "${ctx.image.readyLine}": it read other bytes`);
         const [readBytes, diskBytes] = await atReady;
         log(`  ${node.host.name}: ready at ${readySeconds.toFixed(2)} s (pulled at ${pulledSeconds.toFixed(2)} s)`);
         return { node: node.host.name, pulledSeconds, readySeconds, readBytes, diskBytes };
@@ -230,7 +252,9 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     const registryBytes = await registryAtLastReady!;
 
     // Lazy rows: the rest of each layer arrives in the background; note when each node holds it all.
-    const whole = spec.lazy?.backgroundFetch ? await untilWholeImage(nodes, layers.length, t0, ctx.wholeImageTimeoutMs ?? 3_600_000) : new Map<string, number>();
+    const whole = spec.lazy?.backgroundFetch
+      ? await untilWholeImage(nodes, layers.length, t0, ctx.wholeImageTimeoutMs ?? 3_600_000)
+      : new Map<string, number>();
     const backgroundCpu = cpuAfterReady?.stop();
     const egressRecord = await egress.stop();
     egress = undefined;
@@ -247,7 +271,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     const neededBytes = spec.image === 'plain' ? ctx.image.plain.bytes : ctx.image.lazy.neededBytes;
     const wholeTimes = nodeResults.map((n) => n.wholeImageSeconds).filter((t): t is number => t !== undefined);
     const nodeLink = c.nodes[0]!.rate.down;
-    if (nodeLink === undefined) throw new Error('the nodes\' links must be capped');
+    if (nodeLink === undefined) throw new Error("the nodes' links must be capped");
     return {
       row,
       label: spec.label,
@@ -319,7 +343,10 @@ async function untilWholeImage(nodes: NodeStack[], layerCount: number, t0: numbe
       }
     }
     if (pending.size === 0) return whole;
-    if (Date.now() > deadline) throw new Error(`${[...pending].map((n) => n.host.name).join(', ')} did not hold the whole image ${timeoutMs / 1000} s after the last start`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${[...pending].map((n) => n.host.name).join(', ')} did not hold the whole image ${timeoutMs / 1000} s after the last start`,
+      );
     await sleep(250);
   }
 }

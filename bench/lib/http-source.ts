@@ -46,7 +46,12 @@ export interface CurlResult {
 
 /** GET `url` from inside `host` with curl, body discarded. */
 export async function curlFrom(cluster: Cluster, host: ClusterHost, url: string, timeoutMs = 600_000): Promise<CurlResult> {
-  const res = await cluster.exec(host, 'curl', ['-s', '-o', '/dev/null', '--noproxy', '*', '-w', '%{http_code} %{size_download} %{time_total} %{time_starttransfer}', url], { timeoutMs });
+  const res = await cluster.exec(
+    host,
+    'curl',
+    ['-s', '-o', '/dev/null', '--noproxy', '*', '-w', '%{http_code} %{size_download} %{time_total} %{time_starttransfer}', url],
+    { timeoutMs },
+  );
   const [status, bytes, seconds, ttfb] = res.stdout.trim().split(' ').map(Number) as [number, number, number, number];
   if (status !== 200) throw new Error(`GET ${url} from ${host.name}: HTTP ${status}`);
   return { status, bytes, seconds, ttfb };

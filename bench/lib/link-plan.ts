@@ -140,7 +140,9 @@ export function planNodeLinks(description: string, nodes: number, changes = '', 
   if (open.length > 1) throw new Error(`node rates "${description}": only one group may leave out its count (it takes the nodes left)`);
   const counted = parsed.reduce((sum, g) => sum + (g.count ?? 0), 0);
   if (counted > nodes || (open.length === 0 && counted !== nodes)) {
-    throw new Error(`node rates "${description}" describe ${counted} nodes, not ${nodes}${open.length ? '' : ' (leave one count out to fill the rest)'}`);
+    throw new Error(
+      `node rates "${description}" describe ${counted} nodes, not ${nodes}${open.length ? '' : ' (leave one count out to fill the rest)'}`,
+    );
   }
   const links: NodeLink[] = [];
   for (const g of parsed) {

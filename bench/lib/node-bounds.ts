@@ -49,7 +49,14 @@ export function nodeBounds(F: number, sourceUp: number, links: NodeLink[]): Node
   );
   const source = F / (sourceUp / 8);
   return links.map((link) => {
-    const terms = { download: timeToMove(F, link.steps.map((s) => ({ at: s.at, rate: s.down / 8 }))), source, aggregate };
+    const terms = {
+      download: timeToMove(
+        F,
+        link.steps.map((s) => ({ at: s.at, rate: s.down / 8 })),
+      ),
+      source,
+      aggregate,
+    };
     let binding: NodeBound['binding'] = 'download';
     if (terms.source > terms[binding]) binding = 'source';
     if (terms.aggregate > terms[binding]) binding = 'aggregate';
@@ -86,7 +93,9 @@ export function boundRatios(nodes: Array<{ node: string; done: number; bound: nu
 /** Lines for a report: each node against its own bound, overall and per group. */
 export function boundRatioLines(r: BoundRatios): string[] {
   const f = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : 'n/a');
-  const lines = [`done / own bound: median ${f(r.overall.median)}, worst ${f(r.overall.worst)} (${r.overall.worstNode}) over ${r.overall.nodes} nodes`];
+  const lines = [
+    `done / own bound: median ${f(r.overall.median)}, worst ${f(r.overall.worst)} (${r.overall.worstNode}) over ${r.overall.nodes} nodes`,
+  ];
   if (r.groups.length > 1) {
     for (const g of r.groups) lines.push(`  ${g.group} (${g.nodes} nodes): median ${f(g.median)}, worst ${f(g.worst)} (${g.worstNode})`);
   }

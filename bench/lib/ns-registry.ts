@@ -50,7 +50,9 @@ export async function startNsRegistry(cluster: Cluster, host: ClusterHost, port 
   try {
     for (let i = 0; ; i++) {
       if (!service.running) throw new Error(`docker-registry exited early:\n${service.logTail()}`);
-      const res = await cluster.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', `${localUrl}/v2/`], { allowFail: true });
+      const res = await cluster.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', `${localUrl}/v2/`], {
+        allowFail: true,
+      });
       if (res.stdout.trim() === '200') break;
       if (i > 300) throw new Error(`docker-registry did not answer on ${localUrl}:\n${service.logTail()}`);
       await new Promise((r) => setTimeout(r, 50));
@@ -69,15 +71,43 @@ export async function startNsRegistry(cluster: Cluster, host: ClusterHost, port 
     requests: () => parseAccessLog(service.readLog()),
     async pushBlobFile(repo, file, digest) {
       // POST starts an upload; its Location (absolute, built from our Host header) takes the PUT.
-      const post = await cluster.exec(host, 'curl', ['-s', '-X', 'POST', '--noproxy', '*', '-D', '-', '-o', '/dev/null', `${localUrl}/v2/${repo}/blobs/uploads/`]);
+      const post = await cluster.exec(host, 'curl', [
+        '-s',
+        '-X',
+        'POST',
+        '--noproxy',
+        '*',
+        '-D',
+        '-',
+        '-o',
+        '/dev/null',
+        `${localUrl}/v2/${repo}/blobs/uploads/`,
+      ]);
       const location = /^location:\s*(\S+)\s*$/im.exec(post.stdout)?.[1];
       if (!/^HTTP\/\S+ 202/.test(post.stdout) || !location) throw new Error(`blob upload start failed:\n${post.stdout}`);
       const put = new URL(location, localUrl);
       put.searchParams.set('digest', digest);
-      const res = await cluster.exec(host, 'curl', [
-        '-s', '-X', 'PUT', '--noproxy', '*', '-o', '/dev/null', '-w', '%{http_code}',
-        '-H', 'Content-Type: application/octet-stream', '--upload-file', file, put.toString(),
-      ], { timeoutMs: 600_000 });
+      const res = await cluster.exec(
+        host,
+        'curl',
+        [
+          '-s',
+          '-X',
+          'PUT',
+          '--noproxy',
+          '*',
+          '-o',
+          '/dev/null',
+          '-w',
+          '%{http_code}',
+          '-H',
+          'Content-Type: application/octet-stream',
+          '--upload-file',
+          file,
+          put.toString(),
+        ],
+        { timeoutMs: 600_000 },
+      );
       if (res.stdout.trim() !== '201') throw new Error(`blob PUT ${digest} answered HTTP ${res.stdout.trim()}`);
     },
     stop,

@@ -85,7 +85,11 @@ export function startProgramCpuSampler(pids: () => number[], intervalMs = 500): 
       sample();
       const byProgram: Record<string, number> = {};
       for (const [pid, { program, seconds }] of last) byProgram[program] = (byProgram[program] ?? 0) + seconds - (base.get(pid) ?? 0);
-      return Object.fromEntries(Object.entries(byProgram).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, +v.toFixed(2)]));
+      return Object.fromEntries(
+        Object.entries(byProgram)
+          .sort((a, b) => b[1] - a[1])
+          .map(([k, v]) => [k, +v.toFixed(2)]),
+      );
     },
   };
 }

@@ -57,11 +57,11 @@ export function scenarioArgs(
       `usage: npx tsx bench/${script}.ts [--nodes 8]${size === null ? '' : ` [--size ${size}]`} [--node-rate ${nodeRate}] [--origin-rate ${formatBitRate(4 * parseBitRate(nodeRate))}]`,
       '  --nodes N          receiving nodes (each in its own network namespace)',
       ...(size === null ? [] : ['  --size S           blob size (16MiB, 64MiB, 50MB…)']),
-      '  --node-rate R      the nodes\' NIC caps (tc units: mbit = 10^6 bit/s): one rate for all, both directions,',
+      "  --node-rate R      the nodes' NIC caps (tc units: mbit = 10^6 bit/s): one rate for all, both directions,",
       '                     or groups in node order, e.g. 10mbit*24,3mbit*8 or 20mbit/5mbit*16,10mbit (down/up)',
       '  --rate-change C    links that change during the run, e.g. n7=1mbit@20s or n7=0.1x@20s (seconds from the start)',
-      '  --origin-rate R    the origin\'s (registry / seeder) NIC cap; default 4 × the fastest node\'s download',
-      '  --json-out FILE    write the result there as JSON, with the origin\'s egress samples (for bench/plot-cluster.ts)',
+      "  --origin-rate R    the origin's (registry / seeder) NIC cap; default 4 × the fastest node's download",
+      "  --json-out FILE    write the result there as JSON, with the origin's egress samples (for bench/plot-cluster.ts)",
       ...Object.entries(extraOptions).map(([k, v]) => `  --${k.padEnd(16)} ${v.help}`),
     ].join('\n');
   let values: Record<string, string | boolean | undefined>;
@@ -89,8 +89,19 @@ export function scenarioArgs(
     const jsonOut = values['json-out'] === undefined ? undefined : String(values['json-out']);
     // One rate for every node is written as before ('20mbit'); a description stays as given.
     const uniform = links.every((l) => l.steps.length === 1 && formatLink(l.steps[0]!) === formatLink(links[0]!.steps[0]!));
-    const nodeRateText = uniform && !/[*/,]/.test(String(values['node-rate'])) ? formatLink(links[0]!.steps[0]!) : String(values['node-rate']);
-    return { nodes, sizeBytes, sizeText, nodeRate: nodeRateText, links, rateChanges, originRate: formatBitRate(originBits), extra, jsonOut };
+    const nodeRateText =
+      uniform && !/[*/,]/.test(String(values['node-rate'])) ? formatLink(links[0]!.steps[0]!) : String(values['node-rate']);
+    return {
+      nodes,
+      sizeBytes,
+      sizeText,
+      nodeRate: nodeRateText,
+      links,
+      rateChanges,
+      originRate: formatBitRate(originBits),
+      extra,
+      jsonOut,
+    };
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage()}`);
     process.exit(2);
@@ -106,16 +117,26 @@ export function startRates(links: NodeLink[]): Array<{ up: number; down: number 
  * Changes the nodes' caps at the seconds --rate-change gives, counted from `t0` (nowSeconds()).
  * stop() cancels those not yet made and says when each one made was in place.
  */
-export function startRateChanges(c: Cluster, links: NodeLink[], t0: number, now: () => number): { stop(): Promise<Array<{ node: string; at: number; inPlace: number }>> } {
+export function startRateChanges(
+  c: Cluster,
+  links: NodeLink[],
+  t0: number,
+  now: () => number,
+): { stop(): Promise<Array<{ node: string; at: number; inPlace: number }>> } {
   const timers: NodeJS.Timeout[] = [];
   const made: Array<Promise<{ node: string; at: number; inPlace: number }>> = [];
   links.forEach((link, i) => {
     for (const step of link.steps.slice(1)) {
       const node = c.nodes[i]!;
       timers.push(
-        setTimeout(() => {
-          made.push(c.setRate(node, { up: step.up, down: step.down }).then(() => ({ node: node.name, at: step.at, inPlace: now() - t0 })));
-        }, Math.max(0, (t0 + step.at - now()) * 1000)),
+        setTimeout(
+          () => {
+            made.push(
+              c.setRate(node, { up: step.up, down: step.down }).then(() => ({ node: node.name, at: step.at, inPlace: now() - t0 })),
+            );
+          },
+          Math.max(0, (t0 + step.at - now()) * 1000),
+        ),
       );
     }
   });
@@ -167,7 +188,12 @@ export function againstOwnBounds(
   sourceUpBits: number,
 ): { perNode: Array<{ node: string; done: number; bound: number; group: string }>; ownBound: BoundRatios; lines: string[] } {
   const bounds = nodeBounds(F, sourceUpBits, links);
-  const perNode = timings.map((t, i) => ({ node: t.node, done: +t.done.toFixed(3), bound: +bounds[i]!.seconds.toFixed(3), group: links[i]!.group }));
+  const perNode = timings.map((t, i) => ({
+    node: t.node,
+    done: +t.done.toFixed(3),
+    bound: +bounds[i]!.seconds.toFixed(3),
+    group: links[i]!.group,
+  }));
   const ownBound = boundRatios(perNode);
   return { perNode, ownBound, lines: boundRatioLines(ownBound) };
 }

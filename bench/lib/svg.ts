@@ -69,7 +69,9 @@ export function lineChart(options: ChartOptions): string {
   const sx = (x: number) => margin.left + ((lx(x) - lx(xMin)) / (lx(xMax) - lx(xMin))) * plotW;
   const sy = (y: number) => margin.top + plotH - ((y - yMin) / (yMax - yMin)) * plotH;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+  );
   out.push(`<rect width="${width}" height="${height}" fill="white"/>`);
   out.push(`<text x="${width / 2}" y="22" text-anchor="middle" font-size="14" font-weight="bold">${escape(options.title)}</text>`);
   // axes and grid
@@ -117,12 +119,16 @@ export function lineChart(options: ChartOptions): string {
       previous = [x, point[1]];
     }
     if (coords.length) {
-      out.push(`<polyline fill="none" stroke="${color}" stroke-width="1.8"${series.dashed ? ' stroke-dasharray="6 4"' : ''} points="${coords.join(' ')}"/>`);
+      out.push(
+        `<polyline fill="none" stroke="${color}" stroke-width="1.8"${series.dashed ? ' stroke-dasharray="6 4"' : ''} points="${coords.join(' ')}"/>`,
+      );
     }
     if (options.series.length <= 1) return;
     const ly = margin.top + 10 + i * 18;
     const lx0 = margin.left + plotW + 12;
-    out.push(`<line x1="${lx0}" y1="${ly}" x2="${lx0 + 22}" y2="${ly}" stroke="${color}" stroke-width="2"${series.dashed ? ' stroke-dasharray="6 4"' : ''}/>`);
+    out.push(
+      `<line x1="${lx0}" y1="${ly}" x2="${lx0 + 22}" y2="${ly}" stroke="${color}" stroke-width="2"${series.dashed ? ' stroke-dasharray="6 4"' : ''}/>`,
+    );
     out.push(`<text x="${lx0 + 28}" y="${ly}" dominant-baseline="middle">${escape(series.label)}</text>`);
   });
   out.push('</svg>');

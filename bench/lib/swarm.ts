@@ -51,12 +51,18 @@ export interface SchedulerTask {
 /** `STARLING_CPU_PROF_DIR=DIR`: every peer writes a V8 CPU profile there when it stops. */
 function cpuProfileEnv(): Record<string, string> | undefined {
   return process.env.STARLING_CPU_PROF_DIR
-    ? { NODE_OPTIONS: `--import ${fileURLToPath(new URL('./cpu-prof-preload.mjs', import.meta.url))}`, STARLING_CPU_PROF_DIR: path.resolve(process.env.STARLING_CPU_PROF_DIR) }
+    ? {
+        NODE_OPTIONS: `--import ${fileURLToPath(new URL('./cpu-prof-preload.mjs', import.meta.url))}`,
+        STARLING_CPU_PROF_DIR: path.resolve(process.env.STARLING_CPU_PROF_DIR),
+      }
     : undefined;
 }
 
 async function answers(c: Cluster, host: ClusterHost, url: string): Promise<boolean> {
-  return (await c.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', url], { allowFail: true })).stdout === '200';
+  return (
+    (await c.exec(host, 'curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '--noproxy', '*', url], { allowFail: true })).stdout ===
+    '200'
+  );
 }
 
 /** Starts the scheduler, the seed and every node's peer, and waits until all of them answer. */
@@ -79,10 +85,26 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
   const token = ['--cluster-token-file', tokenFile];
   try {
     services.push(
-      await c.spawn(sched, process.execPath, [CLI, 'scheduler', '--listen', scheduler, '--metrics-listen', schedulerApi, ...token, '--candidate-parent-limit', options.parentLimit ?? '5', ...(options.schedulerArgs ?? [])], {
-        name: 'scheduler',
-        logFile: log('scheduler'),
-      }),
+      await c.spawn(
+        sched,
+        process.execPath,
+        [
+          CLI,
+          'scheduler',
+          '--listen',
+          scheduler,
+          '--metrics-listen',
+          schedulerApi,
+          ...token,
+          '--candidate-parent-limit',
+          options.parentLimit ?? '5',
+          ...(options.schedulerArgs ?? []),
+        ],
+        {
+          name: 'scheduler',
+          logFile: log('scheduler'),
+        },
+      ),
     );
     await waitFor(() => answers(c, sched, `http://${schedulerApi}/healthz`), 30_000, 'scheduler');
     const startPeer = (host: ClusterHost, seed: boolean) =>
@@ -90,9 +112,24 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
         host,
         process.execPath,
         [
-          CLI, 'peer', '--data-dir', dataDir(host), '--mirror-listen', MIRROR,
-          '--insecure-registry', options.registryHost, '--scheduler', scheduler, '--upload-listen', `${host.ip}:65002`,
-          '--host-id', host.name, '--log-level', 'warn', ...token, ...(seed ? ['--seed'] : []),
+          CLI,
+          'peer',
+          '--data-dir',
+          dataDir(host),
+          '--mirror-listen',
+          MIRROR,
+          '--insecure-registry',
+          options.registryHost,
+          '--scheduler',
+          scheduler,
+          '--upload-listen',
+          `${host.ip}:65002`,
+          '--host-id',
+          host.name,
+          '--log-level',
+          'warn',
+          ...token,
+          ...(seed ? ['--seed'] : []),
           ...((seed ? options.seedArgs : options.peerArgs) ?? []),
         ],
         { name: host.name, logFile: log(host.name), env: cpuProfileEnv() },
@@ -100,7 +137,9 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
     services.push(await startPeer(c.seed, true));
     services.push(...(await Promise.all(c.nodes.map((node) => startPeer(node, false)))));
     // Every mirror answers before the clock starts.
-    await Promise.all([c.seed, ...c.nodes].map((host) => waitFor(() => answers(c, host, `http://${MIRROR}/healthz`), 30_000, `${host.name} peer`)));
+    await Promise.all(
+      [c.seed, ...c.nodes].map((host) => waitFor(() => answers(c, host, `http://${MIRROR}/healthz`), 30_000, `${host.name} peer`)),
+    );
   } catch (error) {
     await stop();
     throw error;

@@ -215,5 +215,6 @@ export const api = {
   jobs: (limit = 50) => request<Job[]>('GET', `/jobs${query({ limit })}`),
   job: (id: number) => request<Job>('GET', `/jobs/${id}`),
   createPreheat: (body: PreheatRequest) => request<Job>('POST', '/jobs', body),
-  audit: (filter: { before?: number; action?: string; actor?: string; limit?: number }) => request<AuditEntry[]>('GET', `/audit${query(filter)}`),
+  audit: (filter: { before?: number; action?: string; actor?: string; limit?: number }) =>
+    request<AuditEntry[]>('GET', `/audit${query(filter)}`),
 };

@@ -59,7 +59,10 @@ export function SessionGate({ Login, children }: { Login: (props: LoginProps) =>
     staleTime: Infinity,
   });
 
-  const session = useMemo<Session | null>(() => (me.data ? { me: me.data, isAdmin: me.data.user.role === 'admin', logout } : null), [me.data, logout]);
+  const session = useMemo<Session | null>(
+    () => (me.data ? { me: me.data, isAdmin: me.data.user.role === 'admin', logout } : null),
+    [me.data, logout],
+  );
 
   const onLogin = (good: string, who: Me) => {
     tokenStore.set(good);
@@ -70,7 +73,8 @@ export function SessionGate({ Login, children }: { Login: (props: LoginProps) =>
 
   if (!token) return <Login notice={notice} onLogin={onLogin} />;
   if (me.error) {
-    const why = me.error instanceof ApiError && me.error.status === 401 ? 'Your token is no longer accepted; log in again.' : me.error.message;
+    const why =
+      me.error instanceof ApiError && me.error.status === 401 ? 'Your token is no longer accepted; log in again.' : me.error.message;
     return <Login notice={why} onLogin={onLogin} />;
   }
   if (!session) return <p className="loading">Loading…</p>;

@@ -51,7 +51,10 @@ export async function buildStarlingImage(options: BuildImageOptions = {}): Promi
   const tag = options.tag ?? 'latest';
   const cacheDir = options.cacheDir ?? DEFAULT_CACHE;
   const inputs = await gatherInputs(log);
-  const key = createHash('sha256').update(JSON.stringify({ ...inputs, tag })).digest('hex').slice(0, 24);
+  const key = createHash('sha256')
+    .update(JSON.stringify({ ...inputs, tag }))
+    .digest('hex')
+    .slice(0, 24);
   const buildDir = join(cacheDir, key);
   const resultFile = join(buildDir, 'build.json');
   if (!options.noCache && existsSync(resultFile)) {
@@ -161,7 +164,12 @@ async function main(argv: string[]): Promise<void> {
     return i >= 0 ? argv[i + 1] : undefined;
   };
   const started = Date.now();
-  const image = await buildStarlingImage({ tag: flag('--tag'), cacheDir: flag('--cache-dir'), noCache: argv.includes('--no-cache'), log: (line) => console.error(line) });
+  const image = await buildStarlingImage({
+    tag: flag('--tag'),
+    cacheDir: flag('--cache-dir'),
+    noCache: argv.includes('--no-cache'),
+    log: (line) => console.error(line),
+  });
   const push = flag('--push');
   if (push) await pushImage(image, push, !argv.includes('--dest-tls-verify=false'));
   const out = flag('--out');

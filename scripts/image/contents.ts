@@ -44,7 +44,12 @@ export async function buildNativeAddons(log: (line: string) => void): Promise<vo
 }
 
 /** Debian's runtime libraries, libfuse3 and busybox, from their .deb files (kept under the cache). */
-export async function baseEntries(cacheDir: string, staging: string, packages: DebianPackage[], log: (line: string) => void): Promise<Map<string, LayerEntry>> {
+export async function baseEntries(
+  cacheDir: string,
+  staging: string,
+  packages: DebianPackage[],
+  log: (line: string) => void,
+): Promise<Map<string, LayerEntry>> {
   const debDir = join(cacheDir, 'debs');
   await mkdir(debDir, { recursive: true });
   const root = join(staging, 'base');
@@ -65,10 +70,19 @@ export async function baseEntries(cacheDir: string, staging: string, packages: D
   const user = IMAGE_USER;
   const etc = join(staging, 'etc');
   await mkdir(etc);
-  await writeFile(join(etc, 'passwd'), `root:x:0:0:root:/root:/bin/sh\n${user.name}:x:${user.uid}:${user.gid}:${user.name}:/var/lib/starling:/bin/false\n`);
+  await writeFile(
+    join(etc, 'passwd'),
+    `root:x:0:0:root:/root:/bin/sh\n${user.name}:x:${user.uid}:${user.gid}:${user.name}:/var/lib/starling:/bin/false\n`,
+  );
   await writeFile(join(etc, 'group'), `root:x:0:\n${user.name}:x:${user.gid}:\n`);
   for (const name of ['passwd', 'group']) {
-    entries.set(`/etc/${name}`, { type: 'file', path: `/etc/${name}`, mode: 0o644, source: join(etc, name), size: (await stat(join(etc, name))).size });
+    entries.set(`/etc/${name}`, {
+      type: 'file',
+      path: `/etc/${name}`,
+      mode: 0o644,
+      source: join(etc, name),
+      size: (await stat(join(etc, name))).size,
+    });
   }
   entries.set('/tmp', { type: 'dir', path: '/tmp', mode: 0o1777 });
   entries.set('/root', { type: 'dir', path: '/root', mode: 0o700 });
@@ -83,7 +97,13 @@ export async function nodeEntries(staging: string): Promise<Map<string, LayerEnt
   // strip (binutils, which node-gyp's toolchain brings) takes 99 MB to 86 MB: 31 MB gzip'd.
   await run('strip', ['-o', binary, await realpath(process.execPath)]);
   const entries = new Map<string, LayerEntry>();
-  entries.set('/usr/local/bin/node', { type: 'file', path: '/usr/local/bin/node', mode: 0o755, source: binary, size: (await stat(binary)).size });
+  entries.set('/usr/local/bin/node', {
+    type: 'file',
+    path: '/usr/local/bin/node',
+    mode: 0o755,
+    source: binary,
+    size: (await stat(binary)).size,
+  });
   return entries;
 }
 
@@ -98,7 +118,12 @@ export async function moduleEntries(staging: string, log: (line: string) => void
   const entries = new Map<string, LayerEntry>();
   await addTree(entries, join(dir, 'node_modules'), `${APP_DIR}/node_modules`, keepModuleFile);
   for (const name of NATIVE_ADDONS) {
-    await addTree(entries, join(REPO, 'native', name, 'build', 'Release'), `${APP_DIR}/native/${name}/build/Release`, (rel, isDir) => !isDir && rel.endsWith('.node'));
+    await addTree(
+      entries,
+      join(REPO, 'native', name, 'build', 'Release'),
+      `${APP_DIR}/native/${name}/build/Release`,
+      (rel, isDir) => !isDir && rel.endsWith('.node'),
+    );
   }
   return entries;
 }
@@ -125,6 +150,12 @@ export async function appEntries(): Promise<Map<string, LayerEntry>> {
   await addTree(entries, join(REPO, 'dist'), `${APP_DIR}/dist`, (rel) => !rel.endsWith('.map'));
   await addTree(entries, join(REPO, 'console', 'dist'), `${APP_DIR}/console/dist`);
   await addTree(entries, join(REPO, 'proto'), `${APP_DIR}/proto`);
-  entries.set(`${APP_DIR}/package.json`, { type: 'file', path: `${APP_DIR}/package.json`, mode: 0o644, source: join(REPO, 'package.json'), size: (await stat(join(REPO, 'package.json'))).size });
+  entries.set(`${APP_DIR}/package.json`, {
+    type: 'file',
+    path: `${APP_DIR}/package.json`,
+    mode: 0o644,
+    source: join(REPO, 'package.json'),
+    size: (await stat(join(REPO, 'package.json'))).size,
+  });
   return entries;
 }

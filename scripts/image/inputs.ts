@@ -72,6 +72,7 @@ async function listFiles(dir: string, prefix = ''): Promise<string[]> {
 async function fileHash(path: string): Promise<string> {
   const info = await stat(path).catch(() => undefined);
   if (!info) return `symlink:${await readlink(path)}`; // a dangling link
-  return createHash('sha256').update(await readFile(path)).digest('hex');
+  return createHash('sha256')
+    .update(await readFile(path))
+    .digest('hex');
 }
-

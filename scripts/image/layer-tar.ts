@@ -41,7 +41,8 @@ export async function addTree(
       else if (info.isDirectory()) {
         entries.set(path, { type: 'dir', path, mode: info.mode & 0o7777 });
         await walk(rel);
-      } else if (info.isFile()) entries.set(path, { type: 'file', path, mode: info.mode & 0o7777, source: join(sourceDir, rel), size: info.size });
+      } else if (info.isFile())
+        entries.set(path, { type: 'file', path, mode: info.mode & 0o7777, source: join(sourceDir, rel), size: info.size });
       // sockets, fifos and devices have no place in an image
     }
   };
@@ -73,7 +74,11 @@ export async function writeLayer(entries: Map<string, LayerEntry>, file: string,
     } else if (entry.type === 'symlink') {
       await addEntry(pack, { ...common, name, type: 'symlink', linkname: entry.target, mode: 0o777 });
     } else {
-      await addEntry(pack, { ...common, name, type: 'file', mode: entry.mode, size: entry.size, uid: entry.uid ?? 0, gid: entry.gid ?? 0 }, entry.source);
+      await addEntry(
+        pack,
+        { ...common, name, type: 'file', mode: entry.mode, size: entry.size, uid: entry.uid ?? 0, gid: entry.gid ?? 0 },
+        entry.source,
+      );
     }
   }
   pack.finalize();

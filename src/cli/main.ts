@@ -16,11 +16,7 @@ import { registerStatCommand } from './commands/stat.js';
 import { registerUpCommand } from './commands/up.js';
 
 const program = new Command();
-program
-  .name('starling')
-  .description('Peer-to-peer container-image distribution with lazy pulling')
-  .version('0.1.0')
-  .showHelpAfterError();
+program.name('starling').description('Peer-to-peer container-image distribution with lazy pulling').version('0.1.0').showHelpAfterError();
 
 // Each subcommand lives in its own module under cli/commands/ and registers itself here.
 registerEstargzCommands(program);

@@ -8,10 +8,7 @@ import { UserError } from './errors.js';
  * Loads a process's configuration: the YAML file (if any), then the command-line flags on top
  * (flags win), validated by one schema. Every problem is reported with the key that caused it.
  */
-export function loadConfig<S extends z.ZodType>(
-  schema: S,
-  options: { file?: string; flags?: Record<string, unknown> },
-): z.output<S> {
+export function loadConfig<S extends z.ZodType>(schema: S, options: { file?: string; flags?: Record<string, unknown> }): z.output<S> {
   let fromFile: unknown = {};
   if (options.file) {
     let text: string;

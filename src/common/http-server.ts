@@ -81,7 +81,10 @@ export function createLimitedServer(handler: RequestListener, options: ServerOpt
     const now = Date.now();
     if (now - lastDropLog < DROP_LOG_INTERVAL_MS) return;
     lastDropLog = now;
-    options.log?.warn({ server: options.what, maxConnections: limits.maxConnections, refused: dropped }, 'connection limit reached: refusing new connections');
+    options.log?.warn(
+      { server: options.what, maxConnections: limits.maxConnections, refused: dropped },
+      'connection limit reached: refusing new connections',
+    );
     dropped = 0;
   });
   // A TLS handshake that fails (a client without the cluster CA, a plain-HTTP client) is the client's problem.
@@ -90,7 +93,11 @@ export function createLimitedServer(handler: RequestListener, options: ServerOpt
 }
 
 /** Starts a limited server on HOST:PORT and resolves with the address it really got. */
-export async function listenHttp(listen: string, handler: RequestListener, options: ServerOptions): Promise<{ server: Server; address: string }> {
+export async function listenHttp(
+  listen: string,
+  handler: RequestListener,
+  options: ServerOptions,
+): Promise<{ server: Server; address: string }> {
   const { host, port } = parseListenAddress(listen, `${options.what} listen address`);
   const server = createLimitedServer(handler, options);
   await new Promise<void>((resolve, reject) => {

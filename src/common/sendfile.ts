@@ -35,7 +35,12 @@ export async function sendFileRange(res: ServerResponse, fileFd: number, offset:
   // (headersSent turns true at writeHead, before anything is written: flush unconditionally.)
   res.flushHeaders();
   const deadline = Date.now() + STALL_TIMEOUT_MS;
-  while (res.writableLength > 0 || socket.writableLength > 0 || socket.writableCorked > 0 || (socket as { _httpMessage?: unknown })._httpMessage !== res) {
+  while (
+    res.writableLength > 0 ||
+    socket.writableLength > 0 ||
+    socket.writableCorked > 0 ||
+    (socket as { _httpMessage?: unknown })._httpMessage !== res
+  ) {
     if (res.destroyed || socket.destroyed) throw new Error('the client went away');
     if (Date.now() > deadline) throw new Error('the response headers never left');
     await sleep(1);

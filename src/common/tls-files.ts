@@ -41,7 +41,10 @@ export async function ensureTlsFiles(dir: string, names: { dns: string[]; ips: s
 }
 
 /** A new CA and one leaf certificate it signed, all PEM. */
-export async function issueClusterCertificates(names: { dns: string[]; ips: string[] }): Promise<{ ca: string; cert: string; key: string }> {
+export async function issueClusterCertificates(names: {
+  dns: string[];
+  ips: string[];
+}): Promise<{ ca: string; cert: string; key: string }> {
   const authority = await createAuthority(CA_DAYS);
   const leaf = await issueLeaf(authority, { commonName: 'starling', ...names }, UP_LEAF_DAYS);
   return { ca: authority.cert, ...leaf };
@@ -85,7 +88,9 @@ export async function writeClusterCertificates(dir: string, options: ClusterCert
     const authority = await createAuthority(CA_DAYS);
     await writeAtomically(where.key, authority.key, 0o600);
     await writeAtomically(where.cert, authority.cert, 0o644);
-    done.push(`${where.cert}, ${where.key}: a new CA, ${describe(authority.cert)} (keep ca.key safe: it signs every certificate of the cluster)`);
+    done.push(
+      `${where.cert}, ${where.key}: a new CA, ${describe(authority.cert)} (keep ca.key safe: it signs every certificate of the cluster)`,
+    );
     done.push(...(await writeLeaves(dir, authority.cert, authority.key, options)));
     return done;
   }
@@ -95,8 +100,12 @@ export async function writeClusterCertificates(dir: string, options: ClusterCert
     const authority = await createAuthority(CA_DAYS);
     await writeAtomically(where.key, authority.key, 0o600);
     await writeAtomically(where.cert, [authority.cert, ...cas.map((pem) => `${pem}\n`)].join(''), 0o644);
-    done.push(`${where.cert}: a new CA, ${describe(authority.cert)}, in front of the ${cas.length} it held; ${where.key} is the new CA's key`);
-    done.push('the components\' certificates are left as they were: once every pod trusts both CAs, run this again without --new-ca to sign them with the new one');
+    done.push(
+      `${where.cert}: a new CA, ${describe(authority.cert)}, in front of the ${cas.length} it held; ${where.key} is the new CA's key`,
+    );
+    done.push(
+      "the components' certificates are left as they were: once every pod trusts both CAs, run this again without --new-ca to sign them with the new one",
+    );
     return done;
   }
   if (options.ca === 'retire') {
@@ -107,7 +116,9 @@ export async function writeClusterCertificates(dir: string, options: ClusterCert
       const file = join(dir, `${name}.crt`);
       if (!existsSync(file)) continue;
       if (!new X509Certificate(await readFile(file)).verify(authority.publicKey)) {
-        throw new UserError(`${file} is not signed by the newest CA in ${where.cert}: run this without --retire-old-ca first (and roll the pods), then retire the old CA`);
+        throw new UserError(
+          `${file} is not signed by the newest CA in ${where.cert}: run this without --retire-old-ca first (and roll the pods), then retire the old CA`,
+        );
       }
     }
     if (cas.length === 1) {
@@ -123,7 +134,13 @@ export async function writeClusterCertificates(dir: string, options: ClusterCert
 }
 
 /** A new certificate and key for every component, signed by the CA (the first of `caBundle`). */
-async function writeLeaves(dir: string, caBundle: string, caKey: string, options: ClusterCertificateOptions, where = { cert: join(dir, 'ca.crt'), key: join(dir, 'ca.key') }): Promise<string[]> {
+async function writeLeaves(
+  dir: string,
+  caBundle: string,
+  caKey: string,
+  options: ClusterCertificateOptions,
+  where = { cert: join(dir, 'ca.crt'), key: join(dir, 'ca.key') },
+): Promise<string[]> {
   const authority = await loadAuthority(caBundle, caKey, where);
   const done: string[] = [];
   for (const [name, names] of Object.entries(options.leaves)) {

@@ -72,7 +72,9 @@ export async function loadAuthority(certPem: string, keyPem: string, where: { ce
     throw new UserError(`${where.key} is not a PEM private key: ${(error as Error).message}`);
   }
   if (nodeKey.asymmetricKeyType !== 'ec' || nodeKey.asymmetricKeyDetails?.namedCurve !== 'prime256v1') {
-    throw new UserError(`${where.key} is not an ECDSA P-256 key (the kind starling certs makes); sign the leaves with your own tools instead`);
+    throw new UserError(
+      `${where.key} is not an ECDSA P-256 key (the kind starling certs makes); sign the leaves with your own tools instead`,
+    );
   }
   if (!cert.checkPrivateKey(nodeKey)) throw new UserError(`${where.key} is not the key of the CA certificate in ${where.cert}`);
   if (Date.parse(cert.validTo) < Date.now()) throw new UserError(`the CA certificate in ${where.cert} expired on ${cert.validTo}`);

@@ -47,7 +47,9 @@ export interface TlsFlags {
 /** Builds the tls section of a config from flags: all three or none, naming what is missing. */
 export function tlsFlags(options: TlsFlags): TlsFiles | undefined {
   const given = { cert: options.tlsCert, key: options.tlsKey, ca: options.tlsCa };
-  const missing = Object.entries(given).filter(([, value]) => !value).map(([name]) => `--tls-${name}`);
+  const missing = Object.entries(given)
+    .filter(([, value]) => !value)
+    .map(([name]) => `--tls-${name}`);
   if (missing.length === 3) return undefined;
   if (missing.length) throw new UserError(`TLS needs --tls-cert, --tls-key and --tls-ca together; missing ${missing.join(', ')}`);
   return given as TlsFiles;

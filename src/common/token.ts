@@ -22,7 +22,9 @@ export function readTokenFile(path: string | undefined): string | undefined {
  * hashed first, so neither the token's bytes nor its length show in how long a wrong guess takes.
  */
 export function bearerMatches(header: string | undefined, token: string): boolean {
-  const given = createHash('sha256').update(header ?? '').digest();
+  const given = createHash('sha256')
+    .update(header ?? '')
+    .digest();
   const expected = createHash('sha256').update(`Bearer ${token}`).digest();
   return timingSafeEqual(given, expected);
 }

@@ -38,22 +38,38 @@ const INDEX_TYPES = new Set<string>([MediaType.OciIndex, MediaType.DockerManifes
  * Converts the image `srcReference` of `src` into `dst` under `dstTag`. The tag is written last:
  * if anything fails, blobs may have been pushed but no manifest is tagged.
  */
-export async function convertImage(src: ImageStore, srcReference: string, dst: ImageStore, dstTag: string, options: ConvertOptions): Promise<ConvertResult> {
+export async function convertImage(
+  src: ImageStore,
+  srcReference: string,
+  dst: ImageStore,
+  dstTag: string,
+  options: ConvertOptions,
+): Promise<ConvertResult> {
   const tmp = await mkdtemp(join(options.tmpDir ?? tmpdir(), 'starling-convert-'));
   const base: ManifestOptions = { ...options, tmpDir: tmp, progress: options.progress ?? new Progress() };
   try {
     const top = await src.getManifest(srcReference);
     if (!isIndex(top)) {
-      if (!isImageManifest(top.mediaType) && top.mediaType) throw new UserError(`${src.name}:${srcReference} is a ${top.mediaType}, not an image`);
+      if (!isImageManifest(top.mediaType) && top.mediaType)
+        throw new UserError(`${src.name}:${srcReference} is a ${top.mediaType}, not an image`);
       checkRecording(options.recording, [top.digest]);
-      const converted = await convertManifest(src, dst, top, { ...base, expectPlatform: options.platform, recorded: options.recording?.get(top.digest) });
+      const converted = await convertManifest(src, dst, top, {
+        ...base,
+        expectPlatform: options.platform,
+        recorded: options.recording?.get(top.digest),
+      });
       await dst.putManifest(converted.bytes, converted.mediaType, dstTag);
       return { digest: converted.digest, mediaType: converted.mediaType, missingPrioritized: converted.missing };
     }
     const index = parseIndex(top, src.name);
     const images = index.manifests.filter((m) => isImageManifest(m.mediaType));
-    const chosen = options.allPlatforms ? images : [pickPlatform(images, options.platform ?? hostPlatform(), `${src.name}:${srcReference}`)];
-    checkRecording(options.recording, chosen.map((m) => m.digest));
+    const chosen = options.allPlatforms
+      ? images
+      : [pickPlatform(images, options.platform ?? hostPlatform(), `${src.name}:${srcReference}`)];
+    checkRecording(
+      options.recording,
+      chosen.map((m) => m.digest),
+    );
     const convertedDescriptors: Descriptor[] = []; // in the index's order
     let missing: string[] | undefined;
     for (const descriptor of chosen) {
@@ -88,7 +104,8 @@ export async function convertImage(src: ImageStore, srcReference: string, dst: I
 export async function resolveImageManifest(src: ImageStore, reference: string, platform?: Platform): Promise<Manifest> {
   const top = await src.getManifest(reference);
   if (!isIndex(top)) {
-    if (!isImageManifest(top.mediaType) && top.mediaType) throw new UserError(`${src.name}:${reference} is a ${top.mediaType}, not an image`);
+    if (!isImageManifest(top.mediaType) && top.mediaType)
+      throw new UserError(`${src.name}:${reference} is a ${top.mediaType}, not an image`);
     return top;
   }
   const images = parseIndex(top, src.name).manifests.filter((m) => isImageManifest(m.mediaType));
@@ -126,6 +143,8 @@ function pickPlatform(manifests: Descriptor[], platform: Platform, where: string
 function checkRecording(recording: Recording | undefined, digests: string[]): void {
   if (!recording) return;
   if (!digests.some((d) => recording.has(d))) {
-    throw new UserError(`--record-in holds records for ${[...recording.keys()].join(', ')}, none of which is the converted manifest (${digests.join(', ')})`);
+    throw new UserError(
+      `--record-in holds records for ${[...recording.keys()].join(', ')}, none of which is the converted manifest (${digests.join(', ')})`,
+    );
   }
 }

@@ -3,8 +3,14 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { UserError } from '../common/errors.js';
 import {
-  buildEstargz, openEstargz, verifyEstargz, TOC_DIGEST_ANNOTATION, UNCOMPRESSED_SIZE_ANNOTATION,
-  ZSTD_MANIFEST_CHECKSUM_ANNOTATION, ZSTD_MANIFEST_POSITION_ANNOTATION, type EstargzReader,
+  buildEstargz,
+  openEstargz,
+  verifyEstargz,
+  TOC_DIGEST_ANNOTATION,
+  UNCOMPRESSED_SIZE_ANNOTATION,
+  ZSTD_MANIFEST_CHECKSUM_ANNOTATION,
+  ZSTD_MANIFEST_POSITION_ANNOTATION,
+  type EstargzReader,
 } from '../estargz/index.js';
 import { MediaType } from '../oci/media-types.js';
 import { verifiedBlob } from './blob-io.js';
@@ -40,7 +46,13 @@ export interface LayerResult {
   file?: string;
 }
 
-const LAYER_TYPES = new Set<string>([MediaType.OciLayerGzip, MediaType.OciLayerTar, MediaType.OciLayerZstd, MediaType.DockerLayerGzip, 'application/vnd.docker.image.rootfs.diff.tar']);
+const LAYER_TYPES = new Set<string>([
+  MediaType.OciLayerGzip,
+  MediaType.OciLayerTar,
+  MediaType.OciLayerZstd,
+  MediaType.DockerLayerGzip,
+  'application/vnd.docker.image.rootfs.diff.tar',
+]);
 
 /**
  * Rewrites one layer as eStargz (or zstd:chunked). A layer that already is one, in the wanted
@@ -69,12 +81,21 @@ export async function convertLayer(job: LayerJob, options: LayerOptions): Promis
 
   const output = join(options.tmpDir, `layer-${layer.digest.slice(7)}-${wanted}`);
   try {
-    const input = Readable.from(verifiedBlob(job.source, layer, (n) => options.progress.update(`${label} ${short(layer.digest)}: converting ${megabytes(n)} / ${megabytes(layer.size)}`)));
+    const input = Readable.from(
+      verifiedBlob(job.source, layer, (n) =>
+        options.progress.update(`${label} ${short(layer.digest)}: converting ${megabytes(n)} / ${megabytes(layer.size)}`),
+      ),
+    );
     const result = await buildEstargz(input, createWriteStream(output), {
-      compression: wanted, level: options.level, chunkSize: options.chunkSize, workers: options.workers,
-      prioritizedFiles, missingPrioritized: prioritizedFiles ? job.missing : undefined,
+      compression: wanted,
+      level: options.level,
+      chunkSize: options.chunkSize,
+      workers: options.workers,
+      prioritizedFiles,
+      missingPrioritized: prioritizedFiles ? job.missing : undefined,
       // Always spool, like Go's Build: a tar naming a path twice keeps the last one.
-      spool: true, tmpDir: options.tmpDir,
+      spool: true,
+      tmpDir: options.tmpDir,
     });
     const annotations: Record<string, string> = {
       ...layer.annotations,
@@ -86,7 +107,11 @@ export async function convertLayer(job: LayerJob, options: LayerOptions): Promis
       annotations[ZSTD_MANIFEST_POSITION_ANNOTATION] = result.zstdManifest.position;
     }
     options.progress.done(`${label} ${short(layer.digest)} -> ${short(result.digest)} (${formatName(wanted)}, ${megabytes(result.size)})`);
-    return { layer: { mediaType: targetMediaType(wanted), digest: result.digest, size: result.size, annotations }, diffID: result.diffID, file: output };
+    return {
+      layer: { mediaType: targetMediaType(wanted), digest: result.digest, size: result.size, annotations },
+      diffID: result.diffID,
+      file: output,
+    };
   } catch (error) {
     throw new UserError(`${label} (${layer.digest}) of ${job.source.name}: ${(error as Error).message}`, { cause: error });
   }
@@ -108,10 +133,16 @@ async function keepIfEstargz(job: LayerJob, wanted: 'gzip' | 'zstd', options: La
       throw new UserError(`${job.label} (${job.layer.digest}) looks like ${formatName(wanted)} but fails verification: ${error.message}`);
     });
     if (verified.diffID !== job.diffID) {
-      throw new UserError(`${job.label} (${job.layer.digest}): its content has diff ID ${verified.diffID} but the config says ${job.diffID}`);
+      throw new UserError(
+        `${job.label} (${job.layer.digest}): its content has diff ID ${verified.diffID} but the config says ${job.diffID}`,
+      );
     }
     options.progress.done(`${job.label} ${short(job.layer.digest)}: already ${formatName(wanted)}, kept`);
-    const annotations = { ...job.layer.annotations, [TOC_DIGEST_ANNOTATION]: reader.tocDigest, [UNCOMPRESSED_SIZE_ANNOTATION]: String(verified.uncompressedSize) };
+    const annotations = {
+      ...job.layer.annotations,
+      [TOC_DIGEST_ANNOTATION]: reader.tocDigest,
+      [UNCOMPRESSED_SIZE_ANNOTATION]: String(verified.uncompressedSize),
+    };
     return { layer: { ...job.layer, mediaType: targetMediaType(wanted), annotations }, diffID: job.diffID };
   } finally {
     await source.close?.();

@@ -3,8 +3,7 @@ import { parseImageReference, type ImageReference } from '../oci/reference.js';
 
 /** Where an image is read from or written to: a registry, or an OCI image layout directory. */
 export type ImageLocation =
-  | { kind: 'registry'; ref: ImageReference; text: string }
-  | { kind: 'oci'; dir: string; tag?: string; text: string };
+  { kind: 'registry'; ref: ImageReference; text: string } | { kind: 'oci'; dir: string; tag?: string; text: string };
 
 /** Parses `oci:DIR[:TAG]` or a registry reference (`registry/repo[:tag][@digest]`). */
 export function parseLocation(text: string, role: 'source' | 'destination'): ImageLocation {
@@ -14,7 +13,8 @@ export function parseLocation(text: string, role: 'source' | 'destination'): Ima
     const colon = rest.lastIndexOf(':');
     const [dir, tag] = colon > 0 && !rest.slice(colon).includes('/') ? [rest.slice(0, colon), rest.slice(colon + 1)] : [rest, undefined];
     if (!dir) throw new UserError(`${role} "${text}": oci: needs a directory`);
-    if (tag !== undefined && !/^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$/.test(tag)) throw new UserError(`${role} "${text}": invalid tag "${tag}"`);
+    if (tag !== undefined && !/^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$/.test(tag))
+      throw new UserError(`${role} "${text}": invalid tag "${tag}"`);
     return { kind: 'oci', dir, tag, text };
   }
   let ref: ImageReference;
@@ -23,6 +23,7 @@ export function parseLocation(text: string, role: 'source' | 'destination'): Ima
   } catch (error) {
     throw new UserError(`${role} "${text}": ${(error as Error).message}`);
   }
-  if (role === 'destination' && ref.digest) throw new UserError(`destination "${text}" names a digest; give a tag (the converted image has a new digest)`);
+  if (role === 'destination' && ref.digest)
+    throw new UserError(`destination "${text}" names a digest; give a tag (the converted image has a new digest)`);
   return { kind: 'registry', ref, text };
 }

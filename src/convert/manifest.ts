@@ -39,7 +39,12 @@ export function isImageManifest(mediaType: string): boolean {
  * manifest carrying the layer annotations. Blobs are pushed to `dst` as they are ready; the
  * manifest is returned, not pushed, so the caller decides what gets the tag.
  */
-export async function convertManifest(src: ImageStore, dst: ImageStore, manifest: Manifest, options: ManifestOptions): Promise<ConvertedManifest> {
+export async function convertManifest(
+  src: ImageStore,
+  dst: ImageStore,
+  manifest: Manifest,
+  options: ManifestOptions,
+): Promise<ConvertedManifest> {
   const parsed = parseImageManifest(manifest, src.name);
   const configBytes = await readSmallBlob(src, parsed.config, 'config');
   const config = parseConfig(configBytes, src.name, parsed.config.digest);
@@ -48,11 +53,14 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
   }
   const diffIDs = config.rootfs?.diff_ids ?? [];
   if (diffIDs.length !== parsed.layers.length) {
-    throw new UserError(`${src.name}: config ${short(parsed.config.digest)} lists ${diffIDs.length} diff_ids for ${parsed.layers.length} layers`);
+    throw new UserError(
+      `${src.name}: config ${short(parsed.config.digest)} lists ${diffIDs.length} diff_ids for ${parsed.layers.length} layers`,
+    );
   }
   if (options.recorded) {
     for (const index of options.recorded.keys()) {
-      if (index >= parsed.layers.length) throw new UserError(`--record-in names layer ${index}, but ${manifest.digest} has ${parsed.layers.length} layers`);
+      if (index >= parsed.layers.length)
+        throw new UserError(`--record-in names layer ${index}, but ${manifest.digest} has ${parsed.layers.length} layers`);
     }
   }
 
@@ -66,7 +74,10 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
       missingPerLayer.push(missing);
       const result = await convertLayer(
         {
-          source: src, layer, diffID, label: `layer ${i + 1}/${parsed.layers.length}`,
+          source: src,
+          layer,
+          diffID,
+          label: `layer ${i + 1}/${parsed.layers.length}`,
           prioritized: options.recorded ? options.recorded.get(i) : options.prioritizedFiles,
           missing: options.recorded ? undefined : missing,
         },
@@ -94,7 +105,12 @@ export async function convertManifest(src: ImageStore, dst: ImageStore, manifest
   // Mounting is tried first: an unchanged config (all layers kept) is already in the source.
   await dst.putBlob(configDescriptor, async () => configFile, src);
 
-  const out: ImageManifest = { schemaVersion: 2, mediaType: MediaType.OciManifest, config: configDescriptor, layers: results.map((r) => r.layer) };
+  const out: ImageManifest = {
+    schemaVersion: 2,
+    mediaType: MediaType.OciManifest,
+    config: configDescriptor,
+    layers: results.map((r) => r.layer),
+  };
   if (parsed.annotations) out.annotations = parsed.annotations;
   const bytes = Buffer.from(JSON.stringify(out));
   // A path is missing from the image only if no layer held it.
@@ -110,7 +126,9 @@ export function parseImageManifest(manifest: Manifest, where: string): ImageMani
     throw new UserError(`${where}: manifest ${manifest.digest} is not JSON: ${(error as Error).message}`);
   }
   if (parsed?.schemaVersion !== 2 || !parsed.config?.digest || !Array.isArray(parsed.layers)) {
-    throw new UserError(`${where}: manifest ${manifest.digest} (${manifest.mediaType || 'no media type'}) is not an OCI or Docker v2 image manifest`);
+    throw new UserError(
+      `${where}: manifest ${manifest.digest} (${manifest.mediaType || 'no media type'}) is not an OCI or Docker v2 image manifest`,
+    );
   }
   return parsed;
 }

@@ -8,7 +8,9 @@ export interface Platform {
 
 /** The default platform to convert from an index: this host's, as containerd would pull. */
 export function hostPlatform(): Platform {
-  const architecture = ({ x64: 'amd64', arm64: 'arm64', arm: 'arm', ia32: '386', ppc64: 'ppc64le', s390x: 's390x' } as Record<string, string>)[process.arch] ?? process.arch;
+  const architecture =
+    ({ x64: 'amd64', arm64: 'arm64', arm: 'arm', ia32: '386', ppc64: 'ppc64le', s390x: 's390x' } as Record<string, string>)[process.arch] ??
+    process.arch;
   return { os: process.platform === 'win32' ? 'windows' : process.platform, architecture };
 }
 
@@ -29,5 +31,9 @@ export function formatPlatform(p: Partial<Platform> | undefined): string {
 
 /** A variant is compared only when the wanted platform names one. */
 export function platformMatches(candidate: Partial<Platform> | undefined, wanted: Platform): boolean {
-  return candidate?.os === wanted.os && candidate.architecture === wanted.architecture && (!wanted.variant || candidate.variant === wanted.variant);
+  return (
+    candidate?.os === wanted.os &&
+    candidate.architecture === wanted.architecture &&
+    (!wanted.variant || candidate.variant === wanted.variant)
+  );
 }

@@ -25,7 +25,13 @@ export async function readRecording(file: string): Promise<Recording> {
       throw new UserError(`--record-in ${file} line ${index + 1}: not JSON (${(error as Error).message})`);
     }
     const { path, manifestDigest, layerIndex } = parsed;
-    if (typeof path !== 'string' || typeof manifestDigest !== 'string' || typeof layerIndex !== 'number' || !Number.isInteger(layerIndex) || layerIndex < 0) {
+    if (
+      typeof path !== 'string' ||
+      typeof manifestDigest !== 'string' ||
+      typeof layerIndex !== 'number' ||
+      !Number.isInteger(layerIndex) ||
+      layerIndex < 0
+    ) {
       throw new UserError(`--record-in ${file} line ${index + 1}: expected {"path","manifestDigest","layerIndex"}`);
     }
     const layers = recording.get(manifestDigest) ?? new Map<number, string[]>();

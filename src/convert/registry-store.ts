@@ -34,7 +34,11 @@ export class RegistryStore implements ImageStore {
     return registryBlobSource(this.client, this.ref.repository, digest);
   }
 
-  putBlob(blob: { digest: string; size: number }, localFile: () => Promise<string>, source?: ImageStore): Promise<'exists' | 'mounted' | 'uploaded'> {
+  putBlob(
+    blob: { digest: string; size: number },
+    localFile: () => Promise<string>,
+    source?: ImageStore,
+  ): Promise<'exists' | 'mounted' | 'uploaded'> {
     // A mount only works within one registry (and may still be refused: then putBlob uploads).
     const from = source instanceof RegistryStore && source.ref.registry === this.ref.registry ? source.ref.repository : undefined;
     return this.client.putBlob(this.ref.repository, blob, { from, localFile });

@@ -17,7 +17,11 @@ export interface ImageStore {
    * Makes a blob present, taking it from `source` when needed: a cross-repository mount when both
    * are repositories of one registry, else a copy through `localFile()` (called lazily).
    */
-  putBlob(blob: { digest: string; size: number }, localFile: () => Promise<string>, source?: ImageStore): Promise<'exists' | 'mounted' | 'uploaded'>;
+  putBlob(
+    blob: { digest: string; size: number },
+    localFile: () => Promise<string>,
+    source?: ImageStore,
+  ): Promise<'exists' | 'mounted' | 'uploaded'>;
   putManifest(bytes: Buffer, mediaType: string, tag?: string): Promise<string>;
   close(): Promise<void>;
 }

@@ -119,7 +119,10 @@ export class CompressionPool {
       this.idle.pop();
       this.queue.shift();
       this.busy.set(worker, job.id);
-      worker.postMessage(job, job.members.map((m) => m.data.buffer as ArrayBuffer));
+      worker.postMessage(
+        job,
+        job.members.map((m) => m.data.buffer as ArrayBuffer),
+      );
     }
   }
 

@@ -4,9 +4,7 @@ import { ByteReader } from './byte-reader.js';
 import { EstargzError } from './errors.js';
 import { cleanPrioritizedName, normalizeEntryName, parentName, shorten } from './names.js';
 import { type RangeSource, readRangePieces } from './source.js';
-import {
-  NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK, LANDMARK_CONTENTS, TOC_TAR_NAME,
-} from './toc.js';
+import { NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK, LANDMARK_CONTENTS, TOC_TAR_NAME } from './toc.js';
 import { paddingFor, parseRawHeader, readTarEntry, ustarFileHeader, TYPE_LINK, type TarHeader } from './tar.js';
 
 /** One member of the layer in the order it will be written, with a way to read its data once. */
@@ -33,8 +31,19 @@ export function landmarkEntry(prioritized: boolean): LayerEntry {
   const name = prioritized ? PREFETCH_LANDMARK : NO_PREFETCH_LANDMARK;
   const raw = ustarFileHeader(name, 1);
   const header: TarHeader = {
-    name, linkName: '', typeflag: '0', size: 1, mode: 0, uid: 0, gid: 0, uname: '', gname: '',
-    mtime: { seconds: 0, nanos: 0 }, devMajor: 0, devMinor: 0, xattrs: {},
+    name,
+    linkName: '',
+    typeflag: '0',
+    size: 1,
+    mode: 0,
+    uid: 0,
+    gid: 0,
+    uname: '',
+    gname: '',
+    mtime: { seconds: 0, nanos: 0 },
+    devMajor: 0,
+    devMinor: 0,
+    xattrs: {},
   };
   return { header, raw, data: [Buffer.from([LANDMARK_CONTENTS])] };
 }
@@ -121,8 +130,14 @@ export async function spoolTar(tar: AsyncIterable<Buffer>, spoolPath: string): P
       if (isReservedName(name)) continue;
       byName.delete(name); // re-inserting moves it to the end, like Go's remove-then-add
       byName.set(name, {
-        name, typeflag: header.typeflag, linkName: header.linkName, headerOffset: entry.headerOffset,
-        rawLength: entry.raw.length, dataOffset: entry.dataOffset, size: header.size, index: index++,
+        name,
+        typeflag: header.typeflag,
+        linkName: header.linkName,
+        headerOffset: entry.headerOffset,
+        rawLength: entry.raw.length,
+        dataOffset: entry.dataOffset,
+        size: header.size,
+        index: index++,
       });
     }
     await reader.drain();
@@ -140,7 +155,11 @@ export async function spoolTar(tar: AsyncIterable<Buffer>, spoolPath: string): P
  * recorded there); a missing parent directory
  * is not (Go would fail, but tars often omit parent entries and readers create them implicitly).
  */
-export function orderSpooled(records: SpooledRecord[], prioritized: string[], missing?: string[]): { front: SpooledRecord[]; rest: SpooledRecord[] } {
+export function orderSpooled(
+  records: SpooledRecord[],
+  prioritized: string[],
+  missing?: string[],
+): { front: SpooledRecord[]; rest: SpooledRecord[] } {
   const remaining = new Map(records.map((r) => [r.name, r]));
   const moved = new Set<string>();
   const front: SpooledRecord[] = [];

@@ -18,8 +18,7 @@ export function goQuote(text: string): string {
     else if (code === 0x2028 || code === 0x2029) escape = `\\u${code.toString(16)}`;
     else if (code >= 0xd800 && code <= 0xdfff) {
       // A lone surrogate cannot be UTF-8 encoded; Go would have written U+FFFD for invalid bytes.
-      const isPair =
-        code <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00;
+      const isPair = code <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00;
       if (isPair) {
         i++;
         continue;

@@ -9,6 +9,14 @@ export { ZSTD_MANIFEST_CHECKSUM_ANNOTATION, ZSTD_MANIFEST_POSITION_ANNOTATION } 
 export { EstargzError, type EstargzErrorCode } from './errors.js';
 export { encodeFooter, parseFooter, parseLegacyFooter, parseAnyFooter, FOOTER_SIZE } from './footer.js';
 export {
-  serializeToc, parseTocJson, indexToc, PREFETCH_LANDMARK, NO_PREFETCH_LANDMARK, TOC_DIGEST_ANNOTATION,
-  UNCOMPRESSED_SIZE_ANNOTATION, type Toc, type EstargzEntry, type ChunkRef,
+  serializeToc,
+  parseTocJson,
+  indexToc,
+  PREFETCH_LANDMARK,
+  NO_PREFETCH_LANDMARK,
+  TOC_DIGEST_ANNOTATION,
+  UNCOMPRESSED_SIZE_ANNOTATION,
+  type Toc,
+  type EstargzEntry,
+  type ChunkRef,
 } from './toc.js';

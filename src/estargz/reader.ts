@@ -10,8 +10,17 @@ import type { RangeSource } from './source.js';
 import { ByteReader } from './byte-reader.js';
 import { BLOCK, readTarEntry } from './tar.js';
 import {
-  DEFAULT_MAX_TOC_SIZE, indexToc, parseTocJson, resolveHardlink, NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK, TOC_TAR_NAME,
-  type ChunkRef, type EstargzEntry, type Toc, type TocIndex,
+  DEFAULT_MAX_TOC_SIZE,
+  indexToc,
+  parseTocJson,
+  resolveHardlink,
+  NO_PREFETCH_LANDMARK,
+  PREFETCH_LANDMARK,
+  TOC_TAR_NAME,
+  type ChunkRef,
+  type EstargzEntry,
+  type Toc,
+  type TocIndex,
 } from './toc.js';
 
 export interface OpenOptions {
@@ -44,7 +53,10 @@ export async function openEstargz(source: RangeSource, options: OpenOptions = {}
 async function readGzipToc(source: RangeSource, footer: Footer, maxTocSize: number): Promise<Buffer> {
   const tocEnd = source.size - footer.size;
   if (footer.tocOffset >= tocEnd) {
-    throw new EstargzError('FOOTER', `TOC offset ${footer.tocOffset} is out of range (the TOC must start before byte ${tocEnd} of a ${source.size}-byte blob)`);
+    throw new EstargzError(
+      'FOOTER',
+      `TOC offset ${footer.tocOffset} is out of range (the TOC must start before byte ${tocEnd} of a ${source.size}-byte blob)`,
+    );
   }
   // Compressed JSON is almost never larger than itself plus gzip/tar framing; refuse absurd sizes
   // before fetching them.
@@ -63,10 +75,16 @@ async function readZstdToc(source: RangeSource, footer: Footer, maxTocSize: numb
   const length = zstdTocLength(footer);
   const trailerStart = source.size - footer.size - SKIPPABLE_HEADER_SIZE;
   if (footer.tocOffset + length > trailerStart) {
-    throw new EstargzError('FOOTER', `TOC [${footer.tocOffset}, +${length}) runs past the footer frame at ${trailerStart} of a ${source.size}-byte blob`);
+    throw new EstargzError(
+      'FOOTER',
+      `TOC [${footer.tocOffset}, +${length}) runs past the footer frame at ${trailerStart} of a ${source.size}-byte blob`,
+    );
   }
   if (length > maxTocSize + 64 * 1024 || (footer.tocRawLength ?? 0) > maxTocSize) {
-    throw new EstargzError('TOC_TOO_LARGE', `TOC is ${footer.tocRawLength} bytes (${length} compressed), over the ${maxTocSize}-byte limit`);
+    throw new EstargzError(
+      'TOC_TOO_LARGE',
+      `TOC is ${footer.tocRawLength} bytes (${length} compressed), over the ${maxTocSize}-byte limit`,
+    );
   }
   const compressed = await readSource(source, footer.tocOffset, length, 'TOC');
   return zstdDecompressCapped(compressed, maxTocSize, `zstd TOC (limit: ${maxTocSize} bytes)`);
@@ -182,7 +200,8 @@ export class EstargzReader {
     const where = `chunk [${chunk.chunkOffset}, +${chunk.chunkSize}) of "${shorten(chunk.file)}" at blob offset ${chunk.offset}`;
     const compressed = await readSource(this.source, chunk.offset, chunk.end - chunk.offset, where);
     const want = chunk.innerOffset + chunk.chunkSize;
-    const plain = this.footer.format === 'zstd' ? zstdDecompressPrefix(compressed, want, where) : await inflatePrefix(compressed, want, where);
+    const plain =
+      this.footer.format === 'zstd' ? zstdDecompressPrefix(compressed, want, where) : await inflatePrefix(compressed, want, where);
     if (plain.length < want) {
       throw new EstargzError('CHUNK', `${where}: gzip data ends after ${plain.length} of ${want} bytes`);
     }

@@ -57,7 +57,7 @@ export function bufferSource(bytes: Buffer): RangeSource {
 
 /** Streams [offset, offset+length) in pieces of at most pieceSize bytes. */
 export async function* readRangePieces(source: RangeSource, offset: number, length: number, pieceSize = 4 << 20): AsyncGenerator<Buffer> {
-  for (let done = 0; done < length; ) {
+  for (let done = 0; done < length;) {
     const n = Math.min(pieceSize, length - done);
     yield await source.read(offset + done, n);
     done += n;

@@ -48,8 +48,25 @@ export interface Toc {
 
 /** Field order of Go's TOCEntry struct, which is the order its JSON encoder writes. */
 const FIELD_ORDER = [
-  'name', 'type', 'size', 'modtime', 'linkName', 'mode', 'uid', 'gid', 'userName', 'groupName',
-  'offset', 'devMajor', 'devMinor', 'xattrs', 'digest', 'chunkOffset', 'chunkSize', 'chunkDigest', 'innerOffset',
+  'name',
+  'type',
+  'size',
+  'modtime',
+  'linkName',
+  'mode',
+  'uid',
+  'gid',
+  'userName',
+  'groupName',
+  'offset',
+  'devMajor',
+  'devMinor',
+  'xattrs',
+  'digest',
+  'chunkOffset',
+  'chunkSize',
+  'chunkDigest',
+  'innerOffset',
 ] as const;
 
 /** The TOC JSON bytes exactly as Go's GzipCompressor writes them (MarshalIndent with a tab). */

@@ -12,7 +12,20 @@ import { zstdTocLength, type Footer } from './footer.js';
 import { zstdDecompressStream } from './zstd.js';
 import { isSkippableHeader, SKIPPABLE_HEADER_SIZE, ZSTD_FOOTER_SIZE } from './zstd-footer.js';
 import { readRangePieces, type RangeSource } from './source.js';
-import { BLOCK, formatModtime, paddingFor, readTarEntry, TYPE_BLOCK, TYPE_CHAR, TYPE_DIR, TYPE_FIFO, TYPE_LINK, TYPE_REG, TYPE_SYMLINK, type TarHeader } from './tar.js';
+import {
+  BLOCK,
+  formatModtime,
+  paddingFor,
+  readTarEntry,
+  TYPE_BLOCK,
+  TYPE_CHAR,
+  TYPE_DIR,
+  TYPE_FIFO,
+  TYPE_LINK,
+  TYPE_REG,
+  TYPE_SYMLINK,
+  type TarHeader,
+} from './tar.js';
 import { DEFAULT_MAX_TOC_SIZE, TOC_TAR_NAME, type EstargzEntry } from './toc.js';
 
 export interface VerifyResult {
@@ -25,8 +38,13 @@ export interface VerifyResult {
 }
 
 const TYPE_NAMES: Record<string, string> = {
-  [TYPE_REG]: 'reg', [TYPE_LINK]: 'hardlink', [TYPE_SYMLINK]: 'symlink', [TYPE_CHAR]: 'char',
-  [TYPE_BLOCK]: 'block', [TYPE_DIR]: 'dir', [TYPE_FIFO]: 'fifo',
+  [TYPE_REG]: 'reg',
+  [TYPE_LINK]: 'hardlink',
+  [TYPE_SYMLINK]: 'symlink',
+  [TYPE_CHAR]: 'char',
+  [TYPE_BLOCK]: 'block',
+  [TYPE_DIR]: 'dir',
+  [TYPE_FIFO]: 'fifo',
 };
 
 /**
@@ -101,7 +119,13 @@ export async function verifyEstargz(source: RangeSource, options: OpenOptions = 
   const missing = tocEntries[index];
   if (missing) throw mismatch(`TOC entry "${shorten(missing.name)}" is missing from the tar stream`);
   await tar.drain();
-  return { tocDigest: reader.tocDigest, diffID: `sha256:${diffHash.digest('hex')}`, uncompressedSize: produced, entries: tocEntries.length, chunks: chunksChecked };
+  return {
+    tocDigest: reader.tocDigest,
+    diffID: `sha256:${diffHash.digest('hex')}`,
+    uncompressedSize: produced,
+    entries: tocEntries.length,
+    chunks: chunksChecked,
+  };
 }
 
 async function* gunzipRange(source: RangeSource, start: number, end: number): AsyncGenerator<Buffer> {
@@ -114,7 +138,11 @@ async function* gunzipRange(source: RangeSource, start: number, end: number): As
     await feeding;
   } catch (error) {
     if (error instanceof EstargzError) throw error;
-    throw new EstargzError('GZIP', `blob bytes [${start}, ${end}) are not whole gzip members (a TOC offset does not start a member, or the data is corrupt): ${(error as Error).message}`, { cause: error });
+    throw new EstargzError(
+      'GZIP',
+      `blob bytes [${start}, ${end}) are not whole gzip members (a TOC offset does not start a member, or the data is corrupt): ${(error as Error).message}`,
+      { cause: error },
+    );
   } finally {
     gunzip.destroy();
   }
@@ -136,7 +164,10 @@ async function checkZstdTrailer(source: RangeSource, footer: Footer): Promise<vo
   }
   const footerFrame = footer.tocOffset + tocLength;
   if (footerFrame !== source.size - SKIPPABLE_HEADER_SIZE - ZSTD_FOOTER_SIZE) {
-    throw new EstargzError('FOOTER', `the footer frame should start right after the TOC at ${footerFrame}, but the blob is ${source.size} bytes`);
+    throw new EstargzError(
+      'FOOTER',
+      `the footer frame should start right after the TOC at ${footerFrame}, but the blob is ${source.size} bytes`,
+    );
   }
   if (!isSkippableHeader(await source.read(footerFrame, SKIPPABLE_HEADER_SIZE), ZSTD_FOOTER_SIZE)) {
     throw new EstargzError('FOOTER', 'the zstd:chunked footer is not in a 40-byte skippable frame');
@@ -145,7 +176,8 @@ async function checkZstdTrailer(source: RangeSource, footer: Footer): Promise<vo
 
 function compareHeader(header: TarHeader, toc: EstargzEntry, where: string): void {
   const differ = (field: string, tarValue: unknown, tocValue: unknown) => {
-    if (tarValue !== tocValue) throw mismatch(`${where}: ${field} is ${JSON.stringify(tarValue)} in the tar but ${JSON.stringify(tocValue)} in the TOC`);
+    if (tarValue !== tocValue)
+      throw mismatch(`${where}: ${field} is ${JSON.stringify(tarValue)} in the tar but ${JSON.stringify(tocValue)} in the TOC`);
   };
   let name: string;
   try {
@@ -175,7 +207,13 @@ function compareHeader(header: TarHeader, toc: EstargzEntry, where: string): voi
 }
 
 /** Streams a file's data, hashing each chunk and the whole file, checking chunk placement. */
-async function checkFileData(tar: ByteReader, dataOffset: number, file: EstargzEntry, segmentStart: Map<number, number>, where: string): Promise<number> {
+async function checkFileData(
+  tar: ByteReader,
+  dataOffset: number,
+  file: EstargzEntry,
+  segmentStart: Map<number, number>,
+  where: string,
+): Promise<number> {
   const fileHash = createHash('sha256');
   for (const chunk of file.chunks) {
     const at = `${where}, chunk [${chunk.chunkOffset}, +${chunk.chunkSize})`;
@@ -191,10 +229,12 @@ async function checkFileData(tar: ByteReader, dataOffset: number, file: EstargzE
       throw mismatch(`${at}: TOC offset ${chunk.offset} does not point at this chunk's gzip member`);
     }
     const actual = `sha256:${chunkHash.digest('hex')}`;
-    if (actual !== chunk.digest) throw new EstargzError('CHUNK_DIGEST', `${at}: content digest ${actual} does not match the TOC's ${chunk.digest}`);
+    if (actual !== chunk.digest)
+      throw new EstargzError('CHUNK_DIGEST', `${at}: content digest ${actual} does not match the TOC's ${chunk.digest}`);
   }
   const actual = `sha256:${fileHash.digest('hex')}`;
-  if (file.digest && actual !== file.digest) throw new EstargzError('CHUNK_DIGEST', `${where}: file digest ${actual} does not match the TOC's ${file.digest}`);
+  if (file.digest && actual !== file.digest)
+    throw new EstargzError('CHUNK_DIGEST', `${where}: file digest ${actual} does not match the TOC's ${file.digest}`);
   return file.chunks.length;
 }
 
@@ -202,7 +242,8 @@ async function checkTocEntry(tar: ByteReader, size: number, tocDigest: string): 
   const hash = createHash('sha256');
   for await (const piece of tar.readPieces(size, 'the TOC JSON')) hash.update(piece);
   await tar.skip(paddingFor(size), 'padding');
-  if (`sha256:${hash.digest('hex')}` !== tocDigest) throw mismatch('the TOC tar entry in the stream differs from the TOC read via the footer');
+  if (`sha256:${hash.digest('hex')}` !== tocDigest)
+    throw mismatch('the TOC tar entry in the stream differs from the TOC read via the footer');
   if ((await readTarEntry(tar)) !== null) throw mismatch(`entries follow ${TOC_TAR_NAME}; it must be the last entry`);
 }
 

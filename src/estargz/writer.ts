@@ -13,8 +13,16 @@ import { shorten } from './names.js';
 import { fileSource } from './source.js';
 import { DEFAULT_ZSTD_LEVEL, MAX_ZSTD_LEVEL } from './zstd.js';
 import {
-  formatModtime, paddingFor,
-  TYPE_BLOCK, TYPE_CHAR, TYPE_DIR, TYPE_FIFO, TYPE_LINK, TYPE_REG, TYPE_SYMLINK, type TarHeader,
+  formatModtime,
+  paddingFor,
+  TYPE_BLOCK,
+  TYPE_CHAR,
+  TYPE_DIR,
+  TYPE_FIFO,
+  TYPE_LINK,
+  TYPE_REG,
+  TYPE_SYMLINK,
+  type TarHeader,
 } from './tar.js';
 import { serializeToc, type EntryType, type Toc, type TocEntry } from './toc.js';
 
@@ -61,8 +69,13 @@ export interface BuildResult {
 }
 
 const TYPES: Record<string, EntryType> = {
-  [TYPE_REG]: 'reg', [TYPE_LINK]: 'hardlink', [TYPE_SYMLINK]: 'symlink', [TYPE_CHAR]: 'char',
-  [TYPE_BLOCK]: 'block', [TYPE_DIR]: 'dir', [TYPE_FIFO]: 'fifo',
+  [TYPE_REG]: 'reg',
+  [TYPE_LINK]: 'hardlink',
+  [TYPE_SYMLINK]: 'symlink',
+  [TYPE_CHAR]: 'char',
+  [TYPE_BLOCK]: 'block',
+  [TYPE_DIR]: 'dir',
+  [TYPE_FIFO]: 'fifo',
 };
 const EMPTY_DIGEST = `sha256:${createHash('sha256').digest('hex')}`;
 
@@ -110,7 +123,11 @@ export async function buildEstargz(input: Readable, output: Writable, options: B
     await finished(output);
     if (!encoder.tocDigest) throw new Error('the assembler finished without writing the TOC');
     return {
-      tocDigest: encoder.tocDigest, diffID: result.diffID, digest: result.digest, size: result.size, uncompressedSize: result.uncompressedSize,
+      tocDigest: encoder.tocDigest,
+      diffID: result.diffID,
+      digest: result.digest,
+      size: result.size,
+      uncompressedSize: result.uncompressedSize,
       ...(result.zstdManifest ? { zstdManifest: result.zstdManifest } : {}),
     };
   } catch (error) {

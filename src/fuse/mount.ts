@@ -68,7 +68,10 @@ export async function mountFuse(mountpoint: string, ops: FuseOps, options: FuseO
   };
   const replyFromFiles = (id: number, data: FileSegments): void => {
     try {
-      session.replyFds(id, data.segments.flatMap((s) => [s.fd, s.offset, s.length]));
+      session.replyFds(
+        id,
+        data.segments.flatMap((s) => [s.fd, s.offset, s.length]),
+      );
     } finally {
       data.release();
     }
@@ -80,34 +83,90 @@ export async function mountFuse(mountpoint: string, ops: FuseOps, options: FuseO
   const dispatch = (op: OpCode, id: number, ino: number, size: number, off: number, fh: number, last: number, name: string): void => {
     switch (op) {
       case OpCode.Lookup:
-        return settle(id, op, () => ops.lookup(ino, name), (attr) => session.replyEntry(id, attr, entryTimeout, attrTimeout));
+        return settle(
+          id,
+          op,
+          () => ops.lookup(ino, name),
+          (attr) => session.replyEntry(id, attr, entryTimeout, attrTimeout),
+        );
       case OpCode.Forget:
         ops.forget?.(ino, last);
         return;
       case OpCode.Getattr:
-        return settle(id, op, () => ops.getattr(ino), (attr) => session.replyAttr(id, attr, attrTimeout));
+        return settle(
+          id,
+          op,
+          () => ops.getattr(ino),
+          (attr) => session.replyAttr(id, attr, attrTimeout),
+        );
       case OpCode.Readlink:
-        return settle(id, op, () => ops.readlink(ino), (target) => session.replyReadlink(id, target));
+        return settle(
+          id,
+          op,
+          () => ops.readlink(ino),
+          (target) => session.replyReadlink(id, target),
+        );
       case OpCode.Open:
-        return settle(id, op, () => ops.open(ino, last), (r) => session.replyOpen(id, r.fh, r.directIo ?? directIo, r.keepCache ?? keepCache));
+        return settle(
+          id,
+          op,
+          () => ops.open(ino, last),
+          (r) => session.replyOpen(id, r.fh, r.directIo ?? directIo, r.keepCache ?? keepCache),
+        );
       case OpCode.Read:
-        return settle(id, op, () => ops.read(ino, fh, off, size), (data) => (Buffer.isBuffer(data) ? session.replyBuf(id, data) : replyFromFiles(id, data)));
+        return settle(
+          id,
+          op,
+          () => ops.read(ino, fh, off, size),
+          (data) => (Buffer.isBuffer(data) ? session.replyBuf(id, data) : replyFromFiles(id, data)),
+        );
       case OpCode.Release:
-        return settle(id, op, () => ops.release?.(ino, fh), () => session.replyErr(id, 0));
+        return settle(
+          id,
+          op,
+          () => ops.release?.(ino, fh),
+          () => session.replyErr(id, 0),
+        );
       case OpCode.Opendir:
-        return settle(id, op, () => (ops.opendir ? ops.opendir(ino, last) : { fh: 0 }), (r) => session.replyOpen(id, r.fh, false, r.keepCache ?? keepCache));
+        return settle(
+          id,
+          op,
+          () => (ops.opendir ? ops.opendir(ino, last) : { fh: 0 }),
+          (r) => session.replyOpen(id, r.fh, false, r.keepCache ?? keepCache),
+        );
       case OpCode.Readdir:
       case OpCode.Readdirplus:
-        return settle(id, op, () => ops.readdir(ino, fh, off, op === OpCode.Readdirplus), (entries) => session.replyDir(id, entries, entryTimeout, attrTimeout));
+        return settle(
+          id,
+          op,
+          () => ops.readdir(ino, fh, off, op === OpCode.Readdirplus),
+          (entries) => session.replyDir(id, entries, entryTimeout, attrTimeout),
+        );
       case OpCode.Releasedir:
-        return settle(id, op, () => ops.releasedir?.(ino, fh), () => session.replyErr(id, 0));
+        return settle(
+          id,
+          op,
+          () => ops.releasedir?.(ino, fh),
+          () => session.replyErr(id, 0),
+        );
       case OpCode.Statfs:
-        return settle(id, op, () => (ops.statfs ? ops.statfs(ino) : noSuchOp()), (st) => session.replyStatfs(id, st));
+        return settle(
+          id,
+          op,
+          () => (ops.statfs ? ops.statfs(ino) : noSuchOp()),
+          (st) => session.replyStatfs(id, st),
+        );
       case OpCode.Getxattr:
-        return settle(id, op, () => (ops.getxattr ? ops.getxattr(ino, name) : noSuchOp()), (value) => session.replyXattr(id, value));
+        return settle(
+          id,
+          op,
+          () => (ops.getxattr ? ops.getxattr(ino, name) : noSuchOp()),
+          (value) => session.replyXattr(id, value),
+        );
       case OpCode.Listxattr:
         return settle(
-          id, op,
+          id,
+          op,
           () => (ops.listxattr ? ops.listxattr(ino) : []),
           (names) => session.replyXattr(id, Buffer.from(names.map((n) => `${n}\0`).join(''))),
         );
@@ -139,7 +198,8 @@ export async function mountFuse(mountpoint: string, ops: FuseOps, options: FuseO
     async unmount(opts = {}) {
       if (!alive) return;
       const errno = await session.unmount(opts.lazy ?? false);
-      if (errno !== 0) throw Object.assign(new Error(`unmount ${target}: errno ${errno}${errno === Errno.EBUSY ? ' (busy)' : ''}`), { errno });
+      if (errno !== 0)
+        throw Object.assign(new Error(`unmount ${target}: errno ${errno}${errno === Errno.EBUSY ? ' (busy)' : ''}`), { errno });
       if (!opts.lazy) await closed;
     },
     pendingRequests: () => (alive ? session.pendingCount() : 0),
@@ -151,7 +211,7 @@ function mountOptions(options: FuseOptions): string {
   if (options.readOnly ?? true) opts.push('ro');
   if (options.allowOther ?? true) opts.push('allow_other');
   if (options.defaultPermissions ?? true) opts.push('default_permissions');
-  opts.push(options.suid ?? true ? 'suid' : 'nosuid');
+  opts.push((options.suid ?? true) ? 'suid' : 'nosuid');
   opts.push(options.dev ? 'dev' : 'nodev');
   if (options.maxRead) opts.push(`max_read=${options.maxRead}`);
   for (const o of opts) {

@@ -5,8 +5,20 @@ import type { Attr, DirEntry, Statfs } from './types.js';
 
 /** Operation codes; the same numbers as `enum class Op` in native/fuse/src/session.h. */
 export const OpCode = {
-  Lookup: 1, Forget: 2, Getattr: 3, Readlink: 4, Open: 5, Read: 6, Release: 7,
-  Opendir: 8, Readdir: 9, Readdirplus: 10, Releasedir: 11, Statfs: 12, Getxattr: 13, Listxattr: 14,
+  Lookup: 1,
+  Forget: 2,
+  Getattr: 3,
+  Readlink: 4,
+  Open: 5,
+  Read: 6,
+  Release: 7,
+  Opendir: 8,
+  Readdir: 9,
+  Readdirplus: 10,
+  Releasedir: 11,
+  Statfs: 12,
+  Getxattr: 13,
+  Listxattr: 14,
 } as const;
 export type OpCode = (typeof OpCode)[keyof typeof OpCode];
 
@@ -50,7 +62,8 @@ export interface NativeAddon {
 }
 
 /** What to run when the addon is missing: `npm ci` skips it on a machine without libfuse3's headers. */
-const HOW_TO_GET = 'lazy pulling needs it: install libfuse3 (`apt-get install fuse3 libfuse3-dev pkg-config`), then run `npm run build:fuse`';
+const HOW_TO_GET =
+  'lazy pulling needs it: install libfuse3 (`apt-get install fuse3 libfuse3-dev pkg-config`), then run `npm run build:fuse`';
 
 export function loadAddon(): NativeAddon {
   return requiredAddon<NativeAddon>('fuse', 'starling_fuse', HOW_TO_GET);

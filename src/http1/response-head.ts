@@ -69,7 +69,9 @@ export function parseResponseHead(text: string): ResponseHead {
     const name = colon < 0 ? '' : line.slice(0, colon);
     if (!TOKEN.test(name)) {
       throw new Http1ResponseError(
-        colon < 0 ? `sent a header line without a colon (${quote(line)})` : `sent a header line whose name is not a token (${quote(line)}; no space may precede the colon)`,
+        colon < 0
+          ? `sent a header line without a colon (${quote(line)})`
+          : `sent a header line whose name is not a token (${quote(line)}; no space may precede the colon)`,
       );
     }
     const value = line.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, '');
@@ -101,8 +103,10 @@ function framing(status: number, headers: IncomingHttpHeaders, contentLengths: s
   }
   if (!contentLengths.length) return { kind: 'until-close' };
   const first = contentLengths[0] ?? '';
-  if (!contentLengths.every((value) => DIGITS.test(value))) throw new Http1ResponseError(`sent an invalid Content-Length (${quote(contentLengths.join(', '))})`);
-  if (contentLengths.some((value) => value !== first)) throw new Http1ResponseError(`sent differing Content-Length values (${quote(contentLengths.join(', '))})`);
+  if (!contentLengths.every((value) => DIGITS.test(value)))
+    throw new Http1ResponseError(`sent an invalid Content-Length (${quote(contentLengths.join(', '))})`);
+  if (contentLengths.some((value) => value !== first))
+    throw new Http1ResponseError(`sent differing Content-Length values (${quote(contentLengths.join(', '))})`);
   const length = Number(first);
   if (!Number.isSafeInteger(length)) throw new Http1ResponseError(`sent a Content-Length too large to read (${quote(first)})`);
   return { kind: 'length', length };

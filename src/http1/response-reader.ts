@@ -68,7 +68,8 @@ export class ResponseReader {
     }
     this.given = undefined;
     // Never room for more than the body: bytes past it stay in the kernel, not in this answer.
-    if (this.state === 'body' || this.state === 'discard') return this.scratch.subarray(0, Math.max(1, Math.min(this.scratch.length, this.remaining)));
+    if (this.state === 'body' || this.state === 'discard')
+      return this.scratch.subarray(0, Math.max(1, Math.min(this.scratch.length, this.remaining)));
     return this.scratch.subarray(Math.min(this.scratchFilled, this.scratch.length - 1));
   }
 

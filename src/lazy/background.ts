@@ -35,7 +35,10 @@ export class BackgroundFetcher {
     private readonly options: BackgroundFetchOptions,
     private readonly onError: (error: unknown) => void = () => {},
   ) {
-    const work = spans(chunks.filter((c) => !fetcher.store.has(c.digest)), options.spanBytes ?? 4 << 20);
+    const work = spans(
+      chunks.filter((c) => !fetcher.store.has(c.digest)),
+      options.spanBytes ?? 4 << 20,
+    );
     this.progress.total = work.reduce((n, span) => n + span.length, 0);
     this.finished = this.run(work).finally(() => (this.progress.finished = true));
   }

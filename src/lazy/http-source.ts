@@ -67,7 +67,10 @@ export class HttpRangeSource implements StreamingRangeSource {
       await res.body.dump();
       const length = Number(res.headers['content-length']);
       if (res.statusCode !== 200 || !Number.isSafeInteger(length)) {
-        throw new HttpRangeError(`HEAD ${url}: HTTP ${res.statusCode}${Number.isSafeInteger(length) ? '' : ', no Content-Length'}`, res.statusCode);
+        throw new HttpRangeError(
+          `HEAD ${url}: HTTP ${res.statusCode}${Number.isSafeInteger(length) ? '' : ', no Content-Length'}`,
+          res.statusCode,
+        );
       }
       return new HttpRangeSource(parsed, length, pool, headers, Math.max(1, options.attempts ?? 3));
     } catch (error) {

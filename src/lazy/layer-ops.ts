@@ -28,7 +28,10 @@ export function layerOps(tree: LayerTree, fetcher: ChunkFetcher, hooks: LayerOps
   const listing = (dir: LayerNode): DirEntry[] => {
     let entries = listings.get(dir.ino);
     if (!entries) {
-      const named: Array<[string, Attr]> = [['.', dir.attr], ['..', (dir.parent ?? dir).attr]];
+      const named: Array<[string, Attr]> = [
+        ['.', dir.attr],
+        ['..', (dir.parent ?? dir).attr],
+      ];
       for (const [name, child] of dir.children ?? []) named.push([name, child.attr]);
       entries = named.map(([name, attr], i) => ({ name, attr, off: i + 1 }));
       listings.set(dir.ino, entries);

@@ -38,7 +38,13 @@ export interface TreeOptions {
 }
 
 const TYPE_BITS: Record<EstargzEntry['type'], number> = {
-  dir: S_IFDIR, reg: S_IFREG, symlink: S_IFLNK, hardlink: S_IFREG, char: S_IFCHR, block: S_IFBLK, fifo: S_IFIFO,
+  dir: S_IFDIR,
+  reg: S_IFREG,
+  symlink: S_IFLNK,
+  hardlink: S_IFREG,
+  char: S_IFCHR,
+  block: S_IFBLK,
+  fifo: S_IFIFO,
 };
 
 export class LayerTree {
@@ -47,7 +53,10 @@ export class LayerTree {
   /** Total bytes of regular file data, counted once per inode. */
   readonly dataBytes: number;
 
-  constructor(reader: EstargzReader, readonly options: TreeOptions = {}) {
+  constructor(
+    reader: EstargzReader,
+    readonly options: TreeOptions = {},
+  ) {
     const overlay = (options.whiteouts ?? 'overlayfs') === 'overlayfs';
     this.root = this.newNode(implicitDirAttr(), undefined);
     this.root.children = new Map();
@@ -132,7 +141,12 @@ export class LayerTree {
 
   private newNode(attr: Attr | undefined, entry: EstargzEntry | undefined): LayerNode {
     const ino = this.nodes.length + 1;
-    const node: LayerNode = { ino, attr: attr ? { ...attr, ino } : entry ? entryAttr(entry, ino) : { ...implicitDirAttr(), ino }, entry, opaque: false };
+    const node: LayerNode = {
+      ino,
+      attr: attr ? { ...attr, ino } : entry ? entryAttr(entry, ino) : { ...implicitDirAttr(), ino },
+      entry,
+      opaque: false,
+    };
     this.nodes.push(node);
     return node;
   }

@@ -115,10 +115,18 @@ export interface LazyLayer {
 
 const DEFAULT_READ_AHEAD_KIB = 4096;
 
-const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = { fsName: 'starling', subtype: 'starling', entryTimeout: 60, attrTimeout: 60, keepCache: true };
+const IMMUTABLE_FUSE_DEFAULTS: FuseOptions = {
+  fsName: 'starling',
+  subtype: 'starling',
+  entryTimeout: 60,
+  attrTimeout: 60,
+  keepCache: true,
+};
 
 export async function mountLazyLayer(options: LazyLayerOptions): Promise<LazyLayer> {
-  const priority = options.priority ?? new FetchPriority({ backgroundSlots: options.backgroundFetch?.concurrency ?? 2, quietMs: options.backgroundFetch?.idleMs ?? 100 });
+  const priority =
+    options.priority ??
+    new FetchPriority({ backgroundSlots: options.backgroundFetch?.concurrency ?? 2, quietMs: options.backgroundFetch?.idleMs ?? 100 });
   // Until the prefetch is in, the mount is on-demand work: no background fetch (of any layer) competes with it.
   const endDemand = priority.beginDemand();
   try {
@@ -141,11 +149,17 @@ async function mountWith(options: LazyLayerOptions, priority: FetchPriority): Pr
   let reader: EstargzReader;
   try {
     if (options.reader && options.reader.tocDigest !== options.tocDigest) {
-      throw new EstargzError('TOC_DIGEST', `TOC digest mismatch: the blob's TOC is ${options.reader.tocDigest}, expected ${options.tocDigest}`);
+      throw new EstargzError(
+        'TOC_DIGEST',
+        `TOC digest mismatch: the blob's TOC is ${options.reader.tocDigest}, expected ${options.tocDigest}`,
+      );
     }
     reader = options.reader ?? (await openEstargz(options.source, { tocDigest: options.tocDigest }));
   } catch (error) {
-    await opening.then((s) => s.close(), () => {});
+    await opening.then(
+      (s) => s.close(),
+      () => {},
+    );
     throw error;
   }
   timings.openMs = since(step);
@@ -212,13 +226,17 @@ async function mountWith(options: LazyLayerOptions, priority: FetchPriority): Pr
 
   const readAheadKib = options.readAheadKib ?? DEFAULT_READ_AHEAD_KIB;
   if (readAheadKib > 0) {
-    await setReadAhead(mount.mountpoint, readAheadKib).catch((error: Error) => warn(`read-ahead stays at the kernel's default: ${error.message}`, error));
+    await setReadAhead(mount.mountpoint, readAheadKib).catch((error: Error) =>
+      warn(`read-ahead stays at the kernel's default: ${error.message}`, error),
+    );
   }
 
   timings.fuseMs = since(step);
 
   const background = options.backgroundFetch?.enabled
-    ? new BackgroundFetcher(reader.chunks, fetcher, options.backgroundFetch, (error) => warn(`background fetch: ${(error as Error).message}`, error))
+    ? new BackgroundFetcher(reader.chunks, fetcher, options.backgroundFetch, (error) =>
+        warn(`background fetch: ${(error as Error).message}`, error),
+      )
     : undefined;
 
   const counters = (options.source as { counters?: { bytes: number; requests: number } }).counters;

@@ -31,7 +31,12 @@ export function prefetchLength(reader: EstargzReader, prefetchSize = 0): number 
   return end;
 }
 
-export async function prefetch(reader: EstargzReader, source: StreamingRangeSource, fetcher: ChunkFetcher, length: number): Promise<PrefetchResult> {
+export async function prefetch(
+  reader: EstargzReader,
+  source: StreamingRangeSource,
+  fetcher: ChunkFetcher,
+  length: number,
+): Promise<PrefetchResult> {
   const result: PrefetchResult = { length: 0, chunks: 0, failed: [] };
   if (length <= 0) return result;
   const wanted = uniqueByDigest(reader.chunks.filter((c) => c.end <= length && !fetcher.store.has(c.digest)));
@@ -75,7 +80,5 @@ export async function prefetch(reader: EstargzReader, source: StreamingRangeSour
 
 function uniqueByDigest(chunks: ChunkRef[]): ChunkRef[] {
   const seen = new Set<string>();
-  return chunks
-    .filter((c) => (seen.has(c.digest) ? false : (seen.add(c.digest), true)))
-    .sort((a, b) => a.offset - b.offset);
+  return chunks.filter((c) => (seen.has(c.digest) ? false : (seen.add(c.digest), true))).sort((a, b) => a.offset - b.offset);
 }

@@ -36,7 +36,11 @@ export const managerConfigSchema = z
         /** How often each target peer is asked how its fetch is going. */
         pollMs: z.number().int().min(10).default(1_000),
         /** A job still unfinished after this long fails. */
-        timeoutMs: z.number().int().min(100).default(60 * 60_000),
+        timeoutMs: z
+          .number()
+          .int()
+          .min(100)
+          .default(60 * 60_000),
         /** Peer requests in flight at once per job. */
         concurrency: z.number().int().min(1).max(256).default(16),
         /**

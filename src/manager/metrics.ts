@@ -43,13 +43,28 @@ export function createManagerMetrics(registry: Registry, db: Kysely<Database>): 
   gauge('starling_manager_jobs', 'Jobs by state', ['state'], (g, o) => {
     for (const [state, n] of Object.entries(o.jobs)) g.set({ state }, n);
   });
-  gauge('starling_manager_peer_reported_bytes', 'Bytes the peers report for the tasks they hold, by where they came from', ['source'], (g, o) => {
-    g.set({ source: 'peer' }, o.bytes.fromPeers);
-    g.set({ source: 'seed' }, o.bytes.fromSeeds);
-    g.set({ source: 'origin' }, o.bytes.fromOrigin);
-  });
+  gauge(
+    'starling_manager_peer_reported_bytes',
+    'Bytes the peers report for the tasks they hold, by where they came from',
+    ['source'],
+    (g, o) => {
+      g.set({ source: 'peer' }, o.bytes.fromPeers);
+      g.set({ source: 'seed' }, o.bytes.fromSeeds);
+      g.set({ source: 'origin' }, o.bytes.fromOrigin);
+    },
+  );
   return {
-    requests: new Counter({ name: 'starling_manager_http_requests_total', help: 'API requests by route and status', labelNames: ['method', 'route', 'status'], registers: [registry] }),
-    jobsFinished: new Counter({ name: 'starling_manager_jobs_finished_total', help: 'Jobs this process saw finish, by outcome', labelNames: ['state'], registers: [registry] }),
+    requests: new Counter({
+      name: 'starling_manager_http_requests_total',
+      help: 'API requests by route and status',
+      labelNames: ['method', 'route', 'status'],
+      registers: [registry],
+    }),
+    jobsFinished: new Counter({
+      name: 'starling_manager_jobs_finished_total',
+      help: 'Jobs this process saw finish, by outcome',
+      labelNames: ['state'],
+      registers: [registry],
+    }),
   };
 }

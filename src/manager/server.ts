@@ -45,13 +45,18 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
   const { host, port } = parseListenAddress(config.listen, 'manager listen address');
   const clusterToken = readTokenFile(config.clusterTokenFile);
   if (!clusterToken) {
-    throw new UserError('the manager needs the cluster token (--cluster-token-file, or clusterTokenFile): without it anyone who reaches it could register a scheduler');
+    throw new UserError(
+      'the manager needs the cluster token (--cluster-token-file, or clusterTokenFile): without it anyone who reaches it could register a scheduler',
+    );
   }
   const tls = loadTls(config.tls);
   const adminToken = readAdminToken(config.adminTokenFile);
   const replica = replicaName();
   const store = await openStore(databaseUrl(config));
-  log.info({ db: store.where, applied: store.migrationsApplied }, store.migrationsApplied.length ? 'database migrated' : 'database schema already current');
+  log.info(
+    { db: store.where, applied: store.migrationsApplied },
+    store.migrationsApplied.length ? 'database migrated' : 'database schema already current',
+  );
   const livenessMs = config.keepalive.intervalMs * config.keepalive.missedLimit;
   let sweeper: NodeJS.Timeout | undefined;
   let jobs: JobEngine | undefined;
@@ -60,7 +65,10 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     // One replica at a time: of replicas started together on an empty database, one creates the admin.
     const admin = await store.exclusive(() => bootstrapAdmin(store.db, adminToken));
     if (!admin.givenTokenKnown) {
-      log.warn({ file: config.adminTokenFile }, 'the token in the admin token file is not a valid token here (it is only used at the first start)');
+      log.warn(
+        { file: config.adminTokenFile },
+        'the token in the admin token file is not a valid token here (it is only used at the first start)',
+      );
     }
     const registry = createMetricsRegistry();
     const metrics = createManagerMetrics(registry, store.db);
@@ -143,7 +151,8 @@ function readAdminToken(path: string | undefined): string | undefined {
     throw new UserError(`cannot read admin token file ${path}: ${(error as Error).message}`);
   }
   const token = text.trim();
-  if (token.length < 16 || /\s/.test(token)) throw new UserError(`admin token in ${path} must be at least 16 characters without whitespace`);
+  if (token.length < 16 || /\s/.test(token))
+    throw new UserError(`admin token in ${path} must be at least 16 characters without whitespace`);
   return token;
 }
 

@@ -124,5 +124,7 @@ function configVersion(value: unknown, file: string): ContainerdConfigVersion {
       `${file} is a version 1 config (${value === undefined ? 'it has no "version" key' : 'version = 1'}), the layout of containerd 1.4 and older: set version = 2 and move its settings to the version 2 names first`,
     );
   }
-  throw new NodeSetupError(`${file}: unknown config version ${JSON.stringify(value)} (expected 2 for containerd 1.6/1.7 or 3 for containerd 2.x)`);
+  throw new NodeSetupError(
+    `${file}: unknown config version ${JSON.stringify(value)} (expected 2 for containerd 1.6/1.7 or 3 for containerd 2.x)`,
+  );
 }

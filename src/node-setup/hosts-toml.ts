@@ -39,7 +39,10 @@ export function mergeHostsToml(existing: string | undefined, entry: MirrorEntry,
   const begin = existing.indexOf(BEGIN);
   if (begin >= 0) {
     const end = existing.indexOf(END, begin);
-    if (end < 0) throw new NodeSetupError(`${file}: the Starling block has a "${BEGIN.slice(0, 30)}…" line but no "${END}" line; restore the file by hand`);
+    if (end < 0)
+      throw new NodeSetupError(
+        `${file}: the Starling block has a "${BEGIN.slice(0, 30)}…" line but no "${END}" line; restore the file by hand`,
+      );
     const after = existing.indexOf('\n', end);
     merged = existing.slice(0, begin) + block + (after < 0 ? '' : existing.slice(after + 1));
   } else {
@@ -64,5 +67,6 @@ function checkMirrorFirst(text: string, mirrorUrl: string, file: string): void {
     throw new NodeSetupError(`${file}: adding the mirror would make the file invalid; add it by hand`);
   }
   const first = hosts && typeof hosts === 'object' ? Object.keys(hosts)[0] : undefined;
-  if (first !== mirrorUrl) throw new NodeSetupError(`${file}: cannot place the mirror before the host "${first}" (it is set with dotted keys); add it by hand`);
+  if (first !== mirrorUrl)
+    throw new NodeSetupError(`${file}: cannot place the mirror before the host "${first}" (it is set with dotted keys); add it by hand`);
 }

@@ -97,7 +97,9 @@ export async function undoWrites(backupDir: string, force: boolean): Promise<str
       if (entry.written && (current === undefined || sha256(current) !== entry.written)) changed.push(entry.path);
     }
     if (changed.length) {
-      throw new NodeSetupError(`changed since node-setup wrote them: ${changed.join(', ')}; nothing was undone (--force restores the originals anyway)`);
+      throw new NodeSetupError(
+        `changed since node-setup wrote them: ${changed.join(', ')}; nothing was undone (--force restores the originals anyway)`,
+      );
     }
   }
   const restored: string[] = [];
@@ -131,7 +133,9 @@ async function loadJournal(backupDir: string): Promise<Journal> {
     if (journal.version !== 1 || !Array.isArray(journal.files) || !Array.isArray(journal.dirs)) throw new Error('unexpected shape');
     return journal;
   } catch (error) {
-    throw new NodeSetupError(`the backup journal ${join(backupDir, JOURNAL)} is damaged (${(error as Error).message}); nothing was changed`);
+    throw new NodeSetupError(
+      `the backup journal ${join(backupDir, JOURNAL)} is damaged (${(error as Error).message}); nothing was changed`,
+    );
   }
 }
 

@@ -29,13 +29,23 @@ export async function fetchNodeLabels(options: NodeLabelsOptions): Promise<Recor
   try {
     let response;
     try {
-      response = await request(url, { headers: { authorization: `Bearer ${token}`, accept: 'application/json' }, dispatcher, headersTimeout: 15_000, bodyTimeout: 15_000 });
+      response = await request(url, {
+        headers: { authorization: `Bearer ${token}`, accept: 'application/json' },
+        dispatcher,
+        headersTimeout: 15_000,
+        bodyTimeout: 15_000,
+      });
     } catch (error) {
       throw new NodeSetupError(`cannot reach the Kubernetes API at ${base}: ${(error as Error).message}`);
     }
     const text = await response.body.text();
     if (response.statusCode !== 200) {
-      const hint = response.statusCode === 403 ? ' (the service account needs "get" on nodes)' : response.statusCode === 404 ? ` (no node named "${options.node}")` : '';
+      const hint =
+        response.statusCode === 403
+          ? ' (the service account needs "get" on nodes)'
+          : response.statusCode === 404
+            ? ` (no node named "${options.node}")`
+            : '';
       throw new NodeSetupError(`GET ${url.pathname}: HTTP ${response.statusCode} ${text.slice(0, 200).trim()}${hint}`);
     }
     const labels = (JSON.parse(text) as { metadata?: { labels?: Record<string, string> } }).metadata?.labels ?? {};

@@ -140,7 +140,8 @@ function mirrorOrigin(mirror: string): string {
 
 function defaultBackupDir(options: { containerdConfig?: string; registriesConfDir?: string }): string {
   const anchor = options.containerdConfig ? dirname(options.containerdConfig) : options.registriesConfDir;
-  if (anchor === undefined) throw new NodeSetupError('--backup-dir is needed when neither --containerd-config nor --registries-conf-dir is given');
+  if (anchor === undefined)
+    throw new NodeSetupError('--backup-dir is needed when neither --containerd-config nor --registries-conf-dir is given');
   return join(anchor, '.starling-node-setup');
 }
 
@@ -148,14 +149,19 @@ function defaultBackupDir(options: { containerdConfig?: string; registriesConfDi
  * The file to edit for `configFile`. k3s and RKE2 render config.toml from a Go template at every
  * start: the template is what lasts, so it is edited (created from the rendered file when absent).
  */
-async function configTarget(configFile: string, newVersion: ContainerdConfigVersion | undefined): Promise<{ path: string; text: string | undefined }> {
+async function configTarget(
+  configFile: string,
+  newVersion: ContainerdConfigVersion | undefined,
+): Promise<{ path: string; text: string | undefined }> {
   const text = await readIfExists(configFile);
   if (!K3S_CONFIG.test(configFile)) return { path: configFile, text };
   const version = /^\s*version\s*=\s*3\b/m.test(text ?? '') || (text === undefined && newVersion === 3) ? 3 : 2;
   const template = join(dirname(configFile), version === 3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl');
   const templateText = await readIfExists(template);
   if (templateText?.includes('{{')) {
-    throw new NodeSetupError(`${template} is a Go template (it holds "{{"): node-setup edits plain TOML only; add the settings it prints with --help by hand`);
+    throw new NodeSetupError(
+      `${template} is a Go template (it holds "{{"): node-setup edits plain TOML only; add the settings it prints with --help by hand`,
+    );
   }
   return { path: template, text: templateText ?? text };
 }
@@ -205,7 +211,9 @@ async function restartIfNeeded(
     await promisify(execFile)(program, args, { timeout: 120_000 });
   } catch (error) {
     const stderr = (error as { stderr?: string }).stderr?.trim();
-    throw new NodeSetupError(`the files are written, but restarting containerd failed (${command.join(' ')}): ${stderr || (error as Error).message}`);
+    throw new NodeSetupError(
+      `the files are written, but restarting containerd failed (${command.join(' ')}): ${stderr || (error as Error).message}`,
+    );
   }
   lines.push(`restarted containerd: ${command.join(' ')}`);
   return true;

@@ -20,7 +20,8 @@ export function parseToml(text: string, what: string): TomlTable {
   try {
     return parse(text);
   } catch (error) {
-    if (error instanceof TomlError) throw new TomlEditError(`${what} is not valid TOML (line ${error.line}, column ${error.column}): ${firstLine(error.message)}`);
+    if (error instanceof TomlError)
+      throw new TomlEditError(`${what} is not valid TOML (line ${error.line}, column ${error.column}): ${firstLine(error.message)}`);
     throw error;
   }
 }
@@ -130,7 +131,7 @@ function scan(text: string): Statement[] {
   };
   const skipValue = () => {
     let depth = 0;
-    for (; i < n; ) {
+    for (; i < n;) {
       const c = text.charAt(i);
       if (c === '"' || c === "'") skipString();
       else if (c === '[' || c === '{') {

@@ -108,14 +108,21 @@ export class RegistryClient {
   /** GET a manifest (any OCI/Docker type); the bytes are checked against a digest reference. */
   async getManifest(repository: string, reference: string): Promise<Manifest> {
     const res = await this.send({
-      method: 'GET', target: `/v2/${repository}/manifests/${reference}`, scopes: [pull(repository)],
-      headers: { accept: ALL_MANIFEST_TYPES }, what: `GET manifest ${reference}`, repository,
+      method: 'GET',
+      target: `/v2/${repository}/manifests/${reference}`,
+      scopes: [pull(repository)],
+      headers: { accept: ALL_MANIFEST_TYPES },
+      what: `GET manifest ${reference}`,
+      repository,
     });
     await this.expect(res, [200], `GET manifest ${reference}`, repository);
     const bytes = Buffer.from(await res.body.arrayBuffer());
     const digest = digestOf(bytes);
     if (reference.includes(':') && reference !== digest) {
-      throw new RegistryError(`${this.where(repository)}: manifest ${reference} has digest ${digest}: the registry served other content`, 200);
+      throw new RegistryError(
+        `${this.where(repository)}: manifest ${reference} has digest ${digest}: the registry served other content`,
+        200,
+      );
     }
     const mediaType = headerValue(res.headers['content-type'])?.split(';')[0]?.trim() || mediaTypeOf(bytes);
     return { bytes, mediaType, digest };
@@ -124,8 +131,12 @@ export class RegistryClient {
   /** HEAD a manifest: its digest and media type, or undefined when the registry does not have it. */
   async headManifest(repository: string, reference: string): Promise<{ digest?: string; mediaType?: string } | undefined> {
     const res = await this.send({
-      method: 'HEAD', target: `/v2/${repository}/manifests/${reference}`, scopes: [pull(repository)],
-      headers: { accept: ALL_MANIFEST_TYPES }, what: `HEAD manifest ${reference}`, repository,
+      method: 'HEAD',
+      target: `/v2/${repository}/manifests/${reference}`,
+      scopes: [pull(repository)],
+      headers: { accept: ALL_MANIFEST_TYPES },
+      what: `HEAD manifest ${reference}`,
+      repository,
     });
     if (res.statusCode === 404) return undefined;
     await this.expect(res, [200], `HEAD manifest ${reference}`, repository);
@@ -136,8 +147,13 @@ export class RegistryClient {
   async putManifest(repository: string, reference: string, bytes: Buffer, mediaType: string): Promise<string> {
     const what = `PUT manifest ${reference}`;
     const res = await this.send({
-      method: 'PUT', target: `/v2/${repository}/manifests/${reference}`, scopes: [push(repository)],
-      headers: { 'content-type': mediaType, 'content-length': String(bytes.length) }, body: () => bytes, what, repository,
+      method: 'PUT',
+      target: `/v2/${repository}/manifests/${reference}`,
+      scopes: [push(repository)],
+      headers: { 'content-type': mediaType, 'content-length': String(bytes.length) },
+      body: () => bytes,
+      what,
+      repository,
     });
     await this.expect(res, [200, 201], what, repository);
     await res.body.dump();
@@ -146,7 +162,13 @@ export class RegistryClient {
 
   /** The blob's size, or undefined when the repository does not have it. */
   async headBlob(repository: string, digest: string): Promise<number | undefined> {
-    const res = await this.send({ method: 'HEAD', target: `/v2/${repository}/blobs/${digest}`, scopes: [pull(repository)], what: `HEAD blob ${digest}`, repository });
+    const res = await this.send({
+      method: 'HEAD',
+      target: `/v2/${repository}/blobs/${digest}`,
+      scopes: [pull(repository)],
+      what: `HEAD blob ${digest}`,
+      repository,
+    });
     if (res.statusCode === 404) return undefined;
     await this.expect(res, [200], `HEAD blob ${digest}`, repository);
     return Number(headerValue(res.headers['content-length']) ?? Number.NaN);
@@ -154,7 +176,13 @@ export class RegistryClient {
 
   /** The whole blob as a stream (unverified: the caller hashes what it reads). */
   async getBlob(repository: string, digest: string): Promise<{ size: number; body: Readable }> {
-    const res = await this.send({ method: 'GET', target: `/v2/${repository}/blobs/${digest}`, scopes: [pull(repository)], what: `GET blob ${digest}`, repository });
+    const res = await this.send({
+      method: 'GET',
+      target: `/v2/${repository}/blobs/${digest}`,
+      scopes: [pull(repository)],
+      what: `GET blob ${digest}`,
+      repository,
+    });
     await this.expect(res, [200], `GET blob ${digest}`, repository);
     return { size: Number(headerValue(res.headers['content-length']) ?? Number.NaN), body: res.body };
   }
@@ -164,7 +192,14 @@ export class RegistryClient {
     if (length === 0) return Buffer.alloc(0);
     const range = `bytes=${offset}-${offset + length - 1}`;
     const what = `GET blob ${digest} (${range})`;
-    const res = await this.send({ method: 'GET', target: `/v2/${repository}/blobs/${digest}`, scopes: [pull(repository)], headers: { range }, what, repository });
+    const res = await this.send({
+      method: 'GET',
+      target: `/v2/${repository}/blobs/${digest}`,
+      scopes: [pull(repository)],
+      headers: { range },
+      what,
+      repository,
+    });
     await this.expect(res, [206, 200], what, repository);
     if (res.statusCode !== 206) {
       await res.body.dump();
@@ -198,7 +233,14 @@ export class RegistryClient {
     if (from && from !== repository) {
       const what = `mount blob ${blob.digest} from ${from}`;
       const query = new URLSearchParams({ mount: blob.digest, from });
-      const res = await this.send({ method: 'POST', target: `/v2/${repository}/blobs/uploads/?${query}`, scopes: [push(repository), pull(from)], headers: { 'content-length': '0' }, what, repository });
+      const res = await this.send({
+        method: 'POST',
+        target: `/v2/${repository}/blobs/uploads/?${query}`,
+        scopes: [push(repository), pull(from)],
+        headers: { 'content-length': '0' },
+        what,
+        repository,
+      });
       await this.expect(res, [201, 202], what, repository);
       await res.body.dump();
       if (res.statusCode === 201) return 'mounted';
@@ -206,14 +248,22 @@ export class RegistryClient {
     } else {
       location = await this.startUpload(repository);
     }
-    if (!options.localFile) throw new UserError(`${this.where(repository)}: blob ${blob.digest} could not be mounted and there is no local copy to upload`);
+    if (!options.localFile)
+      throw new UserError(`${this.where(repository)}: blob ${blob.digest} could not be mounted and there is no local copy to upload`);
     await this.finishUpload(repository, location, { ...blob, file: await options.localFile() });
     return 'uploaded';
   }
 
   private async startUpload(repository: string): Promise<URL> {
     const what = 'start blob upload';
-    const res = await this.send({ method: 'POST', target: `/v2/${repository}/blobs/uploads/`, scopes: [push(repository)], headers: { 'content-length': '0' }, what, repository });
+    const res = await this.send({
+      method: 'POST',
+      target: `/v2/${repository}/blobs/uploads/`,
+      scopes: [push(repository)],
+      headers: { 'content-length': '0' },
+      what,
+      repository,
+    });
     await this.expect(res, [202], what, repository);
     await res.body.dump();
     return this.uploadLocation(res, repository, what);
@@ -221,7 +271,8 @@ export class RegistryClient {
 
   private uploadLocation(res: Response, repository: string, what: string): URL {
     const location = headerValue(res.headers.location);
-    if (!location) throw new RegistryError(`${this.where(repository)}: ${what}: HTTP ${res.statusCode} without a Location header`, res.statusCode);
+    if (!location)
+      throw new RegistryError(`${this.where(repository)}: ${what}: HTTP ${res.statusCode} without a Location header`, res.statusCode);
     return new URL(location, this.baseUrl);
   }
 
@@ -230,7 +281,11 @@ export class RegistryClient {
     url.searchParams.set('digest', blob.digest);
     const what = `upload blob ${blob.digest}`;
     const res = await this.send({
-      method: 'PUT', target: url, scopes: [push(repository)], what, repository,
+      method: 'PUT',
+      target: url,
+      scopes: [push(repository)],
+      what,
+      repository,
       headers: { 'content-type': 'application/octet-stream', 'content-length': String(blob.size) },
       body: () => createReadStream(blob.file, { highWaterMark: 1 << 20 }),
     });
@@ -247,7 +302,8 @@ export class RegistryClient {
     const where = `${this.where(options.repository)}: ${options.what}`;
     let header: string;
     if (challenge?.scheme === 'basic') {
-      if (!this.credentials) throw new RegistryError(`${where}: the registry requires credentials (HTTP 401, Basic auth)`, 401, 'UNAUTHORIZED');
+      if (!this.credentials)
+        throw new RegistryError(`${where}: the registry requires credentials (HTTP 401, Basic auth)`, 401, 'UNAUTHORIZED');
       this.basic = true;
       header = basicHeader(this.credentials);
     } else if (challenge?.scheme === 'bearer') {
@@ -258,7 +314,11 @@ export class RegistryClient {
     const second = await this.attempt(options, header);
     if (second.statusCode === 401) {
       const detail = await errorDetail(second);
-      throw new RegistryError(`${where}: the registry refused the ${this.credentials ? 'credentials' : 'anonymous token'} (HTTP 401${detail})`, 401, 'UNAUTHORIZED');
+      throw new RegistryError(
+        `${where}: the registry refused the ${this.credentials ? 'credentials' : 'anonymous token'} (HTTP 401${detail})`,
+        401,
+        'UNAUTHORIZED',
+      );
     }
     return second;
   }
@@ -306,7 +366,11 @@ export class RegistryClient {
     if (res.statusCode !== 200) {
       const detail = await errorDetail(res);
       const refused = res.statusCode === 401 || res.statusCode === 403;
-      throw new RegistryError(`${where}: the token service at ${url.origin} ${refused ? 'refused the credentials' : 'failed'} (HTTP ${res.statusCode}${detail})`, res.statusCode, 'UNAUTHORIZED');
+      throw new RegistryError(
+        `${where}: the token service at ${url.origin} ${refused ? 'refused the credentials' : 'failed'} (HTTP ${res.statusCode}${detail})`,
+        res.statusCode,
+        'UNAUTHORIZED',
+      );
     }
     const body = (await res.body.json().catch(() => ({}))) as { token?: string; access_token?: string; expires_in?: number };
     const token = body.token ?? body.access_token;

@@ -80,7 +80,13 @@ class DirectExchange implements BufferBody {
     });
     this.socket.setTimeout(HEAD_TIMEOUT_MS);
     this.socket.on('timeout', () =>
-      this.destroy(new DirectGetError(this.headSettled ? `no body bytes from ${url.host} for ${BODY_IDLE_TIMEOUT_MS} ms` : `no response head from ${url.host} within ${HEAD_TIMEOUT_MS} ms`)),
+      this.destroy(
+        new DirectGetError(
+          this.headSettled
+            ? `no body bytes from ${url.host} for ${BODY_IDLE_TIMEOUT_MS} ms`
+            : `no response head from ${url.host} within ${HEAD_TIMEOUT_MS} ms`,
+        ),
+      ),
     );
     this.socket.on('error', (error) => this.destroy(error));
     this.socket.on('end', () => this.onEnd());
@@ -92,7 +98,13 @@ class DirectExchange implements BufferBody {
   fill(target: Buffer, offset: number, length: number, onFill?: OnFill): Promise<number> {
     if (this.current) return Promise.reject(new DirectGetError('fill called while another fill is under way'));
     const wanted = Math.min(length, this.reader.bodyRemaining + this.leftoverBytes());
-    const fill: Fill = { target: target.subarray(offset, offset + wanted), filled: 0, onFill, resolve: () => undefined, reject: () => undefined };
+    const fill: Fill = {
+      target: target.subarray(offset, offset + wanted),
+      filled: 0,
+      onFill,
+      resolve: () => undefined,
+      reject: () => undefined,
+    };
     const settled = new Promise<number>((resolve, reject) => {
       fill.resolve = resolve;
       fill.reject = reject;
@@ -102,7 +114,8 @@ class DirectExchange implements BufferBody {
     if (this.leftover.length) this.fromLeftover(fill);
     if (this.current !== fill || fill.ending) return settled;
     if (this.failure) this.settle(this.failure);
-    else if (fill.filled === fill.target.length) this.settle(); // nothing was left to read
+    else if (fill.filled === fill.target.length)
+      this.settle(); // nothing was left to read
     else if (!this.held) this.socket.resume();
     return settled;
   }
@@ -207,7 +220,11 @@ class DirectExchange implements BufferBody {
     // A whole body's fills end as its last bytes are handed out; a failure has settled them.
     if (this.finished || this.failure) return;
     this.destroy(
-      new DirectGetError(this.headSettled ? `the connection closed with ${this.reader.bodyRemaining} body bytes still to come` : 'the connection closed before a response head'),
+      new DirectGetError(
+        this.headSettled
+          ? `the connection closed with ${this.reader.bodyRemaining} body bytes still to come`
+          : 'the connection closed before a response head',
+      ),
     );
   }
 }
@@ -223,7 +240,8 @@ export function directGet(url: URL, headers: Record<string, string>, signal?: Ab
   if (url.protocol !== 'http:') return Promise.reject(new DirectGetError(`directGet reads plain HTTP only, not ${url.protocol}`));
   let request = `GET ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\nconnection: close\r\n`;
   for (const [name, value] of Object.entries(headers)) {
-    if (!TOKEN.test(name) || /[\r\n\0]/.test(value)) return Promise.reject(new DirectGetError(`invalid request header ${JSON.stringify(name)}`));
+    if (!TOKEN.test(name) || /[\r\n\0]/.test(value))
+      return Promise.reject(new DirectGetError(`invalid request header ${JSON.stringify(name)}`));
     if (/^(host|connection)$/i.test(name)) continue;
     request += `${name}: ${value}\r\n`;
   }

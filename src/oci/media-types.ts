@@ -12,9 +12,6 @@ export const MediaType = {
 } as const;
 
 /** What a client that understands every manifest kind sends as Accept. */
-export const ALL_MANIFEST_TYPES = [
-  MediaType.OciIndex,
-  MediaType.OciManifest,
-  MediaType.DockerManifestList,
-  MediaType.DockerManifest,
-].join(', ');
+export const ALL_MANIFEST_TYPES = [MediaType.OciIndex, MediaType.OciManifest, MediaType.DockerManifestList, MediaType.DockerManifest].join(
+  ', ',
+);

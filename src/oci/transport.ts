@@ -85,7 +85,11 @@ export class RegistryTransport {
   }
 
   /** Sends `hop` requests until one is not a redirect, keeping credentials to their origin. */
-  private async follow<B>(url: URL, options: TransportRequest, hop: (url: URL, headers: Record<string, string>) => Promise<Hop & { value: B }>) {
+  private async follow<B>(
+    url: URL,
+    options: TransportRequest,
+    hop: (url: URL, headers: Record<string, string>) => Promise<Hop & { value: B }>,
+  ) {
     let current = url;
     let headers = { ...(options.headers ?? {}) };
     const maxRedirects = options.maxRedirects ?? 5;

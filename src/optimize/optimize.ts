@@ -55,7 +55,13 @@ export interface OptimizeResult extends ConvertResult {
 
 export const DEFAULT_PERIOD_MS = 10_000;
 
-export async function optimizeImage(src: ImageStore, srcReference: string, dst: ImageStore, dstTag: string, options: OptimizeOptions): Promise<OptimizeResult> {
+export async function optimizeImage(
+  src: ImageStore,
+  srcReference: string,
+  dst: ImageStore,
+  dstTag: string,
+  options: OptimizeOptions,
+): Promise<OptimizeResult> {
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const signal = options.signal;
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
@@ -81,7 +87,11 @@ export async function optimizeImage(src: ImageStore, srcReference: string, dst: 
       signal,
     );
     const convertedManifest = parseImageManifest(await layout.getManifest(converted.digest), layout.name);
-    const config = parseConfig(await readSmallBlob(layout, convertedManifest.config, 'config'), layout.name, convertedManifest.config.digest);
+    const config = parseConfig(
+      await readSmallBlob(layout, convertedManifest.config, 'config'),
+      layout.name,
+      convertedManifest.config.digest,
+    );
     const workload = buildWorkload(config, options.workload);
 
     const recorder = new AccessRecorder();
@@ -98,7 +108,9 @@ export async function optimizeImage(src: ImageStore, srcReference: string, dst: 
     for (const dir of ['upper', 'work', 'root']) await mkdir(path.join(work, dir));
 
     const periodMs = options.periodMs ?? DEFAULT_PERIOD_MS;
-    log(`optimize: running ${JSON.stringify(workload.argv)} for at most ${periodMs / 1000} s (user ${user.uid}:${user.gid}, cwd ${workload.cwd})`);
+    log(
+      `optimize: running ${JSON.stringify(workload.argv)} for at most ${periodMs / 1000} s (user ${user.uid}:${user.gid}, cwd ${workload.cwd})`,
+    );
     recorder.start();
     let ran: SandboxResult;
     try {
@@ -136,7 +148,11 @@ export async function optimizeImage(src: ImageStore, srcReference: string, dst: 
     signal?.throwIfAborted();
     log(`optimize: converting ${src.name}@${manifest.digest} with the recorded files first`);
     const result = await abortable(
-      convertImage(src, manifest.digest, dst, dstTag, { ...options.convert, recording: recorder.toRecording(manifest.digest), tmpDir: work }),
+      convertImage(src, manifest.digest, dst, dstTag, {
+        ...options.convert,
+        recording: recorder.toRecording(manifest.digest),
+        tmpDir: work,
+      }),
       signal,
     );
     return { ...result, sourceManifest: manifest.digest, files, workload: { ...workload, ...ran } };
@@ -144,7 +160,9 @@ export async function optimizeImage(src: ImageStore, srcReference: string, dst: 
     await mounted?.unmountAll();
     // rm must never walk into a live mount: detach whatever is still there first.
     if (mountsBelow(work).length > 0) unmountBelowSync(work);
-    await rm(work, { recursive: true, force: true }).catch((error: Error) => log(`optimize: warning: cannot remove ${work}: ${error.message}`));
+    await rm(work, { recursive: true, force: true }).catch((error: Error) =>
+      log(`optimize: warning: cannot remove ${work}: ${error.message}`),
+    );
     process.removeListener('exit', onExit);
   }
 }

@@ -95,12 +95,13 @@ function findUnshare(): string {
       // not here
     }
   }
-  throw new UserError('starling optimize needs util-linux\'s unshare (apt-get install util-linux)');
+  throw new UserError("starling optimize needs util-linux's unshare (apt-get install util-linux)");
 }
 
 /** Overlayfs options are comma-separated and lowerdir is colon-separated: refuse paths holding them. */
 function checkOverlayPath(dir: string): void {
-  if (/[,:\\\s]/.test(dir)) throw new UserError(`cannot use ${dir} in an overlay mount (it holds a comma, colon, backslash or space); choose another --tmp-dir`);
+  if (/[,:\\\s]/.test(dir))
+    throw new UserError(`cannot use ${dir} in an overlay mount (it holds a comma, colon, backslash or space); choose another --tmp-dir`);
 }
 
 export async function runSandbox(options: SandboxOptions): Promise<SandboxResult> {
@@ -110,7 +111,9 @@ export async function runSandbox(options: SandboxOptions): Promise<SandboxResult
   const unshare = findUnshare();
   // One parent for all lowerdirs (mountLayers makes them so): name them relative to it.
   const lowerBase = path.dirname(options.lowerDirs[0] ?? '/');
-  const lowerDirs = options.lowerDirs.every((d) => path.dirname(d) === lowerBase) ? options.lowerDirs.map((d) => path.basename(d)) : options.lowerDirs;
+  const lowerDirs = options.lowerDirs.every((d) => path.dirname(d) === lowerBase)
+    ? options.lowerDirs.map((d) => path.basename(d))
+    : options.lowerDirs;
   if (lowerDirs.join(':').length + options.upperDir.length + options.workDir.length > 3900) {
     throw new UserError(`the image has too many layers (${options.lowerDirs.length}) for one overlay mount`);
   }
@@ -119,9 +122,23 @@ export async function runSandbox(options: SandboxOptions): Promise<SandboxResult
   const inner = [unshare, `--root=${options.rootDir}`, `--wd=${options.cwd}`];
   if (options.uid !== 0 || options.gid !== 0) inner.push('--setgid', String(options.gid), '--setuid', String(options.uid));
   const args = [
-    ...outer, '--', '/bin/sh', '-c', SETUP_SCRIPT, 'starling-sandbox',
-    options.rootDir, lowerBase, lowerDirs.join(':'), options.upperDir, options.workDir, options.network, options.hostname ?? 'starling-optimize',
-    ...options.env, ...inner, '--', ...options.argv,
+    ...outer,
+    '--',
+    '/bin/sh',
+    '-c',
+    SETUP_SCRIPT,
+    'starling-sandbox',
+    options.rootDir,
+    lowerBase,
+    lowerDirs.join(':'),
+    options.upperDir,
+    options.workDir,
+    options.network,
+    options.hostname ?? 'starling-optimize',
+    ...options.env,
+    ...inner,
+    '--',
+    ...options.argv,
   ];
 
   const output = options.output ?? process.stderr;
@@ -180,10 +197,13 @@ export async function runSandbox(options: SandboxOptions): Promise<SandboxResult
     const command = options.argv[0] ?? '';
     const execFailure = new RegExp(`unshare: failed to execute ${escapeRegExp(command)}: (.*)`).exec(stderrTail)?.[1];
     if ((result.code === 126 || result.code === 127) && execFailure) {
-      throw new UserError(`the workload's command "${command}" cannot be run in the image: ${execFailure.trim()} (PATH ${pathOf(options.env)})`);
+      throw new UserError(
+        `the workload's command "${command}" cannot be run in the image: ${execFailure.trim()} (PATH ${pathOf(options.env)})`,
+      );
     }
     const [, dir, reason] = /unshare: cannot chdir to '(.*)': (.*)/.exec(stderrTail) ?? [];
-    if (result.code === 1 && reason !== undefined) throw new UserError(`the working directory ${dir} is not usable in the image: ${reason.trim()}`);
+    if (result.code === 1 && reason !== undefined)
+      throw new UserError(`the working directory ${dir} is not usable in the image: ${reason.trim()}`);
   }
   // unshare reports a killed child as its own exit code 128+n (or dies by the signal).
   return { exitCode: timedOut ? null : result.code, timedOut, seconds };

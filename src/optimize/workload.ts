@@ -58,7 +58,8 @@ export function parseJsonArgv(text: string, flag: string): string[] {
 
 function stringArray(value: unknown, what: string): string[] {
   if (value === undefined || value === null) return [];
-  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw new UserError(`the image config's ${what} is not an array of strings`);
+  if (!Array.isArray(value) || !value.every((v) => typeof v === 'string'))
+    throw new UserError(`the image config's ${what} is not an array of strings`);
   return value;
 }
 
@@ -68,8 +69,11 @@ function checkEnvEntry(entry: string, where: string): void {
 
 /** The command, environment, directory and user to run, from the config and the overrides. */
 export function buildWorkload(config: ImageConfig, overrides: WorkloadOverrides): Workload {
-  const container = ((config as { config?: ContainerConfig }).config ?? {});
-  const entrypoint = overrides.entrypoint !== undefined ? parseJsonArgv(overrides.entrypoint, '--entrypoint') : stringArray(container.Entrypoint, 'Entrypoint');
+  const container = (config as { config?: ContainerConfig }).config ?? {};
+  const entrypoint =
+    overrides.entrypoint !== undefined
+      ? parseJsonArgv(overrides.entrypoint, '--entrypoint')
+      : stringArray(container.Entrypoint, 'Entrypoint');
   const args = overrides.args !== undefined ? parseJsonArgv(overrides.args, '--args') : stringArray(container.Cmd, 'Cmd');
   const argv = [...entrypoint, ...args];
   if (argv.length === 0 || argv[0] === '') {
@@ -78,7 +82,7 @@ export function buildWorkload(config: ImageConfig, overrides: WorkloadOverrides)
 
   const env = new Map<string, string>();
   for (const entry of stringArray(container.Env, 'Env')) {
-    checkEnvEntry(entry, 'the image config\'s Env');
+    checkEnvEntry(entry, "the image config's Env");
     env.set(entry.slice(0, entry.indexOf('=')), entry);
   }
   for (const entry of overrides.env ?? []) {
@@ -114,7 +118,8 @@ export async function resolveUser(spec: string, readImageFile: (path: string) =>
     primaryGid = entry && numeric(entry[3] ?? '') ? Number(entry[3]) : undefined;
   } else {
     const entry = (await passwdEntries()).find((f) => f[0] === userPart);
-    if (!entry || !numeric(entry[2] ?? '') || !numeric(entry[3] ?? '')) throw new UserError(`user "${userPart}" is not in the image's /etc/passwd`);
+    if (!entry || !numeric(entry[2] ?? '') || !numeric(entry[3] ?? ''))
+      throw new UserError(`user "${userPart}" is not in the image's /etc/passwd`);
     uid = Number(entry[2]);
     primaryGid = Number(entry[3]);
   }

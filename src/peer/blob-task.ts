@@ -7,7 +7,14 @@ import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
 import type { StoredBlob } from '../storage/stored-blob.js';
 import { GrowingPiece } from './growing-piece.js';
 import { pieceBuffers } from './piece-buffers.js';
-import { BlobSizeMismatchError, UpstreamStatusError, type PieceOrigin, type PieceProvenance, type PieceRun, type PieceSource } from './sources/piece-source.js';
+import {
+  BlobSizeMismatchError,
+  UpstreamStatusError,
+  type PieceOrigin,
+  type PieceProvenance,
+  type PieceRun,
+  type PieceSource,
+} from './sources/piece-source.js';
 
 export class BlobDigestMismatchError extends Error {
   override name = 'BlobDigestMismatchError';
@@ -276,11 +283,17 @@ export class BlobTask {
     while (pending.length) {
       try {
         for (const part of pending) {
-          await source.fetchRun(this.layout, part, async (index, bytes, provenance) => {
-            // A piece outside our run that another fetch is bringing is left to that fetch.
-            if (!inRun(index) && this.inflight.has(index)) return;
-            await this.storePiece(index, bytes, { from: source.kind, ...provenance });
-          }, undefined, (index) => this.beginPiece(index, source.kind === 'origin'));
+          await source.fetchRun(
+            this.layout,
+            part,
+            async (index, bytes, provenance) => {
+              // A piece outside our run that another fetch is bringing is left to that fetch.
+              if (!inRun(index) && this.inflight.has(index)) return;
+              await this.storePiece(index, bytes, { from: source.kind, ...provenance });
+            },
+            undefined,
+            (index) => this.beginPiece(index, source.kind === 'origin'),
+          );
         }
         pending = this.missingRuns(run);
         if (pending.length) throw new Error(`${source.description} did not deliver every piece it was asked for`);
@@ -386,7 +399,11 @@ export class BlobTask {
     this.hashing = this.hashing
       .then(() => this.advanceBlobHash())
       .catch((error: Error) =>
-        this.fail(error instanceof BlobHashError ? error : new BlobHashError(`could not hash blob ${this.digest} at piece ${this.hashedPieces}: ${error.message}`)),
+        this.fail(
+          error instanceof BlobHashError
+            ? error
+            : new BlobHashError(`could not hash blob ${this.digest} at piece ${this.hashedPieces}: ${error.message}`),
+        ),
       )
       .catch((error: Error) => this.log.error({ digest: this.digest, err: error.message }, 'could not discard a blob whose hash failed'));
   }

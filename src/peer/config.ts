@@ -42,9 +42,7 @@ export const peerConfigSchema = z
       .default({ listen: '127.0.0.1:65001' }),
     registries: z
       .object({
-        insecure: z
-          .array(z.string().refine(isRegistryHost, { message: 'expected HOST[:PORT]' }))
-          .default([]),
+        insecure: z.array(z.string().refine(isRegistryHost, { message: 'expected HOST[:PORT]' })).default([]),
         default: baseUrl('https://registry.example.com or http://127.0.0.1:5000').optional(),
       })
       .strict()

@@ -47,7 +47,9 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
   const clusterToken = readTokenFile(config.swarm.clusterTokenFile);
   const tls = loadTls(config.tls);
   if (inSwarm && !clusterToken) {
-    throw new UserError('a peer in a swarm needs the cluster token (--cluster-token-file, or swarm.clusterTokenFile): its upload port serves only holders of it');
+    throw new UserError(
+      'a peer in a swarm needs the cluster token (--cluster-token-file, or swarm.clusterTokenFile): its upload port serves only holders of it',
+    );
   }
   const dataDir = resolve(config.dataDir);
   await mkdir(dataDir, { recursive: true });
@@ -63,24 +65,29 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     tasks?.forget(event.digest);
     swarm?.forget(event.digest, 'evicted');
   });
-  tasks = new TaskManager(store, log, {
-    pieceStored: (task, index, bytes, provenance) => {
-      metrics.downloadedBytes.inc({ source: provenance.from }, bytes);
-      board.notify(task.digest);
-      swarm?.pieceStored(task, index, bytes, provenance);
+  tasks = new TaskManager(
+    store,
+    log,
+    {
+      pieceStored: (task, index, bytes, provenance) => {
+        metrics.downloadedBytes.inc({ source: provenance.from }, bytes);
+        board.notify(task.digest);
+        swarm?.pieceStored(task, index, bytes, provenance);
+      },
+      // Children following this task hear of a piece as soon as it starts arriving (they may relay it).
+      pieceGrowing: (task) => board.notify(task.digest),
+      verified: (task) => {
+        log.info({ digest: task.digest, size: task.size, from: task.bytesBySource }, 'blob complete and verified');
+        board.notify(task.digest);
+        swarm?.verified(task);
+      },
+      failed: (task) => {
+        metrics.verificationFailures.inc();
+        swarm?.forget(task.digest, 'verification failed');
+      },
     },
-    // Children following this task hear of a piece as soon as it starts arriving (they may relay it).
-    pieceGrowing: (task) => board.notify(task.digest),
-    verified: (task) => {
-      log.info({ digest: task.digest, size: task.size, from: task.bytesBySource }, 'blob complete and verified');
-      board.notify(task.digest);
-      swarm?.verified(task);
-    },
-    failed: (task) => {
-      metrics.verificationFailures.inc();
-      swarm?.forget(task.digest, 'verification failed');
-    },
-  }, inSwarm ? 'sha256' : 'crc');
+    inSwarm ? 'sha256' : 'crc',
+  );
 
   const transport = new RegistryTransport();
   const downloadLimiter = new RateLimiter(config.download.rateLimit);
@@ -112,7 +119,12 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
     // Children keep connections to their parents per task (a long poll and pieces): room for many.
-    const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, { what: 'upload', tls, limits: { maxConnections: 8192 }, log });
+    const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, {
+      what: 'upload',
+      tls,
+      limits: { maxConnections: 8192 },
+      log,
+    });
     uploadAddress = upload.address;
     const listen = parseListenAddress(upload.address);
     const advertiseIp = config.swarm.advertiseIp ?? (listen.host === '0.0.0.0' || listen.host === '::' ? '127.0.0.1' : listen.host);
@@ -144,7 +156,10 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     );
     await swarm.start();
     const started = swarm;
-    closers.push(() => started.close(), () => closeHttp(upload.server));
+    closers.push(
+      () => started.close(),
+      () => closeHttp(upload.server),
+    );
     log.info({ upload: upload.address, schedulers: config.swarm.schedulers, seed: config.swarm.seed, labels }, 'peer joined the swarm');
   }
 

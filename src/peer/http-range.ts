@@ -68,7 +68,6 @@ export function multipartLayout(
   }));
   const tail = `\r\n--${boundary}--\r\n`;
   const length =
-    parts.reduce((sum, part) => sum + Buffer.byteLength(part.head) + (part.range.end - part.range.start + 1), 0) +
-    Buffer.byteLength(tail);
+    parts.reduce((sum, part) => sum + Buffer.byteLength(part.head) + (part.range.end - part.range.start + 1), 0) + Buffer.byteLength(tail);
   return { parts, tail, length };
 }

@@ -81,7 +81,9 @@ export class TaskManager {
     if (!blob) return undefined;
     if (!blob.complete && !blob.sources[0]?.registry) {
       // Partial, from before blobs recorded their registry: nothing says whose bytes they are.
-      void this.store.remove(digest).catch((error: Error) => this.log.warn({ digest, err: error.message }, 'could not drop a partial blob of unknown source'));
+      void this.store
+        .remove(digest)
+        .catch((error: Error) => this.log.warn({ digest, err: error.message }, 'could not drop a partial blob of unknown source'));
       return undefined;
     }
     const restored = new BlobTask(this.store, blob, this.log, this.wrapEvents(), this.pieceCheck);

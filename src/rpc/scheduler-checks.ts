@@ -39,13 +39,16 @@ function checkCount(value: unknown, what: string, max: number): void {
 export function checkHost(info: HostInfo | undefined): HostInfo {
   if (!info) fail('host is missing');
   checkId(info.id, 'host id');
-  if (typeof info.hostname !== 'string' || info.hostname.length > MAX_ID_LENGTH) fail(`host name must be at most ${MAX_ID_LENGTH} characters`);
+  if (typeof info.hostname !== 'string' || info.hostname.length > MAX_ID_LENGTH)
+    fail(`host name must be at most ${MAX_ID_LENGTH} characters`);
   if (!isIP(info.ip)) fail(`host ip "${String(info.ip).slice(0, 64)}" is not an IP address`);
-  if (!Number.isInteger(info.uploadPort) || info.uploadPort < 1 || info.uploadPort > 65535) fail('host upload port must be from 1 to 65535');
+  if (!Number.isInteger(info.uploadPort) || info.uploadPort < 1 || info.uploadPort > 65535)
+    fail('host upload port must be from 1 to 65535');
   const labels = Object.entries(info.labels ?? {});
   if (labels.length > MAX_LABELS) fail(`host has more than ${MAX_LABELS} labels`);
   for (const [key, value] of labels) {
-    if (key.length > MAX_LABEL_LENGTH || value.length > MAX_LABEL_LENGTH) fail(`host label "${key.slice(0, 64)}" is longer than ${MAX_LABEL_LENGTH} characters`);
+    if (key.length > MAX_LABEL_LENGTH || value.length > MAX_LABEL_LENGTH)
+      fail(`host label "${key.slice(0, 64)}" is longer than ${MAX_LABEL_LENGTH} characters`);
   }
   checkCount(info.uploadSlots, 'upload slots', MAX_UPLOAD_SLOTS);
   checkCount(info.uploadInUse, 'upload slots in use', MAX_UPLOAD_SLOTS);
@@ -64,16 +67,20 @@ export function checkRegister(register: RegisterPeer | undefined): RegisterPeer 
     fail(`task id: ${(error as Error).message}`);
   }
   const size = register.contentLength;
-  if (!Number.isSafeInteger(size) || size < 0 || size > MAX_TASK_BYTES) fail(`content length must be an integer from 0 to ${MAX_TASK_BYTES}`);
+  if (!Number.isSafeInteger(size) || size < 0 || size > MAX_TASK_BYTES)
+    fail(`content length must be an integer from 0 to ${MAX_TASK_BYTES}`);
   // Peers cut every blob by the same plan: any other piece size is not a peer's.
-  if (register.pieceSize !== pieceSizeFor(size)) fail(`piece size ${register.pieceSize} is not the ${pieceSizeFor(size)} a blob of ${size} bytes is cut into`);
+  if (register.pieceSize !== pieceSizeFor(size))
+    fail(`piece size ${register.pieceSize} is not the ${pieceSizeFor(size)} a blob of ${size} bytes is cut into`);
   const pieceCount = Math.max(1, Math.ceil(size / register.pieceSize));
   const held = register.heldPieces ?? [];
   if (held.length > pieceCount) fail(`held pieces list ${held.length} entries for a task of ${pieceCount} pieces`);
-  for (const index of held) if (!Number.isInteger(index) || index < 0 || index >= pieceCount) fail(`held piece ${index} is not a piece of this task`);
+  for (const index of held)
+    if (!Number.isInteger(index) || index < 0 || index >= pieceCount) fail(`held piece ${index} is not a piece of this task`);
   const origin = register.origin;
   if (origin) {
-    if (Object.keys(origin.headers ?? {}).length > 0) fail('origin headers are refused: registry credentials must not be sent to the scheduler');
+    if (Object.keys(origin.headers ?? {}).length > 0)
+      fail('origin headers are refused: registry credentials must not be sent to the scheduler');
     if (origin.url) {
       if (origin.url.length > MAX_URL_LENGTH) fail(`origin url is longer than ${MAX_URL_LENGTH} characters`);
       let named: string;
@@ -95,13 +102,15 @@ export function checkPeerPacket(packet: PeerPacket): PeerPacket {
       if (typeof packet.pieceFinished.digest === 'string' && packet.pieceFinished.digest.length > 150) fail('piece digest is too long');
       break;
     case 'pieceFailed':
-      if ((packet.pieceFailed.message ?? '').length > MAX_MESSAGE_LENGTH) packet.pieceFailed.message = packet.pieceFailed.message.slice(0, MAX_MESSAGE_LENGTH);
+      if ((packet.pieceFailed.message ?? '').length > MAX_MESSAGE_LENGTH)
+        packet.pieceFailed.message = packet.pieceFailed.message.slice(0, MAX_MESSAGE_LENGTH);
       break;
     case 'reschedule':
       if ((packet.reschedule.blocklist ?? []).length > MAX_BLOCKLIST) fail(`blocklist has more than ${MAX_BLOCKLIST} entries`);
       break;
     case 'downloadFailed':
-      if ((packet.downloadFailed.message ?? '').length > MAX_MESSAGE_LENGTH) packet.downloadFailed.message = packet.downloadFailed.message.slice(0, MAX_MESSAGE_LENGTH);
+      if ((packet.downloadFailed.message ?? '').length > MAX_MESSAGE_LENGTH)
+        packet.downloadFailed.message = packet.downloadFailed.message.slice(0, MAX_MESSAGE_LENGTH);
       break;
     default:
       break;

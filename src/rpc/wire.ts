@@ -22,6 +22,6 @@ export function parseWire<S extends z.ZodType>(schema: S, value: unknown, what: 
 export const digestField = z.string().regex(/^sha256:[0-9a-f]{64}$/, 'must be sha256:<64 hex digits>');
 export const countField = z.number().int().min(0);
 export const portField = z.number().int().min(1).max(65535);
-export const ipField = z
-  .string()
-  .refine((value) => /^[0-9a-fA-F:.]+$/.test(value) && (value.includes('.') || value.includes(':')), { message: 'must be an IPv4 or IPv6 address' });
+export const ipField = z.string().refine((value) => /^[0-9a-fA-F:.]+$/.test(value) && (value.includes('.') || value.includes(':')), {
+  message: 'must be an IPv4 or IPv6 address',
+});

@@ -161,7 +161,12 @@ export class Adaptation {
  * bound on its rate and since when. None while a piece asked of an earlier parent still arrives:
  * it shares the child's download.
  */
-function slowAgainstParent(child: Peer, parent: Peer, arriving: Array<[number, number]>, now: number): { since: number; rate: number } | undefined {
+function slowAgainstParent(
+  child: Peer,
+  parent: Peer,
+  arriving: Array<[number, number]>,
+  now: number,
+): { since: number; rate: number } | undefined {
   if (arriving.length < child.growing.size) return undefined;
   const size = child.task.pieceSize;
   let found: { since: number; rate: number } | undefined;

@@ -83,7 +83,11 @@ export const schedulerConfigSchema = z
     /** How often peers short of parents get another look. */
     tickMs: z.number().int().min(50).default(2_000),
     /** How long a task with no peer is remembered (with its piece digests). */
-    taskTtlMs: z.number().int().min(0).default(30 * 60_000),
+    taskTtlMs: z
+      .number()
+      .int()
+      .min(0)
+      .default(30 * 60_000),
     scheduling: schedulingSchema.default(defaultScheduling()),
     /** TLS on the gRPC port, and towards seeds and the manager (checked against `ca`). */
     tls: tlsFilesSchema.optional(),

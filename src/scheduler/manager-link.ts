@@ -46,7 +46,12 @@ export class ManagerLink {
   }
 
   private async keepalive(): Promise<void> {
-    const keepalive: SchedulerKeepalive = { hostname: hostname(), ip: this.self.ip, port: this.self.port, ...(this.self.clusterName ? { clusterName: this.self.clusterName } : {}) };
+    const keepalive: SchedulerKeepalive = {
+      hostname: hostname(),
+      ip: this.self.ip,
+      port: this.self.port,
+      ...(this.self.clusterName ? { clusterName: this.self.clusterName } : {}),
+    };
     const response = await request(new URL(SCHEDULER_KEEPALIVE_PATH, this.managerUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },

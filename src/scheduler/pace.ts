@@ -107,7 +107,15 @@ export class PeerPace {
    * from the origin, in one stream since the peer was sent there (or joined: `joinedAt`).
    * `arrivingStill`: other pieces are still on their way to the peer.
    */
-  stored(index: number, length: number, now: number, startedAt: number | undefined, costMs: number, arrivingStill: boolean, joinedAt: number): void {
+  stored(
+    index: number,
+    length: number,
+    now: number,
+    startedAt: number | undefined,
+    costMs: number,
+    arrivingStill: boolean,
+    joinedAt: number,
+  ): void {
     this.lastStoredAt = now;
     this.storedTimes.push(now);
     if (this.storedTimes.length > STORE_TIMES_KEPT) this.storedTimes.shift();

@@ -257,7 +257,9 @@ export function probeTargets(seed: Peer): Peer[] {
   if (upload === undefined || upload <= used) return [];
   const targets: Peer[] = [];
   const { depthOf } = chainDepths(seed);
-  const ends = [...seed.task.peers.values()].filter((peer) => peer.state === 'running' && !slowFeeder(peer) && peer.children.size === 0 && depthOf(peer) >= 2);
+  const ends = [...seed.task.peers.values()].filter(
+    (peer) => peer.state === 'running' && !slowFeeder(peer) && peer.children.size === 0 && depthOf(peer) >= 2,
+  );
   ends.sort((a, b) => depthOf(b) - depthOf(a) || a.id.localeCompare(b.id));
   for (const end of ends) {
     if (targets.length + state.probes.length >= MAX_PROBES) break;

@@ -41,7 +41,9 @@ export class Scheduling {
       moveTo: (peer, parent) => this.setParents(peer, [parent]),
       mayServe: (child, parent) => {
         const excluded = new Map<string, Exclusion>();
-        return filterCandidates(child, this.config, this.hooks.now(), excluded).includes(parent) || excluded.get(parent.id) === 'overloaded';
+        return (
+          filterCandidates(child, this.config, this.hooks.now(), excluded).includes(parent) || excluded.get(parent.id) === 'overloaded'
+        );
       },
     });
   }
@@ -71,7 +73,9 @@ export class Scheduling {
     const now = this.hooks.now();
     const task = this.resources.task(request.taskId, request.contentLength, request.pieceSize, now, originRegistry(request.origin?.url));
     if (task.contentLength !== request.contentLength || task.pieceSize !== request.pieceSize) {
-      throw new Error(`task ${task.id} is known with size ${task.contentLength}/${task.pieceSize}, not ${request.contentLength}/${request.pieceSize}`);
+      throw new Error(
+        `task ${task.id} is known with size ${task.contentLength}/${task.pieceSize}, not ${request.contentLength}/${request.pieceSize}`,
+      );
     }
     if (request.origin?.url) task.origin = { url: request.origin.url, public: Boolean(request.origin.public) };
     const previous = task.peers.get(request.peerId);
@@ -213,7 +217,10 @@ export class Scheduling {
     parent.failuresAsParent.push(this.hooks.now());
     if (report.reason !== 'FAILURE_REASON_PARENT_SLOW' && report.reason !== 'FAILURE_REASON_PIECE_MISSING') {
       peer.blocklist.add(parent.id);
-      this.log.warn({ task: peer.task.id, child: peer.id, parent: parent.id, reason: report.reason, message: report.message }, 'parent blocklisted for child');
+      this.log.warn(
+        { task: peer.task.id, child: peer.id, parent: parent.id, reason: report.reason, message: report.message },
+        'parent blocklisted for child',
+      );
     }
     if (report.reason !== 'FAILURE_REASON_PIECE_MISSING') this.schedule(peer);
   }
@@ -346,7 +353,10 @@ export class Scheduling {
     }
     if (parents.length > 0) peer.state = 'running';
     if (!same && peer.state !== 'left' && (parents.length > 0 || before.length > 0)) {
-      peer.send({ packet: 'parents', parents: { parents: parents.map((parent) => toParentInfo(parent, this.config.shape === 'mesh' ? 0 : 1)) } });
+      peer.send({
+        packet: 'parents',
+        parents: { parents: parents.map((parent) => toParentInfo(parent, this.config.shape === 'mesh' ? 0 : 1)) },
+      });
     }
   }
 

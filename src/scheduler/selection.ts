@@ -11,12 +11,7 @@ import { descendantsOf, type Peer } from './resources.js';
 /** Why a candidate was left out; kept for debugging and tests. */
 export type Exclusion = 'self' | 'same-host' | 'blocklisted' | 'nothing-to-offer' | 'cycle' | 'overloaded' | 'slow' | 'left' | 'topology';
 
-export function filterCandidates(
-  child: Peer,
-  config: SchedulingConfig,
-  now: number,
-  excluded?: Map<string, Exclusion>,
-): Peer[] {
+export function filterCandidates(child: Peer, config: SchedulingConfig, now: number, excluded?: Map<string, Exclusion>): Peer[] {
   const out: Peer[] = [];
   /** Peers that could serve the child but have no room for another child now. */
   const full: Peer[] = [];
@@ -82,7 +77,10 @@ function offersSomething(parent: Peer, child: Peer, now: number): boolean {
 }
 
 function withoutSlowOutliers(candidates: Peer[], factor: number, exclude: (p: Peer, why: Exclusion) => void): Peer[] {
-  const costs = candidates.map((peer) => peer.costPerMiB).filter((cost): cost is number => cost !== undefined).sort((a, b) => a - b);
+  const costs = candidates
+    .map((peer) => peer.costPerMiB)
+    .filter((cost): cost is number => cost !== undefined)
+    .sort((a, b) => a - b);
   if (costs.length < 3) return candidates;
   const median = costs[Math.floor(costs.length / 2)]!;
   return candidates.filter((peer) => {
@@ -193,7 +191,9 @@ function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excl
     const best = ranked.find((peer) => peer !== current);
     if (!best) return [current];
     // A rider moves where it fits; a chain child where it is fed clearly faster.
-    const better = slowFeeder(child) ? spareFor(best, child) >= SLOW * riderNeeds(best, child) : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
+    const better = slowFeeder(child)
+      ? spareFor(best, child) >= SLOW * riderNeeds(best, child)
+      : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
     return better ? [best] : [current];
   }
   return ranked[0] ? [ranked[0]] : [];

@@ -31,7 +31,10 @@ export function schedulerHandlers(
 ): grpc.UntypedServiceImplementation {
   const { log, metrics, clusterToken } = options;
   return {
-    AnnounceHost(call: grpc.ServerUnaryCall<AnnounceHostRequest, AnnounceHostResponse>, callback: grpc.sendUnaryData<AnnounceHostResponse>) {
+    AnnounceHost(
+      call: grpc.ServerUnaryCall<AnnounceHostRequest, AnnounceHostResponse>,
+      callback: grpc.sendUnaryData<AnnounceHostResponse>,
+    ) {
       if (!authorized(call.metadata, clusterToken)) return callback(unauthenticated);
       let info: HostInfo;
       try {

@@ -23,7 +23,7 @@ const httpUrl = z.string().refine(
       return false;
     }
   },
-  { message: 'expected the peer mirror\'s base URL, such as http://127.0.0.1:65001' },
+  { message: "expected the peer mirror's base URL, such as http://127.0.0.1:65001" },
 );
 
 /** `starling snapshotter`'s configuration file (YAML) and flags. Unknown keys are errors. */
@@ -87,10 +87,7 @@ export const snapshotterConfigSchema = z
       })
       .strict()
       .default({ enabled: true, idleExitSeconds: 60 }),
-    metrics: z
-      .object({ listen: listenAddress.optional() })
-      .strict()
-      .default({}),
+    metrics: z.object({ listen: listenAddress.optional() }).strict().default({}),
     log: z
       .object({
         level: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),

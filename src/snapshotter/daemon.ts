@@ -26,9 +26,20 @@ export interface RunningSnapshotter {
 export async function startSnapshotter(config: SnapshotterConfig, log: Logger): Promise<RunningSnapshotter> {
   const layout = new Layout(path.resolve(config.root));
   await fsp.mkdir(layout.root, { recursive: true, mode: 0o700 });
-  const settings: RemoteLayerSettings = { peer: config.peer, prefetch: config.prefetch, backgroundFetch: config.backgroundFetch, fuse: config.fuse };
+  const settings: RemoteLayerSettings = {
+    peer: config.peer,
+    prefetch: config.prefetch,
+    backgroundFetch: config.backgroundFetch,
+    fuse: config.fuse,
+  };
   const remote: LayerMounter = config.fuseServer.enabled
-    ? new FuseServerClient({ root: layout.root, settings, logLevel: config.log.level, idleExitSeconds: config.fuseServer.idleExitSeconds, log: log.child({ part: 'fuse-client' }) })
+    ? new FuseServerClient({
+        root: layout.root,
+        settings,
+        logLevel: config.log.level,
+        idleExitSeconds: config.fuseServer.idleExitSeconds,
+        log: log.child({ part: 'fuse-client' }),
+      })
     : new RemoteLayers(settings, log);
   const snapshotter = new Snapshotter(layout, MetadataStore.open(layout.metadataFile), remote, log);
   await snapshotter.restore();
@@ -56,7 +67,10 @@ export async function startSnapshotter(config: SnapshotterConfig, log: Logger): 
       { what: 'snapshotter metrics', limits: { maxConnections: 256 }, log },
     ));
   }
-  log.info({ socket, root: layout.root, peer: config.peer, metrics: metricsAddress, fuseServer: config.fuseServer.enabled }, 'snapshotter ready');
+  log.info(
+    { socket, root: layout.root, peer: config.peer, metrics: metricsAddress, fuseServer: config.fuseServer.enabled },
+    'snapshotter ready',
+  );
 
   return {
     snapshotter,

@@ -6,7 +6,8 @@ import { loadService } from '../rpc/proto.js';
 import { grpcStatus, SnapshotError } from './errors.js';
 import type { SnapshotInfo, Snapshotter } from './snapshotter.js';
 
-export const SnapshotsService = () => loadService('containerd/services/snapshots/v1/snapshots.proto', 'containerd.services.snapshots.v1.Snapshots');
+export const SnapshotsService = () =>
+  loadService('containerd/services/snapshots/v1/snapshots.proto', 'containerd.services.snapshots.v1.Snapshots');
 
 interface Timestamp {
   seconds: number;

@@ -66,10 +66,12 @@ export class LayersAhead {
     const started: Array<Promise<unknown>> = [];
     for (const ref of blobs) {
       if (this.entries.has(ref.digest) || skip(ref.digest) || this.entries.size >= MAX_KEPT) continue;
-      const resolved = this.priority.demand(() => this.resolve(ref)).catch((error: Error) => {
-        this.log.debug({ digest: ref.digest, err: error.message }, 'layer not resolved ahead');
-        return undefined;
-      });
+      const resolved = this.priority
+        .demand(() => this.resolve(ref))
+        .catch((error: Error) => {
+          this.log.debug({ digest: ref.digest, err: error.message }, 'layer not resolved ahead');
+          return undefined;
+        });
       const expiry = setTimeout(() => void this.drop(ref.digest), KEEP_MS);
       expiry.unref();
       this.entries.set(ref.digest, { resolved, expiry });

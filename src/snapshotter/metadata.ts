@@ -92,7 +92,14 @@ export class MetadataStore {
       if (p.kind !== 'committed') throw new SnapshotError('INVALID_ARGUMENT', `parent ${parent} is not a committed snapshot`);
     }
     const now = new Date().toISOString();
-    const record: SnapshotRecord = { id: String(this.state.nextId++), kind, parent: parent || undefined, labels: { ...labels }, created: now, updated: now };
+    const record: SnapshotRecord = {
+      id: String(this.state.nextId++),
+      kind,
+      parent: parent || undefined,
+      labels: { ...labels },
+      created: now,
+      updated: now,
+    };
     this.state.snapshots[key] = record;
     this.save();
     return record;

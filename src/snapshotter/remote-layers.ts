@@ -5,7 +5,14 @@
 import fsp from 'node:fs/promises';
 import type { Logger } from '../common/log.js';
 import { detachMount, findMount, fuseMountHealth } from '../fuse/index.js';
-import { FetchPriority, HttpRangeSource, mirrorBlobUrl, mountLazyLayer, type FetchPrioritySettings, type LazyLayer } from '../lazy/index.js';
+import {
+  FetchPriority,
+  HttpRangeSource,
+  mirrorBlobUrl,
+  mountLazyLayer,
+  type FetchPrioritySettings,
+  type LazyLayer,
+} from '../lazy/index.js';
 import { LayersAhead, type BlobRef, type LayersAheadSettings } from './layers-ahead.js';
 import type { RemoteSource } from './metadata.js';
 
@@ -103,22 +110,24 @@ export class RemoteLayers implements LayerMounter {
   }
 
   async layers(): Promise<MountedLayer[]> {
-    return [...this.served].filter(([, s]) => s.layer.alive).map(([id, s]) => {
-      const stats = s.layer.stats();
-      return {
-        id,
-        mountpoint: s.layer.mountpoint,
-        source: s.source,
-        size: s.blob.size,
-        stats: {
-          sourceBytes: stats.sourceBytes ?? 0,
-          cacheHits: stats.cacheHits,
-          chunksFetched: stats.chunksFetched,
-          digestMismatches: stats.digestMismatches,
-          chunksMissing: stats.chunksMissing,
-        },
-      };
-    });
+    return [...this.served]
+      .filter(([, s]) => s.layer.alive)
+      .map(([id, s]) => {
+        const stats = s.layer.stats();
+        return {
+          id,
+          mountpoint: s.layer.mountpoint,
+          source: s.source,
+          size: s.blob.size,
+          stats: {
+            sourceBytes: stats.sourceBytes ?? 0,
+            cacheHits: stats.cacheHits,
+            chunksFetched: stats.chunksFetched,
+            digestMismatches: stats.digestMismatches,
+            chunksMissing: stats.chunksMissing,
+          },
+        };
+      });
   }
 
   close(): Promise<void> {
@@ -142,7 +151,10 @@ export class RemoteLayers implements LayerMounter {
     // Resolved ahead (its TOC fetched while an earlier layer mounted): used if its TOC is the one the labels vouch for.
     let ahead = await this.ahead.take(source.digest);
     if (ahead && ahead.reader.tocDigest !== source.tocDigest) {
-      this.log.warn({ digest: source.digest, tocDigest: ahead.reader.tocDigest, expected: source.tocDigest }, 'the TOC resolved ahead is not the one the labels name: read again');
+      this.log.warn(
+        { digest: source.digest, tocDigest: ahead.reader.tocDigest, expected: source.tocDigest },
+        'the TOC resolved ahead is not the one the labels name: read again',
+      );
       await ahead.blob.close();
       ahead = undefined;
     }
@@ -172,7 +184,16 @@ export class RemoteLayers implements LayerMounter {
       void layer.closed.then(() => {
         if (this.served.get(id) === served) this.served.delete(id);
       });
-      log.info({ mountpoint, size: blob.size, fetched: blob.counters.bytes, resolvedAhead: Boolean(ahead), timings: { headMs, ...layer.stats().timings } }, 'remote layer mounted');
+      log.info(
+        {
+          mountpoint,
+          size: blob.size,
+          fetched: blob.counters.bytes,
+          resolvedAhead: Boolean(ahead),
+          timings: { headMs, ...layer.stats().timings },
+        },
+        'remote layer mounted',
+      );
     } catch (error) {
       await blob.close();
       throw error;

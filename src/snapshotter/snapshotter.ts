@@ -43,7 +43,9 @@ export class Snapshotter {
     if (typeof spec !== 'string' && spec.nextLayers.length > 0) {
       const { registry, repository } = spec.image;
       const blobs = spec.nextLayers.map((digest) => ({ registry, repository, digest }));
-      this.remote.resolveAhead(blobs).catch((error: Error) => this.log.warn({ key, err: error.message }, 'could not resolve the next layers ahead'));
+      this.remote
+        .resolveAhead(blobs)
+        .catch((error: Error) => this.log.warn({ key, err: error.message }, 'could not resolve the next layers ahead'));
     }
     const record = await this.create(key, 'active', parent, labels);
     if (typeof spec === 'string') {
@@ -75,7 +77,9 @@ export class Snapshotter {
   async remove(key: string): Promise<void> {
     const record = this.meta.remove(key);
     // The key is gone from the metadata: a failure below only leaves a directory for Cleanup.
-    await this.removeDir(record.id).catch((error) => this.log.warn({ key, err: (error as Error).message }, 'snapshot dir left for Cleanup'));
+    await this.removeDir(record.id).catch((error) =>
+      this.log.warn({ key, err: (error as Error).message }, 'snapshot dir left for Cleanup'),
+    );
   }
 
   stat(key: string): SnapshotInfo {
@@ -100,7 +104,10 @@ export class Snapshotter {
 
   list(filters: readonly string[]): SnapshotInfo[] {
     const match = compileFilters(filters);
-    return this.meta.entries().map(([name, r]) => toInfo(name, r)).filter((i) => match(i));
+    return this.meta
+      .entries()
+      .map(([name, r]) => toInfo(name, r))
+      .filter((i) => match(i));
   }
 
   async usage(key: string): Promise<Usage> {
@@ -134,7 +141,9 @@ export class Snapshotter {
     for (const mountpoint of leftovers) await clearMount(mountpoint, this.log);
     for (const [name, record] of this.meta.entries()) {
       if (!record.remote) continue;
-      await this.ensureRemote(record.id, record.remote).catch((error) => this.log.warn({ name, err: (error as Error).message }, 'remote layer not restored; retried on use'));
+      await this.ensureRemote(record.id, record.remote).catch((error) =>
+        this.log.warn({ name, err: (error as Error).message }, 'remote layer not restored; retried on use'),
+      );
     }
   }
 
@@ -162,7 +171,13 @@ export class Snapshotter {
 
   /** True when the layer is mounted and committed as `spec.target`; false means: unpack it normally. */
   private async mountRemote(key: string, record: SnapshotRecord, spec: RemoteLayerSpec): Promise<boolean> {
-    const source = { registry: spec.image.registry, repository: spec.image.repository, digest: spec.digest, tocDigest: spec.tocDigest, prefetchSize: spec.prefetchSize };
+    const source = {
+      registry: spec.image.registry,
+      repository: spec.image.repository,
+      digest: spec.digest,
+      tocDigest: spec.tocDigest,
+      prefetchSize: spec.prefetchSize,
+    };
     const started = Date.now();
     try {
       await this.ensureRemote(record.id, source);
@@ -200,18 +215,31 @@ export class Snapshotter {
         throw new SnapshotError('UNAVAILABLE', `layer ${name} unavailable: ${(error as Error).message}`);
       }
     }
-    return snapshotMounts(this.layout, record.id, record.kind, chain.map(([, p]) => p.id));
+    return snapshotMounts(
+      this.layout,
+      record.id,
+      record.kind,
+      chain.map(([, p]) => p.id),
+    );
   }
 
   private async removeDir(id: string): Promise<void> {
     const dir = this.layout.dir(id);
     await this.remote.release(id, this.layout.upper(id));
     // Never let rm walk into a mount (an upper dir someone bind-mounted, a FUSE layer).
-    for (const m of (await listMounts(dir)).sort((a, b) => b.mountpoint.length - a.mountpoint.length)) await clearMount(m.mountpoint, this.log);
+    for (const m of (await listMounts(dir)).sort((a, b) => b.mountpoint.length - a.mountpoint.length))
+      await clearMount(m.mountpoint, this.log);
     await fsp.rm(dir, { recursive: true, force: true });
   }
 }
 
 function toInfo(name: string, r: SnapshotRecord): SnapshotInfo {
-  return { name, parent: r.parent ?? '', kind: r.kind, labels: { ...r.labels }, created: new Date(r.created), updated: new Date(r.updated) };
+  return {
+    name,
+    parent: r.parent ?? '',
+    kind: r.kind,
+    labels: { ...r.labels },
+    created: new Date(r.created),
+    updated: new Date(r.updated),
+  };
 }

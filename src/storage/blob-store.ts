@@ -73,7 +73,9 @@ export class BlobStore {
     const existing = this.blobs.get(digest);
     if (existing) return existing;
     if (this.quota.quota > 0 && size > this.quota.quota) {
-      throw new BlobTooLargeError(`blob ${digest} is announced with ${size} bytes, more than this peer's disk quota of ${this.quota.quota} bytes`);
+      throw new BlobTooLargeError(
+        `blob ${digest} is announced with ${size} bytes, more than this peer's disk quota of ${this.quota.quota} bytes`,
+      );
     }
     let blob: StoredBlob;
     try {
@@ -82,7 +84,9 @@ export class BlobStore {
       const code = (error as NodeJS.ErrnoException).code;
       if (code !== 'EFBIG' && code !== 'ENOSPC') throw error;
       await rm(this.dirFor(digest), { recursive: true, force: true });
-      throw new BlobTooLargeError(`blob ${digest} is announced with ${size} bytes, more than this peer's disk can hold in one file (${code})`);
+      throw new BlobTooLargeError(
+        `blob ${digest} is announced with ${size} bytes, more than this peer's disk can hold in one file (${code})`,
+      );
     }
     this.blobs.set(digest, blob);
     return blob;

@@ -237,7 +237,11 @@ function parseMeta(text: string, dir: string): BlobMeta {
   const { public: wasPublic, ...rest } = meta as Partial<BlobMeta> & { public?: boolean };
   // Written before blobs recorded their sources: a public one stays public, a private one has no
   // source a client can be checked against, and is fetched again (docs/security.md).
-  const sources = Array.isArray(rest.sources) ? rest.sources.filter(isBlobSource) : wasPublic ? [{ registry: '', repository: '', public: true }] : [];
+  const sources = Array.isArray(rest.sources)
+    ? rest.sources.filter(isBlobSource)
+    : wasPublic
+      ? [{ registry: '', repository: '', public: true }]
+      : [];
   return { complete: false, createdAt: '', ...rest, sources } as BlobMeta;
 }
 

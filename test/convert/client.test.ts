@@ -26,14 +26,19 @@ before(async () => {
         res.writeHead(401, { 'content-type': 'application/json' }).end('{"details":"incorrect username or password"}');
         return;
       }
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: `tok-${url.searchParams.getAll('scope').join('+')}`, expires_in: 300 }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ token: `tok-${url.searchParams.getAll('scope').join('+')}`, expires_in: 300 }));
       return;
     }
     registryAuth.push(req.headers.authorization ?? '');
     const bearer = /^\/v2\/(.+)\/manifests\//.exec(url.pathname);
     if (bearer && !url.pathname.includes('/basic/')) {
       if (req.headers.authorization !== `Bearer tok-repository:${bearer[1]}:pull`) {
-        res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${host}/token",service="test-registry",scope="repository:${bearer[1]}:pull"`, 'content-type': 'application/json' });
+        res.writeHead(401, {
+          'www-authenticate': `Bearer realm="http://${host}/token",service="test-registry",scope="repository:${bearer[1]}:pull"`,
+          'content-type': 'application/json',
+        });
         res.end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
         return;
       }
@@ -42,7 +47,9 @@ before(async () => {
       return;
     }
     if (url.pathname.endsWith('/missing')) {
-      res.writeHead(404, { 'content-type': 'application/json' }).end('{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{"Tag":"missing"}}]}');
+      res
+        .writeHead(404, { 'content-type': 'application/json' })
+        .end('{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{"Tag":"missing"}}]}');
       return;
     }
     res.writeHead(200, { 'content-type': 'application/vnd.oci.image.manifest.v1+json' }).end(MANIFEST);
@@ -73,7 +80,12 @@ test('Bearer: anonymous first, then a token from the realm with service and scop
     await assert.rejects(client.getManifest('team/app', 'missing'), (e: RegistryError) => {
       assert.equal(e.status, 404);
       assert.equal(e.code, 'MANIFEST_UNKNOWN');
-      assert.match(e.message, new RegExp(`^registry ${host}, repository team/app: GET manifest missing: HTTP 404 MANIFEST_UNKNOWN: manifest unknown; \\{"Tag":"missing"\\}$`));
+      assert.match(
+        e.message,
+        new RegExp(
+          `^registry ${host}, repository team/app: GET manifest missing: HTTP 404 MANIFEST_UNKNOWN: manifest unknown; \\{"Tag":"missing"\\}$`,
+        ),
+      );
       return true;
     });
   } finally {
@@ -86,7 +98,10 @@ test('Bearer with credentials: Basic to the token service; refused credentials a
   const bad = new RegistryClient(host, { hosts: hosts(), credentials: parseCredentials('bob:nope') });
   try {
     await good.getManifest('team/app', 'v1');
-    await assert.rejects(bad.getManifest('team/app', 'v1'), /registry 127\.0\.0\.1:\d+, repository team\/app: GET manifest v1: the token service at http:\/\/127\.0\.0\.1:\d+ refused the credentials \(HTTP 401, .*incorrect username or password/);
+    await assert.rejects(
+      bad.getManifest('team/app', 'v1'),
+      /registry 127\.0\.0\.1:\d+, repository team\/app: GET manifest v1: the token service at http:\/\/127\.0\.0\.1:\d+ refused the credentials \(HTTP 401, .*incorrect username or password/,
+    );
   } finally {
     await good.close();
     await bad.close();
@@ -101,17 +116,27 @@ test('Basic: credentials after the challenge, then up front; none given is a cle
     await client.getManifest('basic/app', 'v1');
     assert.equal(registryAuth[0], '');
     assert.equal(registryAuth.length, 3, 'after one challenge, Basic goes with every request');
-    await assert.rejects(new RegistryClient(host, { hosts: hosts() }).getManifest('basic/app', 'v1'), /requires credentials \(HTTP 401, Basic auth\)/);
-    await assert.rejects(new RegistryClient(host, { hosts: hosts(), credentials: { username: 'bob', password: 'x' } }).getManifest('basic/app', 'v1'), /refused the credentials \(HTTP 401/);
+    await assert.rejects(
+      new RegistryClient(host, { hosts: hosts() }).getManifest('basic/app', 'v1'),
+      /requires credentials \(HTTP 401, Basic auth\)/,
+    );
+    await assert.rejects(
+      new RegistryClient(host, { hosts: hosts(), credentials: { username: 'bob', password: 'x' } }).getManifest('basic/app', 'v1'),
+      /refused the credentials \(HTTP 401/,
+    );
   } finally {
     await client.close();
   }
 });
 
 test('challenge and credential parsing', () => {
-  assert.deepEqual(parseChallenge('Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push"'), {
-    scheme: 'bearer', params: { realm: 'https://auth.example/token', service: 'registry.example', scope: 'repository:a/b:pull,push' },
-  });
+  assert.deepEqual(
+    parseChallenge('Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push"'),
+    {
+      scheme: 'bearer',
+      params: { realm: 'https://auth.example/token', service: 'registry.example', scope: 'repository:a/b:pull,push' },
+    },
+  );
   assert.deepEqual(parseChallenge('Basic realm=x'), { scheme: 'basic', params: { realm: 'x' } });
   assert.deepEqual(parseCredentials('u:p:with:colons'), { username: 'u', password: 'p:with:colons' });
   assert.throws(() => parseCredentials('nocolon', '--src-creds'), /--src-creds must be USER:PASSWORD/);

@@ -7,8 +7,15 @@ import { join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import {
-  fileSource, openEstargz, registryBlobSource, verifyEstargz, TOC_DIGEST_ANNOTATION, UNCOMPRESSED_SIZE_ANNOTATION,
-  ZSTD_MANIFEST_CHECKSUM_ANNOTATION, ZSTD_MANIFEST_POSITION_ANNOTATION, type RangeSource,
+  fileSource,
+  openEstargz,
+  registryBlobSource,
+  verifyEstargz,
+  TOC_DIGEST_ANNOTATION,
+  UNCOMPRESSED_SIZE_ANNOTATION,
+  ZSTD_MANIFEST_CHECKSUM_ANNOTATION,
+  ZSTD_MANIFEST_POSITION_ANNOTATION,
+  type RangeSource,
 } from '../../src/estargz/index.js';
 import { RegistryClient } from '../../src/oci/client.js';
 import { RegistryHosts } from '../../src/oci/registry-hosts.js';
@@ -50,7 +57,11 @@ async function getBlobBytes(repo: string, digest: string): Promise<Buffer> {
 
 /** Regular files of the original image's layers (OCI layout, gzip tars), per layer, via an independent tar reader. */
 async function originalLayerFiles(): Promise<Array<Map<string, { sha256?: string; type: string }>>> {
-  return Promise.all(image.layers.map(async (layer) => readTarOracle(gunzipSync(await readFile(join(image.layoutDir, 'blobs/sha256', layer.digest.slice(7)))))));
+  return Promise.all(
+    image.layers.map(async (layer) =>
+      readTarOracle(gunzipSync(await readFile(join(image.layoutDir, 'blobs/sha256', layer.digest.slice(7))))),
+    ),
+  );
 }
 
 /** Starling's reader and verifier accept each layer with its annotated TOC digest; returns the readers' sources closed. */
@@ -80,7 +91,15 @@ before(async () => {
   });
   srcDigest = (await pushImage(image.layoutDir, image.tag, registry.host, 'src/img:v1')).digest;
   client = new RegistryClient(registry.host, { hosts: new RegistryHosts([registry.host]) });
-  const res = await starling('convert', `${registry.host}/src/img:v1`, `${registry.host}/dst/img:esgz`, '--insecure-registry', registry.host, '--chunk-size', String(CHUNK));
+  const res = await starling(
+    'convert',
+    `${registry.host}/src/img:v1`,
+    `${registry.host}/dst/img:esgz`,
+    '--insecure-registry',
+    registry.host,
+    '--chunk-size',
+    String(CHUNK),
+  );
   assert.equal(res.code, 0, res.stderr);
   const manifest = await getJson('dst/img', 'esgz');
   converted = { stdout: res.stdout, manifest, config: JSON.parse((await getBlobBytes('dst/img', manifest.config.digest)).toString()) };
@@ -116,7 +135,10 @@ test('(b) the Go reference verifies every converted layer (TOC digest and every 
     const path = join(tmp.path, `go-${i}.blob`);
     await writeFile(path, await getBlobBytes('dst/img', layer.digest));
     const out = await harness(['verify-and-dump', '-blob', path, '-toc-digest', layer.annotations![TOC_DIGEST_ANNOTATION]!]);
-    const dump = out.trim().split('\n').map((line) => JSON.parse(line));
+    const dump = out
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
     const original = (await originalLayerFiles())[i]!;
     for (const [name, file] of original) {
       if (file.type === 'reg') assert.equal(dump.find((e) => e.name === name)?.sha256, file.sha256, `Go reads layer ${i} ${name}`);
@@ -165,8 +187,18 @@ test('(d) ctr-remote images convert --estargz --oci output is read and verified 
 
 test('(e) oci:DIR to oci:DIR, eStargz and zstd:chunked; converting the output again keeps its layers', async () => {
   const out = join(tmp.path, 'layout-out');
-  for (const [tag, extra] of [['esgz', []], ['zstd', ['--zstd']]] as const) {
-    const res = await starling('convert', `oci:${image.layoutDir}:${image.tag}`, `oci:${out}:${tag}`, '--chunk-size', String(CHUNK), ...extra);
+  for (const [tag, extra] of [
+    ['esgz', []],
+    ['zstd', ['--zstd']],
+  ] as const) {
+    const res = await starling(
+      'convert',
+      `oci:${image.layoutDir}:${image.tag}`,
+      `oci:${out}:${tag}`,
+      '--chunk-size',
+      String(CHUNK),
+      ...extra,
+    );
     assert.equal(res.code, 0, res.stderr);
     const index = JSON.parse(await readFile(join(out, 'index.json'), 'utf8'));
     const entry = index.manifests.find((m: any) => m.annotations['org.opencontainers.image.ref.name'] === tag);
@@ -181,7 +213,8 @@ test('(e) oci:DIR to oci:DIR, eStargz and zstd:chunked; converting the output ag
         assert.equal(layer.mediaType, MediaType.OciLayerZstd);
         assert.match(layer.annotations[ZSTD_MANIFEST_POSITION_ANNOTATION], /^\d+:\d+:\d+:1$/);
         assert.match(layer.annotations[ZSTD_MANIFEST_CHECKSUM_ANNOTATION], /^sha256:/);
-        if (!harnessSkip) await harness(['verify-and-dump', '-blob', blob(layer.digest), '-toc-digest', layer.annotations[TOC_DIGEST_ANNOTATION]]);
+        if (!harnessSkip)
+          await harness(['verify-and-dump', '-blob', blob(layer.digest), '-toc-digest', layer.annotations[TOC_DIGEST_ANNOTATION]]);
       } else {
         assert.equal(layer.mediaType, MediaType.OciLayerGzip);
       }
@@ -192,22 +225,38 @@ test('(e) oci:DIR to oci:DIR, eStargz and zstd:chunked; converting the output ag
   assert.equal(again.code, 0, again.stderr);
   const index = JSON.parse(await readFile(join(out, 'index.json'), 'utf8'));
   const digests = (tag: string) => index.manifests.find((m: any) => m.annotations['org.opencontainers.image.ref.name'] === tag).digest;
-  const layersOf = async (tag: string) => JSON.parse(await readFile(join(out, 'blobs/sha256', digests(tag).slice(7)), 'utf8')).layers.map((l: any) => l.digest);
+  const layersOf = async (tag: string) =>
+    JSON.parse(await readFile(join(out, 'blobs/sha256', digests(tag).slice(7)), 'utf8')).layers.map((l: any) => l.digest);
   assert.deepEqual(await layersOf('again'), await layersOf('esgz'));
 });
 
 test('(f) --record-in puts the recorded files first in their layers, before .prefetch.landmark', async () => {
   const record = join(tmp.path, 'record.jsonl');
-  await writeFile(record, [
-    { path: 'etc/app/conf', manifestDigest: srcDigest, layerIndex: 1 },
-    { path: image.randomFiles[0]!.path.slice(1), manifestDigest: srcDigest, layerIndex: 1 },
-    { path: 'app/run.sh', manifestDigest: srcDigest, layerIndex: 2 },
-  ].map((r) => JSON.stringify(r)).join('\n') + '\n');
-  const res = await starling('convert', `${registry.host}/src/img:v1`, `${registry.host}/dst/img:rec`, '--insecure-registry', registry.host, '--record-in', record);
+  await writeFile(
+    record,
+    [
+      { path: 'etc/app/conf', manifestDigest: srcDigest, layerIndex: 1 },
+      { path: image.randomFiles[0]!.path.slice(1), manifestDigest: srcDigest, layerIndex: 1 },
+      { path: 'app/run.sh', manifestDigest: srcDigest, layerIndex: 2 },
+    ]
+      .map((r) => JSON.stringify(r))
+      .join('\n') + '\n',
+  );
+  const res = await starling(
+    'convert',
+    `${registry.host}/src/img:v1`,
+    `${registry.host}/dst/img:rec`,
+    '--insecure-registry',
+    registry.host,
+    '--record-in',
+    record,
+  );
   assert.equal(res.code, 0, res.stderr);
   const manifest: Manifest = await getJson('dst/img', 'rec');
   const names = async (i: number) => {
-    const reader = await openEstargz(await registryBlobSource(client, 'dst/img', manifest.layers[i]!.digest), { tocDigest: manifest.layers[i]!.annotations![TOC_DIGEST_ANNOTATION] });
+    const reader = await openEstargz(await registryBlobSource(client, 'dst/img', manifest.layers[i]!.digest), {
+      tocDigest: manifest.layers[i]!.annotations![TOC_DIGEST_ANNOTATION],
+    });
     return { reader, names: reader.entries.map((e) => e.name) };
   };
   const layer1 = await names(1);
@@ -227,25 +276,53 @@ test('(f) --record-in puts the recorded files first in their layers, before .pre
   assert.ok((await names(0)).names.includes('.no.prefetch.landmark'), 'a layer without records has no prefetch');
   // A recording of another image is refused rather than silently ignored.
   await writeFile(record, JSON.stringify({ path: 'x', manifestDigest: `sha256:${'1'.repeat(64)}`, layerIndex: 0 }) + '\n');
-  const other = await starling('convert', `${registry.host}/src/img:v1`, `${registry.host}/dst/img:rec2`, '--insecure-registry', registry.host, '--record-in', record);
+  const other = await starling(
+    'convert',
+    `${registry.host}/src/img:v1`,
+    `${registry.host}/dst/img:rec2`,
+    '--insecure-registry',
+    registry.host,
+    '--record-in',
+    record,
+  );
   assert.equal(other.code, 2);
   assert.match(other.stderr, /none of which is the converted manifest/);
 });
 
 test('multi-arch index: default platform, --all-platforms, and an unknown --platform', async () => {
   const src = await client.getManifest('src/img', 'v1');
-  const index = { schemaVersion: 2, mediaType: MediaType.OciIndex, manifests: [{ mediaType: src.mediaType, digest: src.digest, size: src.bytes.length, platform: { os: 'linux', architecture: 'amd64' } }] };
+  const index = {
+    schemaVersion: 2,
+    mediaType: MediaType.OciIndex,
+    manifests: [{ mediaType: src.mediaType, digest: src.digest, size: src.bytes.length, platform: { os: 'linux', architecture: 'amd64' } }],
+  };
   await client.putManifest('src/img', 'multi', Buffer.from(JSON.stringify(index)), MediaType.OciIndex);
   const flags = ['--insecure-registry', registry.host];
   const single = await starling('convert', `${registry.host}/src/img:multi`, `${registry.host}/dst/img:multi-one`, ...flags);
   assert.equal(single.code, 0, single.stderr);
   assert.equal((await getJson('dst/img', 'multi-one')).mediaType, MediaType.OciManifest);
-  const all = await starling('convert', `${registry.host}/src/img:multi`, `${registry.host}/dst/img:multi-all`, '--all-platforms', ...flags);
+  const all = await starling(
+    'convert',
+    `${registry.host}/src/img:multi`,
+    `${registry.host}/dst/img:multi-all`,
+    '--all-platforms',
+    ...flags,
+  );
   assert.equal(all.code, 0, all.stderr);
   const newIndex = await getJson('dst/img', 'multi-all');
   assert.equal(newIndex.mediaType, MediaType.OciIndex);
-  assert.deepEqual(newIndex.manifests.map((m: any) => [m.digest, m.platform]), [[single.stdout.trim(), { os: 'linux', architecture: 'amd64' }]]);
-  const bad = await starling('convert', `${registry.host}/src/img:multi`, `${registry.host}/dst/img:arm`, '--platform', 'linux/arm64', ...flags);
+  assert.deepEqual(
+    newIndex.manifests.map((m: any) => [m.digest, m.platform]),
+    [[single.stdout.trim(), { os: 'linux', architecture: 'amd64' }]],
+  );
+  const bad = await starling(
+    'convert',
+    `${registry.host}/src/img:multi`,
+    `${registry.host}/dst/img:arm`,
+    '--platform',
+    'linux/arm64',
+    ...flags,
+  );
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /no manifest for platform linux\/arm64 \(available: linux\/amd64\)/);
   assert.equal(await client.headManifest('dst/img', 'arm'), undefined, 'nothing tagged');
@@ -284,13 +361,36 @@ test('(g) bad input: malformed reference, corrupt layer tar, refused credentials
   try {
     await pushImage(image.layoutDir, image.tag, privateRegistry.host, 'priv/img:v1', { creds });
     const pflags = ['--insecure-registry', privateRegistry.host];
-    const refused = await starling('convert', `${privateRegistry.host}/priv/img:v1`, `${privateRegistry.host}/priv/img:esgz`, ...pflags, '--src-creds', 'alice:wrong', '--dest-creds', 'alice:secret');
+    const refused = await starling(
+      'convert',
+      `${privateRegistry.host}/priv/img:v1`,
+      `${privateRegistry.host}/priv/img:esgz`,
+      ...pflags,
+      '--src-creds',
+      'alice:wrong',
+      '--dest-creds',
+      'alice:secret',
+    );
     assert.equal(refused.code, 2);
-    assert.match(refused.stderr, new RegExp(`registry ${privateRegistry.host}, repository priv/img: GET manifest v1: the registry refused the credentials \\(HTTP 401`));
+    assert.match(
+      refused.stderr,
+      new RegExp(
+        `registry ${privateRegistry.host}, repository priv/img: GET manifest v1: the registry refused the credentials \\(HTTP 401`,
+      ),
+    );
     const anonymous = await starling('convert', `${privateRegistry.host}/priv/img:v1`, `oci:${join(tmp.path, 'priv')}:x`, ...pflags);
     assert.equal(anonymous.code, 2);
     assert.match(anonymous.stderr, /requires credentials/);
-    const ok = await starling('convert', `${privateRegistry.host}/priv/img:v1`, `${privateRegistry.host}/priv/img:esgz`, ...pflags, '--src-creds', 'alice:secret', '--dest-creds', 'alice:secret');
+    const ok = await starling(
+      'convert',
+      `${privateRegistry.host}/priv/img:v1`,
+      `${privateRegistry.host}/priv/img:esgz`,
+      ...pflags,
+      '--src-creds',
+      'alice:secret',
+      '--dest-creds',
+      'alice:secret',
+    );
     assert.equal(ok.code, 0, ok.stderr);
     assert.ok(privateRegistry.requests().some((r) => r.method === 'PUT' && r.uri === '/v2/priv/img/manifests/esgz' && r.status === 201));
   } finally {
@@ -299,15 +399,28 @@ test('(g) bad input: malformed reference, corrupt layer tar, refused credentials
 });
 
 test('layers already in eStargz are kept and mounted across repositories of one registry', async () => {
-  const res = await starling('convert', `${registry.host}/dst/img:esgz`, `${registry.host}/copy/img:esgz`, '--insecure-registry', registry.host);
+  const res = await starling(
+    'convert',
+    `${registry.host}/dst/img:esgz`,
+    `${registry.host}/copy/img:esgz`,
+    '--insecure-registry',
+    registry.host,
+  );
   assert.equal(res.code, 0, res.stderr);
   const layers = (await getJson('copy/img', 'esgz')).layers.map((l: any) => l.digest);
-  assert.deepEqual(layers, converted.manifest.layers.map((l: any) => l.digest));
+  assert.deepEqual(
+    layers,
+    converted.manifest.layers.map((l: any) => l.digest),
+  );
   assert.equal(res.stdout.trim(), converted.stdout.trim(), 'same layers and config: the same manifest');
   const mounts = registry.requests().filter((r) => r.method === 'POST' && r.uri.startsWith('/v2/copy/img/blobs/uploads/?mount='));
   assert.equal(mounts.length, layers.length + 1, 'every layer and the config');
   assert.ok(mounts.every((r) => r.status === 201));
-  assert.equal(registry.requests().filter((r) => r.method === 'PUT' && r.uri.startsWith('/v2/copy/img/blobs/')).length, 0, 'nothing uploaded');
+  assert.equal(
+    registry.requests().filter((r) => r.method === 'PUT' && r.uri.startsWith('/v2/copy/img/blobs/')).length,
+    0,
+    'nothing uploaded',
+  );
 });
 
 test('estargz verify|ls|cat on a registry layer read with Range requests', async () => {
@@ -323,7 +436,10 @@ test('estargz verify|ls|cat on a registry layer read with Range requests', async
   const cat = await starling('estargz', 'cat', ref, 'etc/hello.txt', ...flags);
   assert.equal(cat.stdout, 'hello\n');
   // HEAD, footer, TOC and one chunk: a handful of small Range requests, not the 3 MB blob.
-  const reads = registry.requests().slice(before).filter((r) => r.uri.includes(layer.digest) && r.method === 'GET');
+  const reads = registry
+    .requests()
+    .slice(before)
+    .filter((r) => r.uri.includes(layer.digest) && r.method === 'GET');
   assert.ok(reads.length >= 3 && reads.length <= 4, `${reads.length} range reads`);
   assert.ok(reads.every((r) => r.status === 206 && r.bytesWritten < layer.size / 4));
   const missing = await starling('estargz', 'cat', `${registry.host}/dst/img@sha256:${'2'.repeat(64)}`, 'x', ...flags);

@@ -32,7 +32,8 @@ describe('the seed experiment end to end, 2 nodes', { timeout: 600_000 }, () => 
 
   const everyNodeReady = (r: RowResult) => {
     assert.equal(r.nodes.length, NODES);
-    for (const node of r.nodes) assert.ok(node.readySeconds > 0 && node.readySeconds >= node.pulledSeconds, `${node.node}: ${JSON.stringify(node)}`);
+    for (const node of r.nodes)
+      assert.ok(node.readySeconds > 0 && node.readySeconds >= node.pulledSeconds, `${node.node}: ${JSON.stringify(node)}`);
   };
 
   test('(a) direct pulls: every node runs the workload, and the registry sends one copy per node', async () => {
@@ -45,26 +46,34 @@ describe('the seed experiment end to end, 2 nodes', { timeout: 600_000 }, () => 
     const r = await runRow(ctx(), 'b');
     everyNodeReady(r);
     assert.ok(r.registryCopies > 0.99 && r.registryCopies < 1.05, `registry sent ${r.registryCopies} copies of the image`);
-    for (const [i, read] of r.readBytesPerNode.entries()) assert.ok(read >= image.plain.bytes, `n${i} received ${read} B of a ${image.plain.bytes} B image`);
+    for (const [i, read] of r.readBytesPerNode.entries())
+      assert.ok(read >= image.plain.bytes, `n${i} received ${read} B of a ${image.plain.bytes} B image`);
   });
 
   test('(c) lazily through the snapshotter and the swarm, no background fetch: every node runs the workload having received only part of the image', async () => {
     const r = await runRow(ctx(), 'c-no-bg');
     everyNodeReady(r);
-    for (const [i, read] of r.readBytesPerNode.entries()) assert.ok(read < 0.75 * image.lazy.bytes, `n${i} received ${read} B of a ${image.lazy.bytes} B image`);
+    for (const [i, read] of r.readBytesPerNode.entries())
+      assert.ok(read < 0.75 * image.lazy.bytes, `n${i} received ${read} B of a ${image.lazy.bytes} B image`);
   });
 
   test('(c) with background fetch: every node runs the workload, then holds the whole image, and the registry sends one copy in all', async () => {
     const r = await runRow(ctx(), 'c');
     everyNodeReady(r);
     assert.ok(r.lastWholeImageSeconds !== undefined && r.lastWholeImageSeconds >= r.lastSeconds, 'every node then held the whole image');
-    assert.ok(r.registryBytesTotal > 0.99 * image.lazy.bytes && r.registryBytesTotal < 1.05 * image.lazy.bytes, `the registry sent ${r.registryBytesTotal} B of a ${image.lazy.bytes} B image`);
+    assert.ok(
+      r.registryBytesTotal > 0.99 * image.lazy.bytes && r.registryBytesTotal < 1.05 * image.lazy.bytes,
+      `the registry sent ${r.registryBytesTotal} B of a ${image.lazy.bytes} B image`,
+    );
   });
 
   test('(d) lazily from the registry, without the swarm: every node runs the workload, and the registry serves every node the whole image', async () => {
     const r = await runRow(ctx(), 'd');
     everyNodeReady(r);
     assert.ok(r.lastWholeImageSeconds !== undefined, 'every node then held the whole image');
-    assert.ok(r.registryBytesTotal > 0.99 * NODES * image.lazy.bytes, `the registry sent ${r.registryBytesTotal} B for ${NODES} nodes of a ${image.lazy.bytes} B image`);
+    assert.ok(
+      r.registryBytesTotal > 0.99 * NODES * image.lazy.bytes,
+      `the registry sent ${r.registryBytesTotal} B for ${NODES} nodes of a ${image.lazy.bytes} B image`,
+    );
   });
 });

@@ -29,12 +29,18 @@ test('TOC offset out of range or not at the TOC member', async () => {
   for (const offset of [body.length, body.length + 100, 2 ** 52]) {
     await assert.rejects(openEstargz(bufferSource(Buffer.concat([body, encodeFooter(offset)]))), isError('FOOTER', /out of range/));
   }
-  await assert.rejects(openEstargz(bufferSource(Buffer.concat([body, encodeFooter(3)]))), (e) => e instanceof EstargzError && /TOC member|gzip/.test(e.message));
+  await assert.rejects(
+    openEstargz(bufferSource(Buffer.concat([body, encodeFooter(3)]))),
+    (e) => e instanceof EstargzError && /TOC member|gzip/.test(e.message),
+  );
 });
 
 test('TOC digest mismatch', async () => {
   const { blob } = await goodBlob();
-  await assert.rejects(openEstargz(bufferSource(blob), { tocDigest: `sha256:${'0'.repeat(64)}` }), isError('TOC_DIGEST', /TOC digest mismatch/));
+  await assert.rejects(
+    openEstargz(bufferSource(blob), { tocDigest: `sha256:${'0'.repeat(64)}` }),
+    isError('TOC_DIGEST', /TOC digest mismatch/),
+  );
   await assert.rejects(verifyEstargz(bufferSource(blob), { tocDigest: `sha256:${'0'.repeat(64)}` }), isError('TOC_DIGEST', /mismatch/));
 });
 
@@ -56,7 +62,10 @@ test('TOC member with the wrong entry name or no tar inside', async () => {
     isError('TOC', /named "other.json"/),
   );
   const notTar = gzipSync(Buffer.alloc(1024, 0x41));
-  await assert.rejects(openEstargz(bufferSource(Buffer.concat([blob.subarray(0, tocOffset), notTar, encodeFooter(tocOffset)]))), isError('TAR', /checksum/));
+  await assert.rejects(
+    openEstargz(bufferSource(Buffer.concat([blob.subarray(0, tocOffset), notTar, encodeFooter(tocOffset)]))),
+    isError('TAR', /checksum/),
+  );
 });
 
 test('unsafe and duplicate names in a TOC', async () => {
@@ -90,7 +99,10 @@ test('corrupted compressed data is a clear gzip or digest error', async () => {
   const corrupt = Buffer.from(blob);
   for (let i = chunk.offset + 20; i < chunk.offset + 60; i++) corrupt[i]! ^= 0x5a;
   const bad = await openEstargz(bufferSource(corrupt));
-  await assert.rejects(bad.readRange('d/big.bin', CHUNK, 1), (e) => e instanceof EstargzError && ['GZIP', 'CHUNK_DIGEST', 'CHUNK'].includes(e.code));
+  await assert.rejects(
+    bad.readRange('d/big.bin', CHUNK, 1),
+    (e) => e instanceof EstargzError && ['GZIP', 'CHUNK_DIGEST', 'CHUNK'].includes(e.code),
+  );
   await assert.rejects(verifyEstargz(bufferSource(corrupt)), EstargzError);
 });
 
@@ -101,10 +113,16 @@ test('the verifier catches TOC offsets that do not start the chunk member and TO
     [a.offset, b.offset] = [b.offset, a.offset];
     return toc;
   });
-  await assert.rejects(verifyEstargz(bufferSource(swapped.blob)), (e) => e instanceof EstargzError && ['MISMATCH', 'CHUNK_DIGEST'].includes(e.code));
+  await assert.rejects(
+    verifyEstargz(bufferSource(swapped.blob)),
+    (e) => e instanceof EstargzError && ['MISMATCH', 'CHUNK_DIGEST'].includes(e.code),
+  );
   const modeChanged = rewriteToc(blob, (toc) => ((toc.entries.find((e: { name: string }) => e.name === 'd/fifo').mode = 0o600), toc));
   await openEstargz(bufferSource(modeChanged.blob)); // the TOC alone is consistent...
-  await assert.rejects(verifyEstargz(bufferSource(modeChanged.blob)), isError('MISMATCH', /"d\/fifo".*mode is 420 in the tar but 384 in the TOC/));
+  await assert.rejects(
+    verifyEstargz(bufferSource(modeChanged.blob)),
+    isError('MISMATCH', /"d\/fifo".*mode is 420 in the tar but 384 in the TOC/),
+  );
   const dropped = rewriteToc(blob, (toc) => ((toc.entries = toc.entries.filter((e: { name: string }) => e.name !== 'd/fifo')), toc));
   await assert.rejects(verifyEstargz(bufferSource(dropped.blob)), isError('MISMATCH', /name is "d\/fifo" in the tar/));
 });
@@ -113,7 +131,10 @@ test('the writer refuses unsafe, duplicate (unless spooling), unsupported and tr
   const tarOf = (name: string) => makeTar([{ name, type: 'file', content: Buffer.from('x') }]);
   await assert.rejects(build(await tarOf('../escape')), isError('UNSAFE_NAME', /contains "\.\."/));
   await assert.rejects(build(await tarOf('/abs')), isError('UNSAFE_NAME', /absolute/));
-  const dup = await makeTar([{ name: 'a', type: 'file', content: Buffer.from('1') }, { name: 'a', type: 'file', content: Buffer.from('2') }]);
+  const dup = await makeTar([
+    { name: 'a', type: 'file', content: Buffer.from('1') },
+    { name: 'a', type: 'file', content: Buffer.from('2') },
+  ]);
   await assert.rejects(build(dup), isError('DUPLICATE', /more than once.*--spool/));
   await build(dup, { spool: true });
   const contiguous = Buffer.from(await tarOf('c'));

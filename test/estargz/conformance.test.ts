@@ -5,7 +5,18 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 import { bufferSource, encodeFooter, openEstargz, serializeToc, verifyEstargz, type EstargzReader } from '../../src/estargz/index.js';
-import { build, cleanName, everyTypeEntries, execFileP, harness, harnessSkip, readTarOracle, sha256hex, withTempDir, type OracleEntry } from './helpers.js';
+import {
+  build,
+  cleanName,
+  everyTypeEntries,
+  execFileP,
+  harness,
+  harnessSkip,
+  readTarOracle,
+  sha256hex,
+  withTempDir,
+  type OracleEntry,
+} from './helpers.js';
 import { makeTar } from '../fixtures/tar.js';
 
 const CHUNK = 64 * 1024;
@@ -34,7 +45,17 @@ async function fixtures(dir: string): Promise<{ label: string; tar: Buffer }[]> 
   await writeFile(join(deep, `${'z'.repeat(140)}.dat`), Buffer.alloc(3 * CHUNK + 17, 'q'));
   await writeFile(join(root, 'g', 'small'), 'small file');
   await symlink(`../${'t'.repeat(130)}/target`, join(root, 'g', 'longlink'));
-  await execFileP('tar', ['--format=gnu', '--owner=0', '--group=0', '--mtime=2021-01-02 03:04:05Z', '-C', root, '-cf', join(dir, 'gnu.tar'), 'g']);
+  await execFileP('tar', [
+    '--format=gnu',
+    '--owner=0',
+    '--group=0',
+    '--mtime=2021-01-02 03:04:05Z',
+    '-C',
+    root,
+    '-cf',
+    join(dir, 'gnu.tar'),
+    'g',
+  ]);
   return [
     { label: 'ustar/PAX (every entry type)', tar: await makeTar(everyTypeEntries(CHUNK)) },
     { label: 'GNU tar format', tar: await readFile(join(dir, 'gnu.tar')) },
@@ -101,13 +122,20 @@ test('(a) Starling blobs pass Go estargz.Open + VerifyTOC and read back file by 
         const path = join(dir, 'starling.esgz');
         await writeFile(path, blob);
         const out = await harness(['verify-and-dump', '-blob', path, '-toc-digest', result.tocDigest]);
-        const dump = out.trim().split('\n').map((line) => JSON.parse(line) as GoDumpEntry);
+        const dump = out
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line) as GoDumpEntry);
         assertGoDumpMatches(dump, oracle, prioritized.length ? '.prefetch.landmark' : '.no.prefetch.landmark');
       }
       // Go refuses the blob when told a different TOC digest: the check above is not vacuous.
       const { blob } = await build(tar, { chunkSize: CHUNK });
       await writeFile(join(dir, 'x.esgz'), blob);
-      await assert.rejects(harness(['verify-and-dump', '-blob', join(dir, 'x.esgz'), '-toc-digest', `sha256:${'0'.repeat(64)}`]), /invalid TOC JSON/, label);
+      await assert.rejects(
+        harness(['verify-and-dump', '-blob', join(dir, 'x.esgz'), '-toc-digest', `sha256:${'0'.repeat(64)}`]),
+        /invalid TOC JSON/,
+        label,
+      );
     }
   });
 });
@@ -121,7 +149,9 @@ test('(b) Go-built blobs (prioritized files, 64 KiB chunks) are read and verifie
       await writeFile(tarPath, tar);
       await writeFile(listPath, (label.startsWith('ustar') ? PRIORITIZED : ['g/small']).join('\n'));
       const blobPath = join(dir, 'go.esgz');
-      const go = JSON.parse(await harness(['build', '-in', tarPath, '-out', blobPath, '-chunk-size', String(CHUNK), '-level', '6', '-prioritized', listPath]));
+      const go = JSON.parse(
+        await harness(['build', '-in', tarPath, '-out', blobPath, '-chunk-size', String(CHUNK), '-level', '6', '-prioritized', listPath]),
+      );
       const blob = await readFile(blobPath);
       assert.equal(go.size, blob.length);
 
@@ -151,7 +181,9 @@ test('(c) single-writer Go blobs (Writer.AppendTar, no landmark) read and verify
   await withTempDir(async (dir) => {
     const tar = await makeTar(everyTypeEntries(CHUNK));
     await writeFile(join(dir, 'in.tar'), tar);
-    const go = JSON.parse(await harness(['append', '-in', join(dir, 'in.tar'), '-out', join(dir, 'go.esgz'), '-chunk-size', String(CHUNK), '-level', '1']));
+    const go = JSON.parse(
+      await harness(['append', '-in', join(dir, 'in.tar'), '-out', join(dir, 'go.esgz'), '-chunk-size', String(CHUNK), '-level', '1']),
+    );
     const blob = await readFile(join(dir, 'go.esgz'));
     const reader = await openEstargz(bufferSource(blob), { tocDigest: go.tocDigest });
     await assertStarlingReadsOracle(reader, await readTarOracle(tar));

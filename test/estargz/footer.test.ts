@@ -4,8 +4,7 @@ import { gunzipSync } from 'node:zlib';
 import { EstargzError, encodeFooter, parseAnyFooter, parseFooter, parseLegacyFooter, FOOTER_SIZE } from '../../src/estargz/index.js';
 
 // Bytes written by Go's gzipFooterBytes(0x31142) (captured from a Go-built blob): the exact layout.
-const GO_FOOTER_HEX =
-  '1f8b0804000000000' + '0ff1a00534716003030303030303030303030333131343253544152475a010000ffff0000000000000000';
+const GO_FOOTER_HEX = '1f8b0804000000000' + '0ff1a00534716003030303030303030303030333131343253544152475a010000ffff0000000000000000';
 
 test('encodeFooter reproduces the Go footer byte for byte', () => {
   const footer = encodeFooter(0x31142);
@@ -18,7 +17,12 @@ test('the footer is an empty gzip member and parses back', () => {
     const footer = encodeFooter(offset);
     assert.equal(gunzipSync(footer).length, 0);
     assert.deepEqual(parseFooter(footer), { format: 'gzip', tocOffset: offset, size: 51, payloadEnd: offset });
-    assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.from('prefix'), footer])), { format: 'gzip', tocOffset: offset, size: 51, payloadEnd: offset });
+    assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.from('prefix'), footer])), {
+      format: 'gzip',
+      tocOffset: offset,
+      size: 51,
+      payloadEnd: offset,
+    });
   }
 });
 
@@ -36,7 +40,12 @@ test('legacy 47-byte footers are accepted, as Go does', () => {
   const footer = legacyFooter(0xabc);
   assert.equal(gunzipSync(footer).length, 0);
   assert.deepEqual(parseLegacyFooter(footer), { format: 'gzip', tocOffset: 0xabc, size: 47, payloadEnd: 0xabc });
-  assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.alloc(10), footer])), { format: 'gzip', tocOffset: 0xabc, size: 47, payloadEnd: 0xabc });
+  assert.deepEqual(parseAnyFooter(Buffer.concat([Buffer.alloc(10), footer])), {
+    format: 'gzip',
+    tocOffset: 0xabc,
+    size: 47,
+    payloadEnd: 0xabc,
+  });
 });
 
 test('forged footers are refused with a message naming the problem', () => {
@@ -54,7 +63,11 @@ test('forged footers are refused with a message naming the problem', () => {
   for (const [label, mutate, message] of cases) {
     const footer = encodeFooter(1234);
     mutate(footer);
-    assert.throws(() => parseFooter(footer), (e: unknown) => e instanceof EstargzError && e.code === 'FOOTER' && message.test(e.message), label);
+    assert.throws(
+      () => parseFooter(footer),
+      (e: unknown) => e instanceof EstargzError && e.code === 'FOOTER' && message.test(e.message),
+      label,
+    );
     assert.throws(() => parseAnyFooter(footer), EstargzError, label);
   }
   assert.throws(() => parseAnyFooter(Buffer.alloc(20)), /smaller than a 51-byte footer/);

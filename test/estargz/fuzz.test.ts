@@ -49,7 +49,24 @@ function rethrowUnlessEstargz(label: string) {
   };
 }
 
-const WEIRD_VALUES: unknown[] = [-1, 0, 1, 1.5, 2 ** 53, 1e300, '', 'x', '../x', '/abs', null, {}, [], true, 'sha256:zz', `sha256:${'a'.repeat(64)}`];
+const WEIRD_VALUES: unknown[] = [
+  -1,
+  0,
+  1,
+  1.5,
+  2 ** 53,
+  1e300,
+  '',
+  'x',
+  '../x',
+  '/abs',
+  null,
+  {},
+  [],
+  true,
+  'sha256:zz',
+  `sha256:${'a'.repeat(64)}`,
+];
 
 test('fuzz: footers, TOC JSON, compressed data', { timeout: 60_000 * SCALE }, async () => {
   const random = prng(SEED);
@@ -73,7 +90,20 @@ test('fuzz: footers, TOC JSON, compressed data', { timeout: 60_000 * SCALE }, as
         return text.toString('latin1');
       }
       const entry = pick(toc.entries as Record<string, unknown>[]);
-      const field = pick(['name', 'type', 'size', 'offset', 'chunkOffset', 'chunkSize', 'chunkDigest', 'digest', 'linkName', 'xattrs', 'mode', 'innerOffset']);
+      const field = pick([
+        'name',
+        'type',
+        'size',
+        'offset',
+        'chunkOffset',
+        'chunkSize',
+        'chunkDigest',
+        'digest',
+        'linkName',
+        'xattrs',
+        'mode',
+        'innerOffset',
+      ]);
       entry[field] = random() < 0.5 ? pick(WEIRD_VALUES) : pick(toc.entries as Record<string, unknown>[])[field];
       if (random() < 0.2) toc.entries.splice(Math.floor(random() * toc.entries.length), 1);
       if (random() < 0.1) toc.entries.push(structuredClone(pick(toc.entries)));

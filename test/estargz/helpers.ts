@@ -41,7 +41,16 @@ export function everyTypeEntries(chunkSize: number): TarEntry[] {
   return [
     { name: 'd/', type: 'directory', mode: 0o755, uid: 1000, gid: 1000, uname: 'alice', gname: 'staff' },
     { name: 'd/empty', type: 'file', mode: 0o644, uid: 1000, gid: 1000, uname: 'alice', gname: 'staff', content: Buffer.alloc(0) },
-    { name: 'd/small.txt', type: 'file', mode: 0o640, uid: 1000, gid: 1000, uname: 'alice', gname: 'staff', content: Buffer.from('hello estargz\n') },
+    {
+      name: 'd/small.txt',
+      type: 'file',
+      mode: 0o640,
+      uid: 1000,
+      gid: 1000,
+      uname: 'alice',
+      gname: 'staff',
+      content: Buffer.from('hello estargz\n'),
+    },
     { name: 'd/big.bin', type: 'file', mode: 0o600, content: seededBytes('big', 5 * chunkSize + 12345) },
     { name: 'd/exact.bin', type: 'file', mode: 0o600, content: seededBytes('exact', 2 * chunkSize) },
     { name: 'd/link', type: 'symlink', linkname: 'small.txt', mode: 0o777 },
@@ -53,7 +62,10 @@ export function everyTypeEntries(chunkSize: number): TarEntry[] {
     { name: 'd/setuid', type: 'file', mode: 0o4755, content: Buffer.from('#!/bin/sh\n') },
     { name: 'x/', type: 'directory', mode: 0o755, pax: { 'SCHILY.xattr.user.dir': 'on-a-dir' } },
     {
-      name: 'x/with-xattrs', type: 'file', mode: 0o644, content: Buffer.from('xattrs here'),
+      name: 'x/with-xattrs',
+      type: 'file',
+      mode: 0o644,
+      content: Buffer.from('xattrs here'),
       pax: { 'SCHILY.xattr.user.comment': 'a <b> & c', 'SCHILY.xattr.security.selinux': 'system_u:object_r:bin_t:s0' },
     },
     { name: `${longDir}/`, type: 'directory', mode: 0o755 },
@@ -81,12 +93,20 @@ export interface OracleEntry {
 }
 
 export function cleanName(name: string): string {
-  return name.replace(/^(\.\/)+/, '').replace(/^\/+/, '').replace(/\/+$/, '');
+  return name
+    .replace(/^(\.\/)+/, '')
+    .replace(/^\/+/, '')
+    .replace(/\/+$/, '');
 }
 
 const ORACLE_TYPES: Record<string, string> = {
-  file: 'reg', link: 'hardlink', symlink: 'symlink', 'character-device': 'char',
-  'block-device': 'block', directory: 'dir', fifo: 'fifo',
+  file: 'reg',
+  link: 'hardlink',
+  symlink: 'symlink',
+  'character-device': 'char',
+  'block-device': 'block',
+  directory: 'dir',
+  fifo: 'fifo',
 };
 
 export async function readTarOracle(tar: Buffer): Promise<Map<string, OracleEntry>> {
@@ -102,8 +122,16 @@ export async function readTarOracle(tar: Buffer): Promise<Map<string, OracleEntr
     }
     const type = ORACLE_TYPES[h.type ?? 'file'] ?? String(h.type);
     out.set(cleanName(h.name), {
-      name: cleanName(h.name), type, size: type === 'reg' ? content.length : 0, linkName: h.linkname ?? '',
-      mode: h.mode ?? 0, uid: h.uid ?? 0, gid: h.gid ?? 0, devMajor: h.devmajor ?? 0, devMinor: h.devminor ?? 0, xattrs,
+      name: cleanName(h.name),
+      type,
+      size: type === 'reg' ? content.length : 0,
+      linkName: h.linkname ?? '',
+      mode: h.mode ?? 0,
+      uid: h.uid ?? 0,
+      gid: h.gid ?? 0,
+      devMajor: h.devmajor ?? 0,
+      devMinor: h.devminor ?? 0,
+      xattrs,
       ...(type === 'reg' ? { sha256: sha256hex(content), content } : {}),
     });
   }
@@ -134,7 +162,9 @@ export function rewriteToc(blob: Buffer, edit: (toc: any) => any): { blob: Buffe
   const toc = JSON.parse(tar.toString('utf8', 512, 512 + jsonSize));
   const edited = edit(toc);
   const json = Buffer.from(typeof edited === 'string' ? edited : JSON.stringify(edited, null, '\t'));
-  const member = gzipSync(Buffer.concat([ustarFileHeader('stargz.index.json', json.length), json, Buffer.alloc(paddingFor(json.length)), END_OF_ARCHIVE]));
+  const member = gzipSync(
+    Buffer.concat([ustarFileHeader('stargz.index.json', json.length), json, Buffer.alloc(paddingFor(json.length)), END_OF_ARCHIVE]),
+  );
   return {
     blob: Buffer.concat([blob.subarray(0, tocOffset), member, encodeFooter(tocOffset)]),
     tocDigest: `sha256:${sha256hex(json)}`,
@@ -152,4 +182,3 @@ export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<
 
 /** A tiny deterministic PRNG (mulberry32) for the fuzz test: the simulator's. */
 export { rng as prng } from '../../sim/event-queue.js';
-

@@ -51,7 +51,10 @@ test('round trip: every entry type, long names, xattrs, chunked files; the blob 
   assert.equal(reader.lookup('d/exact.bin')!.chunks.length, 2);
   // Go records chunkSize on every chunk but a short last one.
   const toc = reader.toc.entries.filter((e) => e.name === 'd/exact.bin' || e.name === 'd/big.bin');
-  assert.deepEqual(toc.map((e) => e.chunkSize ?? 0), [CHUNK, CHUNK, CHUNK, CHUNK, CHUNK, 0, CHUNK, CHUNK]);
+  assert.deepEqual(
+    toc.map((e) => e.chunkSize ?? 0),
+    [CHUNK, CHUNK, CHUNK, CHUNK, CHUNK, 0, CHUNK, CHUNK],
+  );
 
   // A plain gunzip of the whole blob is a tar holding the same files plus the TOC.
   const plain = gunzipSync(blob);
@@ -76,7 +79,13 @@ test('ranges read only what they need and are verified', async () => {
   const counting = { size: source.size, read: (o: number, l: number) => ((fetched += l), source.read(o, l)) };
   const reader = await openEstargz(counting);
   fetched = 0;
-  for (const [offset, length] of [[0, 10], [CHUNK - 5, 10], [3 * CHUNK + 7, 2 * CHUNK], [content.length - 3, 100], [content.length, 5]] as const) {
+  for (const [offset, length] of [
+    [0, 10],
+    [CHUNK - 5, 10],
+    [3 * CHUNK + 7, 2 * CHUNK],
+    [content.length - 3, 100],
+    [content.length, 5],
+  ] as const) {
     const got = await reader.readRange('d/big.bin', offset, length);
     assert.deepEqual(got, content.subarray(offset, offset + length), `${offset}+${length}`);
   }
@@ -123,7 +132,10 @@ test('existing TOC and landmark entries in the input are replaced; duplicates re
   ]);
   const { blob } = await build(tar, { spool: true });
   const reader = await openEstargz(bufferSource(blob));
-  assert.deepEqual(reader.entries.map((e) => e.name), ['.no.prefetch.landmark', 'b', 'a']);
+  assert.deepEqual(
+    reader.entries.map((e) => e.name),
+    ['.no.prefetch.landmark', 'b', 'a'],
+  );
   assert.equal((await reader.readFile('a')).toString(), 'second');
   await verifyEstargz(bufferSource(blob));
 });
@@ -131,7 +143,10 @@ test('existing TOC and landmark entries in the input are replaced; duplicates re
 test('an empty tar still yields a valid blob with just the landmark', async () => {
   const { blob, result } = await build(Buffer.alloc(1024));
   const reader = await openEstargz(bufferSource(blob), { tocDigest: result.tocDigest });
-  assert.deepEqual(reader.entries.map((e) => e.name), ['.no.prefetch.landmark']);
+  assert.deepEqual(
+    reader.entries.map((e) => e.name),
+    ['.no.prefetch.landmark'],
+  );
   await verifyEstargz(bufferSource(blob));
 });
 

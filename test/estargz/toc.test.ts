@@ -21,7 +21,13 @@ test('serializeToc writes Go field order, omits empty fields, tab indentation, b
     entries: [
       { name: 'a/', type: 'dir', mode: 0o755, uid: 0, userName: '', modtime: '2023-05-06T07:08:09Z' },
       {
-        name: 'a/f', type: 'reg', size: 3, offset: 99, digest: D('1'), chunkDigest: D('1'), mode: 0o644,
+        name: 'a/f',
+        type: 'reg',
+        size: 3,
+        offset: 99,
+        digest: D('1'),
+        chunkDigest: D('1'),
+        mode: 0o644,
         xattrs: { 'user.z': Buffer.from('z'), 'user.a': Buffer.from([0, 255]) },
       },
     ],
@@ -58,7 +64,16 @@ test('serializeToc writes Go field order, omits empty fields, tab indentation, b
     version: 1,
     entries: [
       { name: 'a/', type: 'dir', modtime: '2023-05-06T07:08:09Z', mode: 493 },
-      { name: 'a/f', type: 'reg', size: 3, mode: 420, offset: 99, digest: D('1'), chunkDigest: D('1'), xattrs: { 'user.a': Buffer.from([0, 255]), 'user.z': Buffer.from('z') } },
+      {
+        name: 'a/f',
+        type: 'reg',
+        size: 3,
+        mode: 420,
+        offset: 99,
+        digest: D('1'),
+        chunkDigest: D('1'),
+        xattrs: { 'user.a': Buffer.from([0, 255]), 'user.z': Buffer.from('z') },
+      },
     ],
   });
 });
@@ -72,7 +87,15 @@ function tocError(json: string, code: string, message: RegExp) {
 }
 
 const toc = (...entries: object[]) => JSON.stringify({ version: 1, entries });
-const reg = (name: string, extra: object = {}) => ({ name, type: 'reg', size: 10, offset: 100, digest: D('a'), chunkDigest: D('a'), ...extra });
+const reg = (name: string, extra: object = {}) => ({
+  name,
+  type: 'reg',
+  size: 10,
+  offset: 100,
+  digest: D('a'),
+  chunkDigest: D('a'),
+  ...extra,
+});
 
 test('malformed TOC JSON is refused field by field', () => {
   tocError('{', 'TOC', /not valid JSON/);
@@ -100,8 +123,16 @@ test('unsafe and duplicate names are refused', () => {
 test('chunk layout is checked against the file and the TOC offset', () => {
   tocError(toc({ name: 'a', type: 'chunk', offset: 5, chunkOffset: 0, chunkDigest: D('b') }), 'CHUNK', /does not follow a regular file/);
   tocError(toc(reg('a', { chunkSize: 4 })), 'CHUNK', /chunks cover 4 of 10 bytes/);
-  tocError(toc(reg('a', { chunkSize: 4 }), { type: 'chunk', offset: 200, chunkOffset: 5, chunkDigest: D('b') }), 'CHUNK', /starts at 5, expected 4/);
-  tocError(toc(reg('a', { chunkSize: 4 }), { name: 'b', type: 'chunk', offset: 200, chunkOffset: 4, chunkDigest: D('b') }), 'CHUNK', /different file/);
+  tocError(
+    toc(reg('a', { chunkSize: 4 }), { type: 'chunk', offset: 200, chunkOffset: 5, chunkDigest: D('b') }),
+    'CHUNK',
+    /starts at 5, expected 4/,
+  );
+  tocError(
+    toc(reg('a', { chunkSize: 4 }), { name: 'b', type: 'chunk', offset: 200, chunkOffset: 4, chunkDigest: D('b') }),
+    'CHUNK',
+    /different file/,
+  );
   tocError(toc(reg('a', { chunkSize: 20 })), 'CHUNK', /exceeds file size 10/);
   tocError(toc(reg('a', { offset: 1000 })), 'CHUNK', /not before the TOC at 1000/);
   tocError(toc(reg('a'), reg('b')), 'CHUNK', /two chunks share data offset 100/);
@@ -111,7 +142,11 @@ test('chunk layout is checked against the file and the TOC offset', () => {
 
 test('hardlinks must resolve, without cycles', () => {
   tocError(toc({ name: 'h', type: 'hardlink', linkName: 'missing' }), 'ENTRY', /points at missing "missing"/);
-  tocError(toc({ name: 'h1', type: 'hardlink', linkName: 'h2' }, { name: 'h2', type: 'hardlink', linkName: 'h1' }), 'ENTRY', /hardlink cycle/);
+  tocError(
+    toc({ name: 'h1', type: 'hardlink', linkName: 'h2' }, { name: 'h2', type: 'hardlink', linkName: 'h1' }),
+    'ENTRY',
+    /hardlink cycle/,
+  );
   tocError(toc({ name: 'h', type: 'hardlink', linkName: '../x' }), 'UNSAFE_NAME', /contains "\.\."/);
 });
 
@@ -130,7 +165,10 @@ test('a valid TOC is indexed: chunks, fetch ranges, inherited owner names, unchu
     ),
     900,
   );
-  assert.deepEqual(index.entries.map((e) => e.name), ['', 'a', 'old', 'e']);
+  assert.deepEqual(
+    index.entries.map((e) => e.name),
+    ['', 'a', 'old', 'e'],
+  );
   assert.deepEqual(
     index.chunks.map(({ offset, end, chunkOffset, chunkSize, digest }) => [offset, end, chunkOffset, chunkSize, digest]),
     [

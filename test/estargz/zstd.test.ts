@@ -49,7 +49,10 @@ test('zstd:chunked bad input: corrupt chunk, broken footer and trailer are named
   const chunk = reader.lookup('d/big.bin')!.chunks[2]!;
   const damaged = Buffer.from(blob);
   damaged[chunk.offset + 20]! ^= 0xff;
-  await assert.rejects(verifyEstargz(bufferSource(damaged)), (e: EstargzError) => e instanceof EstargzError && /zstd|digest/.test(e.message));
+  await assert.rejects(
+    verifyEstargz(bufferSource(damaged)),
+    (e: EstargzError) => e instanceof EstargzError && /zstd|digest/.test(e.message),
+  );
   const badType = Buffer.from(blob);
   badType.writeBigUInt64LE(7n, badType.length - 16);
   await assert.rejects(openEstargz(bufferSource(badType)), /manifest type 7 is not supported/);
@@ -78,7 +81,13 @@ test('Starling zstd:chunked blobs pass Go estargz.Open(zstdchunked) + VerifyTOC,
       const { blob, result } = await build(tar, { chunkSize: CHUNK, compression: 'zstd', prioritizedFiles });
       await writeFile(join(dir, 'z.blob'), blob);
       const out = await harness(['verify-and-dump', '-blob', join(dir, 'z.blob'), '-toc-digest', result.tocDigest]);
-      const dump = new Map(out.trim().split('\n').map((line) => JSON.parse(line)).map((e) => [e.name, e]));
+      const dump = new Map(
+        out
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line))
+          .map((e) => [e.name, e]),
+      );
       for (const expected of oracle.values()) {
         if (expected.type !== 'reg') continue;
         assert.equal(dump.get(expected.name)?.sha256, expected.sha256, expected.name);
@@ -95,7 +104,22 @@ test('Go-built zstd:chunked blobs are read and verified by Starling against the 
     const tar = await makeTar(everyTypeEntries(CHUNK));
     await writeFile(join(dir, 'in.tar'), tar);
     await writeFile(join(dir, 'prio.txt'), PRIORITIZED.join('\n'));
-    const go = JSON.parse(await harness(['build', '-zstd', '-in', join(dir, 'in.tar'), '-out', join(dir, 'go.zst'), '-chunk-size', String(CHUNK), '-level', '2', '-prioritized', join(dir, 'prio.txt')]));
+    const go = JSON.parse(
+      await harness([
+        'build',
+        '-zstd',
+        '-in',
+        join(dir, 'in.tar'),
+        '-out',
+        join(dir, 'go.zst'),
+        '-chunk-size',
+        String(CHUNK),
+        '-level',
+        '2',
+        '-prioritized',
+        join(dir, 'prio.txt'),
+      ]),
+    );
     const blob = await readFile(join(dir, 'go.zst'));
     const reader = await openEstargz(bufferSource(blob), { tocDigest: go.tocDigest });
     assert.equal(reader.format, 'zstd');
@@ -111,7 +135,10 @@ test('Go-built zstd:chunked blobs are read and verified by Starling against the 
     const ours = await build(tar, { chunkSize: CHUNK, compression: 'zstd', prioritizedFiles: PRIORITIZED });
     assert.match(go.manifestPosition, new RegExp(`^${reader.tocOffset}:\\d+:\\d+:1$`));
     assert.match(ours.result.zstdManifest!.position, /^\d+:\d+:\d+:1$/);
-    assert.equal(go.manifestChecksum, `sha256:${sha256hex(blob.subarray(reader.tocOffset, reader.tocOffset + Number(go.manifestPosition.split(':')[1])))}`);
+    assert.equal(
+      go.manifestChecksum,
+      `sha256:${sha256hex(blob.subarray(reader.tocOffset, reader.tocOffset + Number(go.manifestPosition.split(':')[1])))}`,
+    );
     const goJson = zstd.decompress(blob.subarray(reader.tocOffset, reader.tocOffset + Number(go.manifestPosition.split(':')[1])));
     assert.equal(serializeToc(reader.toc).toString(), goJson.toString());
   });

@@ -59,8 +59,11 @@ describe('the install step that builds the native addons', { timeout: 300_000 },
     ]);
   });
 
-  it('reports a failed build with the compiler\'s error and how to retry, without node-gyp\'s chatter', () => {
-    assert.match(result.stderr, /^starling: native\/digest failed to build; without it digests run on the JavaScript thread \(slower pulls\)\. node-gyp said:$/m);
+  it("reports a failed build with the compiler's error and how to retry, without node-gyp's chatter", () => {
+    assert.match(
+      result.stderr,
+      /^starling: native\/digest failed to build; without it digests run on the JavaScript thread \(slower pulls\)\. node-gyp said:$/m,
+    );
     assert.match(result.stderr, /#error deliberately broken by the test/);
     assert.match(result.stderr, /^ {2}\(npm run build:digest builds it again with the full output\)$/m);
     assert.doesNotMatch(result.stdout + result.stderr, /gyp info|gyp ERR! stack +at |Entering directory/);

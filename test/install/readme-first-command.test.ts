@@ -54,7 +54,7 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
-describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_000 }, () => {
+describe("the README's first command on a fresh machine", { timeout: 40 * 60_000 }, () => {
   const command = readmeFirstCommand();
   let machine: FreshMachine | { skip: string };
   let registry: Registry;
@@ -105,7 +105,10 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
 
     const log = up.readLog();
     // npm ci: one line per addon outcome, no compiler chatter, no unreviewed install scripts.
-    assert.match(log, /^starling: native\/fuse skipped: pkg-config is not installed; without it no lazy pulling .* apt-get install fuse3 libfuse3-dev pkg-config, then npm run build:fuse$/m);
+    assert.match(
+      log,
+      /^starling: native\/fuse skipped: pkg-config is not installed; without it no lazy pulling .* apt-get install fuse3 libfuse3-dev pkg-config, then npm run build:fuse$/m,
+    );
     assert.match(log, /native addons built: digest, sendfile\n/);
     assert.doesNotMatch(log, /gyp info|install-scripts/);
     // The banner names the mirror and a containerd-config command that works from the checkout.
@@ -116,7 +119,9 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
     const pulled = await pullThrough({ url: MIRROR }, registry, 'fresh/blob', blob.digest);
     assert.equal(pulled.status, 200);
     assert.equal(pulled.digest, blob.digest);
-    await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 5000, 'the registry\'s access log').catch(() => undefined);
+    await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 5000, "the registry's access log").catch(
+      () => undefined,
+    );
     assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'one copy from the registry');
 
     // SIGTERM to `starling up` itself (the shell running the command dies of it without passing it on).
@@ -128,11 +133,14 @@ describe('the README\'s first command on a fresh machine', { timeout: 40 * 60_00
 
   it('says what is missing, and how to get it, when a command needs the FUSE addon', async (t) => {
     if ('skip' in machine) return t.skip(machine.skip);
-    assert.ok(fs.existsSync(machine.hostPath(`${CHECKOUT}/dist/cli/main.js`)), 'the README\'s command has built dist/');
+    assert.ok(fs.existsSync(machine.hostPath(`${CHECKOUT}/dist/cli/main.js`)), "the README's command has built dist/");
     for (const args of ['snapshotter --socket /tmp/sn.sock --root /tmp/sn', 'optimize oci:/tmp/in oci:/tmp/out']) {
       const result = await machine.run(`cd ${CHECKOUT} && node dist/cli/main.js ${args}`);
       assert.equal(result.code, 2, `starling ${args}: ${result.stderr}`);
-      assert.match(result.stderr, /^starling: the fuse addon \(native\/fuse\) is not built \(no \S+starling_fuse\.node\); lazy pulling needs it/);
+      assert.match(
+        result.stderr,
+        /^starling: the fuse addon \(native\/fuse\) is not built \(no \S+starling_fuse\.node\); lazy pulling needs it/,
+      );
       assert.match(result.stderr, /`apt-get install fuse3 libfuse3-dev pkg-config`\), then run `npm run build:fuse`$/m);
     }
   });

@@ -39,13 +39,33 @@ describe('starling CLI', () => {
     const scheduler = await starling(['scheduler', '--listen', '127.0.0.1:0', '--metrics-listen', '127.0.0.1:0']);
     assert.equal(scheduler.code, 2, scheduler.stderr);
     assert.match(scheduler.stderr, /the scheduler needs the cluster token \(--cluster-token-file/);
-    const peer = await starling(['peer', '--data-dir', `${work.path}/p`, '--scheduler', '127.0.0.1:9', '--mirror-listen', '127.0.0.1:0', '--upload-listen', '127.0.0.1:0']);
+    const peer = await starling([
+      'peer',
+      '--data-dir',
+      `${work.path}/p`,
+      '--scheduler',
+      '127.0.0.1:9',
+      '--mirror-listen',
+      '127.0.0.1:0',
+      '--upload-listen',
+      '127.0.0.1:0',
+    ]);
     assert.equal(peer.code, 2, peer.stderr);
     assert.match(peer.stderr, /a peer in a swarm needs the cluster token \(--cluster-token-file/);
     const half = await starling(['peer', '--data-dir', `${work.path}/p`, '--tls-cert', '/nonexistent']);
     assert.equal(half.code, 2);
     assert.match(half.stderr, /TLS needs --tls-cert, --tls-key and --tls-ca together; missing --tls-key, --tls-ca/);
-    const unreadable = await starling(['peer', '--data-dir', `${work.path}/p`, '--tls-cert', '/nonexistent', '--tls-key', '/nonexistent', '--tls-ca', '/nonexistent']);
+    const unreadable = await starling([
+      'peer',
+      '--data-dir',
+      `${work.path}/p`,
+      '--tls-cert',
+      '/nonexistent',
+      '--tls-key',
+      '/nonexistent',
+      '--tls-ca',
+      '/nonexistent',
+    ]);
     assert.equal(unreadable.code, 2);
     assert.match(unreadable.stderr, /cannot read the TLS certificate \/nonexistent/);
   });
@@ -53,8 +73,15 @@ describe('starling CLI', () => {
   it('writes hosts.toml files for containerd, per registry and _default', async () => {
     const hostsDir = `${work.path}/certs.d`;
     const result = await starling([
-      'containerd-config', '--hosts-dir', hostsDir, '--mirror', 'http://127.0.0.1:65001',
-      '--registry', 'registry.example.com', '--insecure-registry', '127.0.0.1:5000',
+      'containerd-config',
+      '--hosts-dir',
+      hostsDir,
+      '--mirror',
+      'http://127.0.0.1:65001',
+      '--registry',
+      'registry.example.com',
+      '--insecure-registry',
+      '127.0.0.1:5000',
     ]);
     assert.equal(result.code, 0, result.stderr);
     const secure = await readFile(`${hostsDir}/registry.example.com/hosts.toml`, 'utf8');

@@ -9,7 +9,14 @@ import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
 import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
-import { scrapeMetric, STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import {
+  scrapeMetric,
+  STARLING_CLI,
+  startPeer,
+  startScheduler,
+  type RunningPeerProcess,
+  type RunningSchedulerProcess,
+} from '../fixtures/peer.js';
 import { freePort, makeTempDir, runOk, spawnService, waitFor, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 
@@ -78,8 +85,20 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
     managerUrl = `http://127.0.0.100:${port}`;
     manager = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.100:${port}`, '--data-dir', `${work.path}/manager`,
-        '--cluster-token-file', clusterToken, '--admin-token-file', `${work.path}/admin.token`, '--insecure-registry', registry.host],
+      args: [
+        STARLING_CLI,
+        'manager',
+        '--listen',
+        `127.0.0.100:${port}`,
+        '--data-dir',
+        `${work.path}/manager`,
+        '--cluster-token-file',
+        clusterToken,
+        '--admin-token-file',
+        `${work.path}/admin.token`,
+        '--insecure-registry',
+        registry.host,
+      ],
       name: 'starling-manager',
     });
     stops.push(() => manager.stop());
@@ -91,16 +110,38 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
       schedulers.push(scheduler);
     }
     // Peers ask the manager for schedulers on their first keep-alive: both must be registered by then.
-    await waitFor(async () => (await api('GET', '/api/v1/schedulers')).body.filter((s: any) => s.state === 'active').length === 2, 20_000, 'two active schedulers');
+    await waitFor(
+      async () => (await api('GET', '/api/v1/schedulers')).body.filter((s: any) => s.state === 'active').length === 2,
+      20_000,
+      'two active schedulers',
+    );
 
-    const swarmArgs = (ip: string) => ['--manager', managerUrl, '--upload-listen', `${ip}:0`, '--cluster-token-file', clusterToken, '--upload-rate-limit', UPLOAD_LIMIT];
+    const swarmArgs = (ip: string) => [
+      '--manager',
+      managerUrl,
+      '--upload-listen',
+      `${ip}:0`,
+      '--cluster-token-file',
+      clusterToken,
+      '--upload-rate-limit',
+      UPLOAD_LIMIT,
+    ];
     const seed = await startPeer({ ip: '127.0.0.102', insecure: [registry.host], extraArgs: [...swarmArgs('127.0.0.102'), '--seed'] });
     stops.push(() => seed.stop());
     for (const [i, ip] of ['127.0.0.103', '127.0.0.104', '127.0.0.106', '127.0.0.107'].entries()) {
       const peer = await startPeer({ ip, insecure: [registry.host], extraArgs: swarmArgs(ip) });
       stops.push(() => peer.stop());
       const hostsDir = `${work.path}/hosts-${i}`;
-      await runOk(process.execPath, [STARLING_CLI, 'containerd-config', '--hosts-dir', hostsDir, '--mirror', peer.url, '--insecure-registry', registry.host]);
+      await runOk(process.execPath, [
+        STARLING_CLI,
+        'containerd-config',
+        '--hosts-dir',
+        hostsDir,
+        '--mirror',
+        peer.url,
+        '--insecure-registry',
+        registry.host,
+      ]);
       const containerd = await startContainerd({ hostsDir });
       stops.push(() => containerd.stop());
       nodes.push({ peer, containerd });
@@ -118,10 +159,14 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
     const created = await api('POST', '/api/v1/jobs', { type: 'preheat', image: ref, platform: 'linux/amd64', scope: 'seeds' });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     let job: any;
-    await waitFor(async () => {
-      job = (await api('GET', `/api/v1/jobs/${created.body.id}`)).body;
-      return job.state === 'succeeded' || job.state === 'failed';
-    }, 120_000, 'preheat job to finish');
+    await waitFor(
+      async () => {
+        job = (await api('GET', `/api/v1/jobs/${created.body.id}`)).body;
+        return job.state === 'succeeded' || job.state === 'failed';
+      },
+      120_000,
+      'preheat job to finish',
+    );
     assert.equal(job.state, 'succeeded', JSON.stringify(job));
     // The layers and the config: everything a pull reads besides the manifest.
     const digests: string[] = job.layers.map((l: { digest: string }) => l.digest);
@@ -132,7 +177,9 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
 
     await pullAndCheckEverywhere(ref, preheated);
     assert.equal(blobGets(digests), afterPreheat, 'four containerd pulls after the preheat made no blob request at the registry');
-    const fromOrigin = await Promise.all(nodes.map(({ peer }) => peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })));
+    const fromOrigin = await Promise.all(
+      nodes.map(({ peer }) => peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })),
+    );
     assert.deepEqual(fromOrigin, [0, 0, 0, 0], 'the nodes read nothing from the origin');
 
     const unknown = await api('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/cp/nothing:v9`, scope: 'seeds' });
@@ -155,7 +202,8 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
         }
         return undefined;
       };
-      const received = async () => (await Promise.all(nodes.map(({ peer }) => peer.metric('starling_peer_downloaded_bytes_total')))).reduce((a, b) => a + b, 0);
+      const received = async () =>
+        (await Promise.all(nodes.map(({ peer }) => peer.metric('starling_peer_downloaded_bytes_total')))).reduce((a, b) => a + b, 0);
       await waitFor(async () => (await holder()) !== undefined && (await received()) > 4 * MiB, 60_000, 'the big layer flowing');
       killed = (await holder())!;
       bytesAtKill = await received();
@@ -164,14 +212,21 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
     assert.ok(killed, 'a scheduler was killed');
     const survivor = schedulers.find((s) => s !== killed)!;
     const total = big.size * nodes.length;
-    console.log(`# killed ${killed.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`);
+    console.log(
+      `# killed ${killed.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`,
+    );
     // The task moved: the surviving scheduler knows it now.
     const moved = await request(survivor.metricsUrl.replace('/metrics', `/api/tasks/${big.digest}`));
     await moved.body.dump();
     assert.equal(moved.statusCode, 200, 'the surviving scheduler took the task over');
     const copies = blobBytesSent(registry.requests(), big.digest) / big.size;
-    console.log(`# registry sent ${copies.toFixed(2)} copies of the ${(big.size / MiB).toFixed(0)} MiB layer to ${nodes.length} nodes and a seed`);
-    assert.ok(copies < nodes.length, `the swarm kept working after the kill: the registry sent ${copies.toFixed(2)} copies, fewer than one per node`);
+    console.log(
+      `# registry sent ${copies.toFixed(2)} copies of the ${(big.size / MiB).toFixed(0)} MiB layer to ${nodes.length} nodes and a seed`,
+    );
+    assert.ok(
+      copies < nodes.length,
+      `the swarm kept working after the kill: the registry sent ${copies.toFixed(2)} copies, fewer than one per node`,
+    );
     const peerBytes = await scrapeMetric(survivor.metricsUrl, 'starling_scheduler_bytes_total', { source: 'peer' });
     console.log(`# bytes between peers reported to the surviving scheduler: ${(peerBytes / MiB).toFixed(1)} MiB`);
   });

@@ -12,7 +12,14 @@ import net from 'node:net';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
 import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
-import { clusterToken, STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import {
+  clusterToken,
+  STARLING_CLI,
+  startPeer,
+  startScheduler,
+  type RunningPeerProcess,
+  type RunningSchedulerProcess,
+} from '../fixtures/peer.js';
 import { freePort, makeTempDir, spawnService, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
 
 describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
@@ -27,7 +34,11 @@ describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
     token = randomBytes(24).toString('hex');
     await writeFile(`${work.path}/cluster.token`, token);
     // A mirror listening where another host can reach it (an operator's choice; loopback is the default).
-    peer = await startPeer({ ip: netns.hostIp, port: await freePort(netns.hostIp), extraArgs: ['--cluster-token-file', `${work.path}/cluster.token`] });
+    peer = await startPeer({
+      ip: netns.hostIp,
+      port: await freePort(netns.hostIp),
+      extraArgs: ['--cluster-token-file', `${work.path}/cluster.token`],
+    });
   });
   after(async () => {
     await peer?.stop();
@@ -38,7 +49,16 @@ describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
   it('lists its tasks only to this host or a holder of the cluster token', async () => {
     const fromElsewhere = await netns.exec('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${peer.url}/_starling/tasks`]);
     assert.equal(fromElsewhere.stdout, '403');
-    const wrongToken = await netns.exec('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'authorization: Bearer nope', `${peer.url}/_starling/tasks`]);
+    const wrongToken = await netns.exec('curl', [
+      '-s',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      '-H',
+      'authorization: Bearer nope',
+      `${peer.url}/_starling/tasks`,
+    ]);
     assert.equal(wrongToken.stdout, '403');
     const withToken = await netns.exec('curl', ['-s', '-H', `authorization: Bearer ${token}`, `${peer.url}/_starling/tasks`]);
     assert.deepEqual(JSON.parse(withToken.stdout), { tasks: [] });
@@ -61,12 +81,16 @@ describe('hostile clients: connections that never send a request', { timeout: 60
     const [host, port] = peer.host.split(':') as [string, string];
     const started = Date.now();
     const closed = await Promise.all(
-      Array.from({ length: 200 }, () => new Promise<number>((resolve, reject) => {
-        const socket = net.connect(Number(port), host);
-        socket.on('error', () => undefined);
-        socket.on('close', () => resolve(Date.now() - started));
-        setTimeout(() => reject(new Error('a silent connection is still open after 40 s')), 40_000).unref();
-      })),
+      Array.from(
+        { length: 200 },
+        () =>
+          new Promise<number>((resolve, reject) => {
+            const socket = net.connect(Number(port), host);
+            socket.on('error', () => undefined);
+            socket.on('close', () => resolve(Date.now() - started));
+            setTimeout(() => reject(new Error('a silent connection is still open after 40 s')), 40_000).unref();
+          }),
+      ),
     );
     assert.ok(Math.max(...closed) < 30_000, `the last silent connection closed after ${Math.max(...closed)} ms`);
     const health = await request(`${peer.url}/healthz`);
@@ -94,11 +118,17 @@ describe('hostile clients: the upload port, from another host', { timeout: 120_0
     await netns?.remove();
   });
 
-  const curl = (args: string[], input?: string) => netns.exec('curl', ['-s', '-w', '\n%{http_code}', ...args], input === undefined ? {} : { input });
+  const curl = (args: string[], input?: string) =>
+    netns.exec('curl', ['-s', '-w', '\n%{http_code}', ...args], input === undefined ? {} : { input });
   const status = (result: { stdout: string }) => result.stdout.split('\n').at(-1);
 
   it('answers nothing but /healthz without the cluster token: no pieces, no seed or preheat fetch of a URL it is handed', async () => {
-    const body = JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLength: 10, pieceSize: 4194304, origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} } });
+    const body = JSON.stringify({
+      taskId: `sha256:${'1'.repeat(64)}`,
+      contentLength: 10,
+      pieceSize: 4194304,
+      origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} },
+    });
     for (const args of [
       [`${upload}/_starling/tasks/sha256:${'1'.repeat(64)}/pieces`],
       [`${upload}/_starling/pieces/sha256:${'1'.repeat(64)}/0`],
@@ -115,15 +145,42 @@ describe('hostile clients: the upload port, from another host', { timeout: 120_0
   it('refuses malformed and oversized requests from a token holder with clear answers, and goes on serving', async () => {
     const auth = ['-H', `authorization: Bearer ${token}`];
     const huge = `{"pad":"${'x'.repeat(200_000)}"}`;
-    const tooBig = await curl([...auth, '-X', 'POST', '-H', 'content-type: application/json', '--data-binary', '@-', `${upload}/_starling/preheat`], huge);
+    const tooBig = await curl(
+      [...auth, '-X', 'POST', '-H', 'content-type: application/json', '--data-binary', '@-', `${upload}/_starling/preheat`],
+      huge,
+    );
     assert.equal(status(tooBig), '400');
     assert.match(tooBig.stdout, /body larger than 65536 bytes/);
     const notJson = await curl([...auth, '-X', 'POST', '-d', '{nope', `${upload}/_starling/preheat`]);
     assert.equal(status(notJson), '400');
-    const notRegistry = await curl([...auth, '-X', 'POST', '-d', JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLength: 10, pieceSize: 4194304, origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} } }), `${upload}/_starling/preheat`]);
+    const notRegistry = await curl([
+      ...auth,
+      '-X',
+      'POST',
+      '-d',
+      JSON.stringify({
+        taskId: `sha256:${'1'.repeat(64)}`,
+        contentLength: 10,
+        pieceSize: 4194304,
+        origin: { url: 'http://169.254.169.254/latest/meta-data', headers: {} },
+      }),
+      `${upload}/_starling/preheat`,
+    ]);
     assert.equal(status(notRegistry), '400');
     assert.match(notRegistry.stdout, /is not a registry blob path/);
-    const misspelt = await curl([...auth, '-X', 'POST', '-d', JSON.stringify({ taskId: `sha256:${'1'.repeat(64)}`, contentLenght: 10, pieceSize: 4194304, origin: { url: `http://127.0.0.1:1/v2/a/blobs/sha256:${'1'.repeat(64)}` } }), `${upload}/_starling/preheat`]);
+    const misspelt = await curl([
+      ...auth,
+      '-X',
+      'POST',
+      '-d',
+      JSON.stringify({
+        taskId: `sha256:${'1'.repeat(64)}`,
+        contentLenght: 10,
+        pieceSize: 4194304,
+        origin: { url: `http://127.0.0.1:1/v2/a/blobs/sha256:${'1'.repeat(64)}` },
+      }),
+      `${upload}/_starling/preheat`,
+    ]);
     assert.equal(status(misspelt), '400');
     assert.match(misspelt.stdout, /bad preheat request: contentLength: [^;]*; unknown key \\"contentLenght\\"/);
     const badPath = await curl([...auth, `${upload}/_starling/pieces/sha256:zz/0`]);
@@ -154,11 +211,23 @@ describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
     m.set('authorization', value);
     return m;
   };
-  const host = { id: 'h1', hostname: 'h1', ip: '127.0.0.9', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0 };
+  const host = {
+    id: 'h1',
+    hostname: 'h1',
+    ip: '127.0.0.9',
+    uploadPort: 1,
+    labels: {},
+    seed: false,
+    uploadBandwidth: 0,
+    uploadSlots: 8,
+    uploadInUse: 0,
+  };
   const announce = (body: unknown, m = metadata()) =>
     // `as`: a hostile client's body is whatever it likes, which is the point here.
     new Promise<grpc.ServiceError | null>((resolve) =>
-      client.AnnounceHost(body as AnnounceHostRequest, m, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) => resolve(error)),
+      client.AnnounceHost(body as AnnounceHostRequest, m, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) =>
+        resolve(error),
+      ),
     );
   const register = (packet: unknown) =>
     new Promise<grpc.ServiceError>((resolve) => {
@@ -181,11 +250,23 @@ describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
     assert.match(tiny.details, /piece size 1 is not the 4194304 a blob of 1000000000 bytes is cut into/);
     assert.ok(Date.now() - started < 2_000, 'answered at once, no piece table built');
     const leaking = await register({
-      peerId: `h1|${digest}`, hostId: 'h1', taskId: digest, contentLength: 10, pieceSize: 4194304, heldPieces: [],
+      peerId: `h1|${digest}`,
+      hostId: 'h1',
+      taskId: digest,
+      contentLength: 10,
+      pieceSize: 4194304,
+      heldPieces: [],
       origin: { url: `http://127.0.0.1:5000/v2/x/blobs/${digest}`, headers: { authorization: 'Basic c2VjcmV0' } },
     });
     assert.match(leaking.details, /registry credentials must not be sent to the scheduler/);
-    const notDigest = await register({ peerId: 'h1|x', hostId: 'h1', taskId: '../../x', contentLength: 10, pieceSize: 4194304, heldPieces: [] });
+    const notDigest = await register({
+      peerId: 'h1|x',
+      hostId: 'h1',
+      taskId: '../../x',
+      contentLength: 10,
+      pieceSize: 4194304,
+      heldPieces: [],
+    });
     assert.match(notDigest.details, /task id: malformed digest/);
     assert.equal(await announce({ host }), null, 'still serving');
   });
@@ -202,7 +283,18 @@ describe('hostile clients: the manager', { timeout: 60_000 }, () => {
     url = `http://127.0.0.1:${port}`;
     manager = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', work.path, '--cluster-token-file', (await clusterToken()).file, '--log-level', 'warn'],
+      args: [
+        STARLING_CLI,
+        'manager',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--data-dir',
+        work.path,
+        '--cluster-token-file',
+        (await clusterToken()).file,
+        '--log-level',
+        'warn',
+      ],
       name: 'hostile-manager',
     });
     await waitForHttp(`${url}/healthz`, 20_000, manager);
@@ -219,7 +311,11 @@ describe('hostile clients: the manager', { timeout: 60_000 }, () => {
     body.write('{"hostname":"x","ip":"127.0.0.1","port":1,"pad":"', 0);
     const before = rss();
     for (let i = 0; i < 10; i++) {
-      const response = await request(`${url}/api/v1/schedulers/keepalive`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      const response = await request(`${url}/api/v1/schedulers/keepalive`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
       assert.equal(response.statusCode, 401);
       await response.body.dump();
     }

@@ -117,7 +117,7 @@ describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
       const range = { range: 'bytes=100-199' };
       const lied = await pull(digest, range);
       assert.equal(lied.status, 206);
-      assert.ok(!lied.body.equals(bytes.subarray(100, 200)), 'the liar\'s bytes reach the client that named it');
+      assert.ok(!lied.body.equals(bytes.subarray(100, 200)), "the liar's bytes reach the client that named it");
 
       const viaHonest = await pull(digest, range, honest);
       assert.equal(viaHonest.status, 206);

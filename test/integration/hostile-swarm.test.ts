@@ -8,7 +8,14 @@ import { after, before, describe, it } from 'node:test';
 import { request, type Dispatcher } from 'undici';
 import { basicAuth, pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
 import { startLyingRegistry, type LyingRegistry } from '../fixtures/lying-registry.js';
-import { clusterToken, pullThrough, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import {
+  clusterToken,
+  pullThrough,
+  startPeer,
+  startScheduler,
+  type RunningPeerProcess,
+  type RunningSchedulerProcess,
+} from '../fixtures/peer.js';
 import { blobRequests, startRegistry, type Creds, type Registry } from '../fixtures/registry.js';
 import { clusterAgent, tlsArgs } from '../fixtures/tls.js';
 
@@ -36,7 +43,10 @@ describe('hostile swarm: private pieces over the upload port', { timeout: 180_00
     scheduler = await startScheduler({ ip: '127.0.0.61', extraArgs: tls });
     holder = await startPeer({ ip: '127.0.0.62', schedulers: [scheduler.address], insecure: [registry.host, yes.host], extraArgs: tls });
     const plainScheduler = await startScheduler({ ip: '127.0.0.63' });
-    plain = { scheduler: plainScheduler, peer: await startPeer({ ip: '127.0.0.64', schedulers: [plainScheduler.address], insecure: [registry.host] }) };
+    plain = {
+      scheduler: plainScheduler,
+      peer: await startPeer({ ip: '127.0.0.64', schedulers: [plainScheduler.address], insecure: [registry.host] }),
+    };
     for (const peer of [holder, plain.peer]) {
       const pulled = await request(`${peer.url}/v2/${repo}/blobs/${blob.digest}?ns=${registry.host}`, { headers: basicAuth(creds) });
       assert.equal(sha(Buffer.from(await pulled.body.arrayBuffer())), blob.digest);
@@ -58,7 +68,10 @@ describe('hostile swarm: private pieces over the upload port', { timeout: 180_00
   it('refuses a piece of a private blob to a cluster-token holder without registry credentials, naming why', async () => {
     const response = await request(pieceUrl(holder, 'https'), { headers: asChild(registry.host), dispatcher: agent });
     assert.equal(response.statusCode, 403);
-    assert.match(((await response.body.json()) as { error: string }).error, new RegExp(`registry http://${registry.host.replace(/\./g, '\\.')} answered 401`));
+    assert.match(
+      ((await response.body.json()) as { error: string }).error,
+      new RegExp(`registry http://${registry.host.replace(/\./g, '\\.')} answered 401`),
+    );
     const noOrigin = await request(pieceUrl(holder, 'https'), { headers: { authorization: `Bearer ${token}` }, dispatcher: agent });
     assert.equal(noOrigin.statusCode, 403);
     assert.match(((await noOrigin.body.json()) as { error: string }).error, /only to a child whose client names one of its registries/);
@@ -76,7 +89,12 @@ describe('hostile swarm: private pieces over the upload port', { timeout: 180_00
   });
 
   it('lets a peer with the credentials take the private blob from the swarm, the registry sending no more copies', async () => {
-    const child = await startPeer({ ip: '127.0.0.65', schedulers: [scheduler.address], insecure: [registry.host], extraArgs: await tlsArgs() });
+    const child = await startPeer({
+      ip: '127.0.0.65',
+      schedulers: [scheduler.address],
+      insecure: [registry.host],
+      extraArgs: await tlsArgs(),
+    });
     try {
       const gets = blobRequests(registry.requests(), blob.digest).length;
       const anonymous = await pullThrough(child, registry, repo, blob.digest);

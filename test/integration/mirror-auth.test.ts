@@ -60,14 +60,23 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
 
   it('pulls with credentials through containerd and runs the image', async () => {
     const hostsDir = `${work.path}/hosts.d`;
-    await runOk(process.execPath, [STARLING_CLI, 'containerd-config', '--hosts-dir', hostsDir, '--mirror', peer.url, '--insecure-registry', registry.host]);
+    await runOk(process.execPath, [
+      STARLING_CLI,
+      'containerd-config',
+      '--hosts-dir',
+      hostsDir,
+      '--mirror',
+      peer.url,
+      '--insecure-registry',
+      registry.host,
+    ]);
     const containerd = await startContainerd({ hostsDir });
     try {
       const denied = await containerd.ctr(['images', 'pull', '--hosts-dir', hostsDir, `${registry.host}/${ref}`]);
       assert.notEqual(denied.code, 0, 'no credentials, no image');
-      await containerd.ctr(['images', 'pull', '--hosts-dir', hostsDir, '--user', `${creds.user}:${creds.password}`, `${registry.host}/${ref}`]).then(
-        (result) => assert.equal(result.code, 0, result.stderr),
-      );
+      await containerd
+        .ctr(['images', 'pull', '--hosts-dir', hostsDir, '--user', `${creds.user}:${creds.password}`, `${registry.host}/${ref}`])
+        .then((result) => assert.equal(result.code, 0, result.stderr));
       const ran = await containerd.runContainer(`${registry.host}/${ref}`, ['sha256sum', image.randomFiles[0]!.path]);
       assert.equal(ran.code, 0, ran.stderr);
       assert.match(ran.stdout, new RegExp(image.randomFiles[0]!.sha256));
@@ -110,7 +119,17 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
     const refused = await run(process.execPath, [STARLING_CLI, 'get', target, '-o', out, '--peer', peer.url]);
     assert.equal(refused.code, 2);
     assert.match(refused.stderr, /peer answered 401/);
-    await runOk(process.execPath, [STARLING_CLI, 'get', target, '-o', out, '--peer', peer.url, '--creds', `${creds.user}:${creds.password}`]);
+    await runOk(process.execPath, [
+      STARLING_CLI,
+      'get',
+      target,
+      '-o',
+      out,
+      '--peer',
+      peer.url,
+      '--creds',
+      `${creds.user}:${creds.password}`,
+    ]);
     const check = await runOk('sha256sum', [out]);
     assert.equal(`sha256:${check.stdout.split(' ')[0]}`, blob.digest);
   });

@@ -53,7 +53,10 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
     const sent = blobBytesSent(registry.requests(), small.digest) - before;
     assert.equal(sent, 4 * MiB, 'exactly the one 4 MiB piece covering the range came from the registry');
     const ranged = blobRequests(registry.requests(), small.digest);
-    assert.ok(ranged.every((r) => r.status === 206), 'the origin was asked with Range');
+    assert.ok(
+      ranged.every((r) => r.status === 206),
+      'the origin was asked with Range',
+    );
   });
 
   it('serves single, suffix, open-ended and multiple ranges, and 416 for unsatisfiable ones', async () => {
@@ -100,7 +103,7 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
     assert.equal(head.headers['content-length'], String(small.size));
     await head.body.dump();
     assert.equal(blobRequests(registry.requests(), small.digest).length, requestsBefore, 'cached: no new blob GET');
-    assert.equal(await peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }) >= small.size, true);
+    assert.equal((await peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })) >= small.size, true);
   });
 
   it('makes one origin fetch for 8 concurrent clients of a 200 MB blob', async () => {
@@ -127,14 +130,17 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
     assert.ok(ranged.body.equals(smallBytes.subarray(1000000, 9000000)));
     const multi = await get(blobUrl(small.digest), { range: 'bytes=0-2999999,5000000-7999999' });
     assert.equal(multi.status, 206);
-    for (const [start, end] of [[0, 3000000], [5000000, 8000000]] as const) {
+    for (const [start, end] of [
+      [0, 3000000],
+      [5000000, 8000000],
+    ] as const) {
       assert.ok(multi.body.indexOf(smallBytes.subarray(start, end)) > 0, `part ${start}-${end - 1} byte-exact`);
     }
     const sent = (await peer.metric('starling_peer_sendfile_bytes_total')) - before;
     assert.equal(sent, small.size + 8000000 + 6000000, 'every byte of these cached reads went out with sendfile');
 
     // Clients that leave part-way through a 200 MB cached blob, while another reads it whole.
-    const big = (await pushRandomBlob(registry, 'test/big', 200 * 1000 * 1000));
+    const big = await pushRandomBlob(registry, 'test/big', 200 * 1000 * 1000);
     const leavers = Array.from({ length: 4 }, async () => {
       const response = await request(blobUrl(big.digest, 'test/big'));
       for await (const _chunk of response.body) break; // reads one chunk, then closes the connection
@@ -215,7 +221,11 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
         for await (const _chunk of first.body); // keep the download going until the kill
       })().catch(() => undefined);
       // Stored, not received: the client gets the origin's bytes before their pieces are stored.
-      await waitFor(async () => (await slowPeer.metric('starling_peer_storage_bytes')) >= 30 * MiB, 20_000, 'first half of the download stored');
+      await waitFor(
+        async () => (await slowPeer.metric('starling_peer_storage_bytes')) >= 30 * MiB,
+        20_000,
+        'first half of the download stored',
+      );
       await slowPeer.service.kill9();
       await reading;
       const restarted = await slowPeer.restart();

@@ -51,7 +51,14 @@ describe('peer mirror: containerd, skopeo and podman pull through it', { timeout
   it('containerd pulls through the mirror and runs; a second containerd makes the registry send no blob', async () => {
     const hostsDir = `${work.path}/hosts.d`;
     const configured = await runOk(process.execPath, [
-      STARLING_CLI, 'containerd-config', '--hosts-dir', hostsDir, '--mirror', peer.url, '--insecure-registry', registry.host,
+      STARLING_CLI,
+      'containerd-config',
+      '--hosts-dir',
+      hostsDir,
+      '--mirror',
+      peer.url,
+      '--insecure-registry',
+      registry.host,
     ]);
     assert.match(configured.stdout, new RegExp(`wrote ${hostsDir}/${registry.host.replace('.', '\\.')}/hosts.toml`));
 
@@ -67,7 +74,7 @@ describe('peer mirror: containerd, skopeo and podman pull through it', { timeout
     await waitFor(() => blobGets().length >= image.layers.length, 5000, 'registry access log');
     const sentAfterFirst = blobGets().length;
     assert.equal(sentAfterFirst, image.layers.length, 'each layer left the registry once');
-    assert.equal(await peer.metric('starling_peer_blob_requests_total', { cache: 'miss' }) >= image.layers.length, true);
+    assert.equal((await peer.metric('starling_peer_blob_requests_total', { cache: 'miss' })) >= image.layers.length, true);
 
     const second: Containerd = await startContainerd({ hostsDir });
     try {

@@ -21,7 +21,13 @@ describe('swarm: containerd pulls through peers', { timeout: 300_000 }, () => {
     work = await makeTempDir('starling-swarm-ctr-');
     [registry, image] = await Promise.all([
       startRegistry(),
-      buildImage({ withBusybox: true, layers: [{ sizeBytes: 24 * MiB, seed: 'swarm-ctr-1' }, { sizeBytes: 12 * MiB, seed: 'swarm-ctr-2' }] }),
+      buildImage({
+        withBusybox: true,
+        layers: [
+          { sizeBytes: 24 * MiB, seed: 'swarm-ctr-1' },
+          { sizeBytes: 12 * MiB, seed: 'swarm-ctr-2' },
+        ],
+      }),
     ]);
     await pushImage(image.layoutDir, image.tag, registry.host, ref);
   });
@@ -45,7 +51,16 @@ describe('swarm: containerd pulls through peers', { timeout: 300_000 }, () => {
     const runs = await Promise.all(
       nodes.map(async (peer, i) => {
         const hostsDir = `${work.path}/hosts-${i}`;
-        await runOk(process.execPath, [STARLING_CLI, 'containerd-config', '--hosts-dir', hostsDir, '--mirror', peer.url, '--insecure-registry', registry.host]);
+        await runOk(process.execPath, [
+          STARLING_CLI,
+          'containerd-config',
+          '--hosts-dir',
+          hostsDir,
+          '--mirror',
+          peer.url,
+          '--insecure-registry',
+          registry.host,
+        ]);
         const containerd = await startContainerd({ hostsDir });
         stops.push(() => containerd.stop());
         await containerd.pull(`${registry.host}/${ref}`);

@@ -6,7 +6,14 @@ import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import { startBitFlippingPeer } from '../fixtures/bad-peer.js';
 import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
-import { clusterToken, pullThrough, startPeer, startScheduler, type RunningPeerProcess, type RunningSchedulerProcess } from '../fixtures/peer.js';
+import {
+  clusterToken,
+  pullThrough,
+  startPeer,
+  startScheduler,
+  type RunningPeerProcess,
+  type RunningSchedulerProcess,
+} from '../fixtures/peer.js';
 import { waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
@@ -41,20 +48,39 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
 
   async function cluster(
     count: number,
-    options: { seedArgs?: string[]; peerArgs?: string[]; schedulerArgs?: string[]; labels?: (i: number) => Record<string, string>; seeds?: Array<Record<string, string>> } = {},
+    options: {
+      seedArgs?: string[];
+      peerArgs?: string[];
+      schedulerArgs?: string[];
+      labels?: (i: number) => Record<string, string>;
+      seeds?: Array<Record<string, string>>;
+    } = {},
   ) {
     const scheduler = await startScheduler({ ip: ip(), extraArgs: options.schedulerArgs });
     running.push(scheduler);
     const seeds: RunningPeerProcess[] = [];
     for (const labels of options.seeds ?? [{}]) {
       // seeds: [] builds a swarm without seeds.
-      const seed = await startPeer({ ip: ip(), schedulers: [scheduler.address], seed: true, labels, insecure: [registry.host], extraArgs: options.seedArgs });
+      const seed = await startPeer({
+        ip: ip(),
+        schedulers: [scheduler.address],
+        seed: true,
+        labels,
+        insecure: [registry.host],
+        extraArgs: options.seedArgs,
+      });
       running.push(seed);
       seeds.push(seed);
     }
     const peers = await Promise.all(
       Array.from({ length: count }, (_, i) =>
-        startPeer({ ip: ip(), schedulers: [scheduler.address], labels: options.labels?.(i), insecure: [registry.host], extraArgs: options.peerArgs }),
+        startPeer({
+          ip: ip(),
+          schedulers: [scheduler.address],
+          labels: options.labels?.(i),
+          insecure: [registry.host],
+          extraArgs: options.peerArgs,
+        }),
       ),
     );
     running.push(...peers);
@@ -100,7 +126,8 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       const stat = await taskStat(scheduler, blob.digest);
       const zoneOf = new Map(stat.peers.map((p) => [p.hostId, p.labels.zone]));
       for (const peer of stat.peers.filter((p) => p.labels.zone === 'a' && !p.seed)) {
-        for (const parentHost of Object.keys(peer.bytesByParentHost)) assert.equal(zoneOf.get(parentHost), 'a', `${peer.peerId} took bytes from zone b`);
+        for (const parentHost of Object.keys(peer.bytesByParentHost))
+          assert.equal(zoneOf.get(parentHost), 'a', `${peer.peerId} took bytes from zone b`);
       }
       const lateHosts = peers.slice(4).map((late) => `-${late.host.split(':')[0]}-`);
       const latePeers = stat.peers.filter((p) => lateHosts.some((marker) => p.hostId.includes(marker)));
@@ -150,7 +177,12 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
   it('a peer whose upload is throttled feeds no chain: the fast peers finish before it could have fed them', async () => {
     const { scheduler, peers } = await cluster(5, { seedArgs: ['--upload-rate-limit', '20MB'], peerArgs: ['--upload-rate-limit', '40MB'] });
     const throttledRate = 2 * MB;
-    const throttled = await startPeer({ ip: ip(), schedulers: [scheduler.address], insecure: [registry.host], extraArgs: ['--upload-rate-limit', '2MB'] });
+    const throttled = await startPeer({
+      ip: ip(),
+      schedulers: [scheduler.address],
+      insecure: [registry.host],
+      extraArgs: ['--upload-rate-limit', '2MB'],
+    });
     running.push(throttled);
     const repo = 'swarm/throttled';
     const blob = await pushRandomBlob(registry, repo, 96 * MB);
@@ -172,7 +204,10 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     // The bound is that time itself, not a fraction of it (half of it failed on a 2-core machine at
     // load 8-19); the bytes below say where the fast peers' bytes came from.
     const alone = blob.size / throttledRate;
-    assert.ok(Math.max(...took) < alone, `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`);
+    assert.ok(
+      Math.max(...took) < alone,
+      `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`,
+    );
     const stat = await taskStat(scheduler, blob.digest);
     const throttledHost = stat.peers.find((peer) => peer.hostId.includes(`-${throttled.host.split(':')[0]}-`))!.hostId;
     for (const peer of stat.peers.filter((p) => !p.seed && p.hostId !== throttledHost)) {
@@ -186,7 +221,9 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       const limit = ['--upload-rate-limit', '40MB'];
       const { peers } = await cluster(8, { seedArgs: limit, peerArgs: limit, schedulerArgs });
       const blob = await pushRandomBlob(registry, `swarm/chaos-${shape}`, 96 * MB);
-      const pulls = peers.map((peer) => pullThrough(peer, registry, `swarm/chaos-${shape}`, blob.digest).catch((error: Error) => ({ error })));
+      const pulls = peers.map((peer) =>
+        pullThrough(peer, registry, `swarm/chaos-${shape}`, blob.digest).catch((error: Error) => ({ error })),
+      );
       const victims = peers.slice(0, 2);
       await waitFor(async () => (await victims[0]!.metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
       await Promise.all(victims.map((victim) => victim.service.kill9()));
@@ -243,13 +280,15 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
   });
 
-  it('a lazy reader whose reads are served gives its parent\'s upload slot back, so a reader of another blob gets the seed at once', async () => {
+  it("a lazy reader whose reads are served gives its parent's upload slot back, so a reader of another blob gets the seed at once", async () => {
     // One upload slot on the seed, counted across tasks: the first reader takes it.
     const { peers } = await cluster(2, { seedArgs: ['--upload-slots', '1'] });
     const [first, second] = peers as [RunningPeerProcess, RunningPeerProcess];
     const blobs = [await pushRandomBlob(registry, 'swarm/lazy-a', 12 * MB), await pushRandomBlob(registry, 'swarm/lazy-b', 12 * MB)];
     const footer = async (peer: RunningPeerProcess, blob: PushedBlob, repo: string) => {
-      const response = await request(`${peer.url}/v2/${repo}/blobs/${blob.digest}?ns=${registry.host}`, { headers: { range: 'bytes=-51' } });
+      const response = await request(`${peer.url}/v2/${repo}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: 'bytes=-51' },
+      });
       assert.equal(response.statusCode, 206);
       assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(readFileSync(blob.path).subarray(blob.size - 51)));
     };
@@ -260,7 +299,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     await footer(second, blobs[1]!, 'swarm/lazy-b');
     const seconds = (Date.now() - started) / 1000;
     assert.ok(seconds < 10, `the second reader waited ${seconds.toFixed(1)} s for the seed`);
-    assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), 0, 'it did not go to the registry itself');
+    assert.equal(
+      await second.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }),
+      0,
+      'it did not go to the registry itself',
+    );
   });
 
   it('a seed fetching a whole blob brings its last piece first, where a lazy puller reads the footer', async () => {
@@ -278,7 +321,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 30_000, 'both origin reads');
     const sizes = blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten);
     assert.ok(sizes.includes(lastPiece), `no origin read of just the last piece (${lastPiece} bytes) among ${sizes.join(', ')}`);
-    assert.equal(sizes.reduce((a, b) => a + b, 0), blob.size, 'the registry still sent one copy');
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      blob.size,
+      'the registry still sent one copy',
+    );
   });
 
   for (const { shape, schedulerArgs } of shapes) {

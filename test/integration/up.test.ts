@@ -44,11 +44,18 @@ describe('starling up', { timeout: 120_000 }, () => {
     const token = /admin token\s+(\S+)/.exec(up.readLog())?.[1];
     assert.ok(token, 'the first start prints the admin token once');
     // The manager knows the seed and the mirror peer, and the scheduler.
-    await waitFor(async () => {
-      const response = await request('https://127.0.0.1:8080/api/v1/peers', { headers: { authorization: `Bearer ${token}` }, dispatcher: cluster() });
-      const peers = (await response.body.json()) as Array<{ state: string }>;
-      return peers.filter((peer) => peer.state === 'active').length === 2;
-    }, 15_000, 'both peers registered with the manager');
+    await waitFor(
+      async () => {
+        const response = await request('https://127.0.0.1:8080/api/v1/peers', {
+          headers: { authorization: `Bearer ${token}` },
+          dispatcher: cluster(),
+        });
+        const peers = (await response.body.json()) as Array<{ state: string }>;
+        return peers.filter((peer) => peer.state === 'active').length === 2;
+      },
+      15_000,
+      'both peers registered with the manager',
+    );
     const blob = await pushRandomBlob(registry, 'up/blob', 9 * 1024 * 1024);
     const response = await request(`http://127.0.0.1:65001/v2/up/blob/blobs/${blob.digest}?ns=${registry.host}`);
     const hash = createHash('sha256');
@@ -77,7 +84,12 @@ describe('starling up', { timeout: 120_000 }, () => {
     const preheat = await request('https://127.0.0.1:65012/_starling/preheat', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ taskId: `sha256:${'0'.repeat(64)}`, contentLength: 3001, pieceSize: 4194304, origin: { url: 'http://127.0.0.1:9/v2/x/blobs/sha256:0', headers: {} } }),
+      body: JSON.stringify({
+        taskId: `sha256:${'0'.repeat(64)}`,
+        contentLength: 3001,
+        pieceSize: 4194304,
+        origin: { url: 'http://127.0.0.1:9/v2/x/blobs/sha256:0', headers: {} },
+      }),
       dispatcher: cluster(),
     });
     assert.equal(preheat.statusCode, 401);

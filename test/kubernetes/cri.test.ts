@@ -51,7 +51,9 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
       ],
     });
     fileSums = {
-      '/bin/busybox': createHash('sha256').update(await fsp.readFile('/bin/busybox')).digest('hex'),
+      '/bin/busybox': createHash('sha256')
+        .update(await fsp.readFile('/bin/busybox'))
+        .digest('hex'),
       '/etc/one.txt': sha('one\n'),
       '/etc/two.txt': sha('two\n'),
       '/data/layer0.bin': app.randomFiles[0]!.sha256,
@@ -59,21 +61,41 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     };
     refs.plain = (await pushImage(app.layoutDir, app.tag, origin.host, 'app/plain:v1')).ref;
     // Its own layers: the peer already holds the public image's, and would not fetch them again.
-    const secret = await buildImage({ withBusybox: true, layers: [{ sizeBytes: 2 * MiB, seed: 'cri-private', files: { '/etc/private.txt': 'private\n' } }] });
+    const secret = await buildImage({
+      withBusybox: true,
+      layers: [{ sizeBytes: 2 * MiB, seed: 'cri-private', files: { '/etc/private.txt': 'private\n' } }],
+    });
     refs.private = (await pushImage(secret.layoutDir, secret.tag, privateRegistry.host, 'team/app:v1', { creds: CREDS })).ref;
     refs.lazy = `${origin.host}/app/lazy:esgz`;
-    await runOk(process.execPath, [STARLING_CLI, 'convert', refs.plain, refs.lazy, '--insecure-registry', origin.host, '--chunk-size', String(MiB)]);
+    await runOk(process.execPath, [
+      STARLING_CLI,
+      'convert',
+      refs.plain,
+      refs.lazy,
+      '--insecure-registry',
+      origin.host,
+      '--chunk-size',
+      String(MiB),
+    ]);
 
     containerd = await startContainerd({ cri: { sandboxImage: refs.pause } });
     hostsDir = path.join(tmp.path, 'certs.d');
     const setup = await run(process.execPath, [
-      STARLING_CLI, 'node-setup',
-      '--containerd-config', containerd.configFile,
-      '--hosts-dir', hostsDir,
-      '--mirror', peer.url,
-      '--insecure-registry', origin.host,
-      '--insecure-registry', privateRegistry.host,
-      '--lazy', '--snapshotter-socket', sn.socket,
+      STARLING_CLI,
+      'node-setup',
+      '--containerd-config',
+      containerd.configFile,
+      '--hosts-dir',
+      hostsDir,
+      '--mirror',
+      peer.url,
+      '--insecure-registry',
+      origin.host,
+      '--insecure-registry',
+      privateRegistry.host,
+      '--lazy',
+      '--snapshotter-socket',
+      sn.socket,
       '--no-restart',
     ]);
     assert.equal(setup.code, 0, setup.stderr);
@@ -120,7 +142,12 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
   }
 
   function checkSums(output: string, files: string[]): void {
-    const got = Object.fromEntries(output.trim().split('\n').map((line) => line.split(/\s+/).reverse()));
+    const got = Object.fromEntries(
+      output
+        .trim()
+        .split('\n')
+        .map((line) => line.split(/\s+/).reverse()),
+    );
     for (const file of files) assert.equal(got[file], fileSums[file], `${file} read in the container`);
   }
 
@@ -131,7 +158,10 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     for (const [i, layer] of layers.entries()) {
       assert.ok(!content.includes(layer.digest), `layer ${i} was not downloaded into containerd's content store`);
       const fetched = await sn.metric('starling_snapshotter_layer_fetched_bytes', layer.digest);
-      assert.ok(fetched > 0 && fetched < layer.size, `layer ${i}: the snapshotter fetched ${fetched} of ${layer.size} bytes through the peer`);
+      assert.ok(
+        fetched > 0 && fetched < layer.size,
+        `layer ${i}: the snapshotter fetched ${fetched} of ${layer.size} bytes through the peer`,
+      );
     }
     const output = await runPod(refs.lazy, 'sha256sum /bin/busybox /etc/one.txt /etc/two.txt');
     checkSums(output, ['/bin/busybox', '/etc/one.txt', '/etc/two.txt']);
@@ -147,7 +177,7 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     assert.ok((await peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })) > 0);
   });
 
-  test('a plain (not eStargz) image pulls through the mirror: one copy from the registry, the peer\'s', async () => {
+  test("a plain (not eStargz) image pulls through the mirror: one copy from the registry, the peer's", async () => {
     const mark = origin.requests().length;
     await cri.pullImage(refs.plain);
     // Layer 0 (busybox) is the pause image's too: containerd has it already.

@@ -18,7 +18,17 @@ import { startContainerd, type Containerd } from '../fixtures/containerd.js';
 import { buildImage, imageInfo, pushImage } from '../fixtures/images.js';
 import { TOC_DIGEST_ANNOTATION } from '../../src/estargz/index.js';
 import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
-import { freePort, makeTempDir, onExitCleanup, run, runOk, waitFor, waitForHttp, type RunResult, type TempDir } from '../fixtures/processes.js';
+import {
+  freePort,
+  makeTempDir,
+  onExitCleanup,
+  run,
+  runOk,
+  waitFor,
+  waitForHttp,
+  type RunResult,
+  type TempDir,
+} from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, makeServerCertificate, startRegistry, type Registry } from '../fixtures/registry.js';
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
@@ -43,7 +53,18 @@ describe("Starling's image", () => {
     });
   /** `podman run -d` on the host network; returns the container id (removed after the tests). */
   async function startComponent(name: string, args: string[], podmanArgs: string[] = []): Promise<string> {
-    const result = await podman(['run', '-d', '--name', `${name}-${process.pid}`, '--network', 'host', ...ULIMITS, ...podmanArgs, imageName, ...args]);
+    const result = await podman([
+      'run',
+      '-d',
+      '--name',
+      `${name}-${process.pid}`,
+      '--network',
+      'host',
+      ...ULIMITS,
+      ...podmanArgs,
+      imageName,
+      ...args,
+    ]);
     assert.equal(result.code, 0, `podman run ${name}: ${result.stderr}`);
     const id = result.stdout.trim();
     containers.push(id);
@@ -56,7 +77,10 @@ describe("Starling's image", () => {
 
   before(async () => {
     tmp = await makeTempDir('starling-image-');
-    await fsp.writeFile(path.join(tmp.path, 'containers.conf'), '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n');
+    await fsp.writeFile(
+      path.join(tmp.path, 'containers.conf'),
+      '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n',
+    );
     env = { CONTAINERS_CONF: path.join(tmp.path, 'containers.conf') };
     image = await buildStarlingImage({ log: (line) => console.log(`# ${line}`) });
     imageName = `localhost/starling-test:${image.manifestDigest.slice(7, 19)}`;
@@ -77,10 +101,20 @@ describe("Starling's image", () => {
   });
 
   test('is small, holds no compiler and no dev dependency, and runs as a non-root user by default', async () => {
-    console.log(`# image ${image.manifestDigest}: ${(image.size / MiB).toFixed(1)} MiB compressed (${image.layers.map((l) => `${l.name} ${(l.size / MiB).toFixed(1)}`).join(', ')})`);
+    console.log(
+      `# image ${image.manifestDigest}: ${(image.size / MiB).toFixed(1)} MiB compressed (${image.layers.map((l) => `${l.name} ${(l.size / MiB).toFixed(1)}`).join(', ')})`,
+    );
     assert.ok(image.size < 64 * MiB, `${(image.size / MiB).toFixed(1)} MiB`);
-    const check = await podman(['run', '--rm', ...ULIMITS, '--entrypoint', '/bin/sh', imageName, '-c',
-      'id -u; ls /usr/bin/gcc /usr/bin/cc /usr/bin/g++ 2>&1; ls /opt/starling/node_modules/typescript /opt/starling/node_modules/vite 2>&1']);
+    const check = await podman([
+      'run',
+      '--rm',
+      ...ULIMITS,
+      '--entrypoint',
+      '/bin/sh',
+      imageName,
+      '-c',
+      'id -u; ls /usr/bin/gcc /usr/bin/cc /usr/bin/g++ 2>&1; ls /opt/starling/node_modules/typescript /opt/starling/node_modules/vite 2>&1',
+    ]);
     const lines = check.stdout.trim().split('\n');
     assert.equal(lines[0], String(IMAGE_USER.uid));
     assert.equal(lines.slice(1).filter((l) => !/No such file or directory/.test(l)).length, 0, check.stdout);
@@ -99,14 +133,21 @@ describe("Starling's image", () => {
 
   test('is reproducible: a build from nothing gives the same digests', async () => {
     const again = await buildStarlingImage({ cacheDir: path.join(tmp.path, 'cache'), noCache: true });
-    assert.deepEqual(again.layers.map((l) => l.digest), image.layers.map((l) => l.digest));
+    assert.deepEqual(
+      again.layers.map((l) => l.digest),
+      image.layers.map((l) => l.digest),
+    );
     assert.equal(again.manifestDigest, image.manifestDigest);
   });
 
   test('pushes to a registry when one is named, keeping its digest', async () => {
     const registry = await startRegistry();
     try {
-      const result = await run(process.execPath, ['--import', 'tsx', BUILD_SCRIPT, '--push', `${registry.host}/starling/starling:test`, '--dest-tls-verify=false'], { timeoutMs: 300_000 });
+      const result = await run(
+        process.execPath,
+        ['--import', 'tsx', BUILD_SCRIPT, '--push', `${registry.host}/starling/starling:test`, '--dest-tls-verify=false'],
+        { timeoutMs: 300_000 },
+      );
       assert.equal(result.code, 0, result.stderr);
       assert.match(result.stdout, /size \d+\.\d MiB compressed/);
       assert.match(result.stdout, new RegExp(`pushed to ${registry.host}/starling/starling:test`));
@@ -136,39 +177,78 @@ describe("Starling's image", () => {
   test('starts each component with podman: the manager and the scheduler as non-root, a seed, the snapshotter, with the cluster token and TLS', async () => {
     const mounts = ['-v', `${cluster.secrets['starling-cluster-token']}:/etc/starling/cluster:ro`];
     const tlsOf = (secret: string) => ['-v', `${cluster.secrets[secret]}:/etc/starling/tls:ro`];
-    const tlsFlags = ['--tls-cert=/etc/starling/tls/tls.crt', '--tls-key=/etc/starling/tls/tls.key', '--tls-ca=/etc/starling/tls/ca.crt', '--cluster-token-file=/etc/starling/cluster/token'];
+    const tlsFlags = [
+      '--tls-cert=/etc/starling/tls/tls.crt',
+      '--tls-key=/etc/starling/tls/tls.key',
+      '--tls-ca=/etc/starling/tls/ca.crt',
+      '--cluster-token-file=/etc/starling/cluster/token',
+    ];
     const managerPort = await freePort();
-    const manager = await startComponent('manager', ['manager', `--listen=127.0.0.1:${managerPort}`, '--data-dir=/var/lib/starling/manager', ...tlsFlags], [...mounts, ...tlsOf('starling-manager-tls')]);
+    const manager = await startComponent(
+      'manager',
+      ['manager', `--listen=127.0.0.1:${managerPort}`, '--data-dir=/var/lib/starling/manager', ...tlsFlags],
+      [...mounts, ...tlsOf('starling-manager-tls')],
+    );
     await waitForComponent(`https://127.0.0.1:${managerPort}/healthz`, manager, cluster.agent);
     const [schedulerPort, schedulerMetrics] = [await freePort(), await freePort()];
-    const scheduler = await startComponent('scheduler', [
-      'scheduler', `--listen=127.0.0.1:${schedulerPort}`, `--metrics-listen=127.0.0.1:${schedulerMetrics}`, `--manager=https://127.0.0.1:${managerPort}`, ...tlsFlags,
-    ], [...mounts, ...tlsOf('starling-scheduler-tls')]);
+    const scheduler = await startComponent(
+      'scheduler',
+      [
+        'scheduler',
+        `--listen=127.0.0.1:${schedulerPort}`,
+        `--metrics-listen=127.0.0.1:${schedulerMetrics}`,
+        `--manager=https://127.0.0.1:${managerPort}`,
+        ...tlsFlags,
+      ],
+      [...mounts, ...tlsOf('starling-scheduler-tls')],
+    );
     await waitForComponent(`http://127.0.0.1:${schedulerMetrics}/healthz`, scheduler);
     for (const id of [manager, scheduler]) {
       const user = await podman(['exec', id, 'id', '-u']);
-      assert.equal(user.stdout.trim(), String(IMAGE_USER.uid), 'runs as the image\'s non-root user');
+      assert.equal(user.stdout.trim(), String(IMAGE_USER.uid), "runs as the image's non-root user");
     }
     const [seedMirror, seedUpload] = [await freePort(), await freePort()];
-    const seed = await startComponent('seed', [
-      'peer', '--seed', '--data-dir=/var/lib/starling/seed', `--mirror-listen=127.0.0.1:${seedMirror}`, `--upload-listen=127.0.0.1:${seedUpload}`,
-      `--scheduler=127.0.0.1:${schedulerPort}`, `--manager=https://127.0.0.1:${managerPort}`, ...tlsFlags,
-    ], ['--user', '0', ...mounts, ...tlsOf('starling-peer-tls')]);
+    const seed = await startComponent(
+      'seed',
+      [
+        'peer',
+        '--seed',
+        '--data-dir=/var/lib/starling/seed',
+        `--mirror-listen=127.0.0.1:${seedMirror}`,
+        `--upload-listen=127.0.0.1:${seedUpload}`,
+        `--scheduler=127.0.0.1:${schedulerPort}`,
+        `--manager=https://127.0.0.1:${managerPort}`,
+        ...tlsFlags,
+      ],
+      ['--user', '0', ...mounts, ...tlsOf('starling-peer-tls')],
+    );
     await waitForComponent(`http://127.0.0.1:${seedMirror}/healthz`, seed);
     const snDir = path.join(tmp.path, 'snapshotter');
     await fsp.mkdir(snDir);
     const snMetrics = await freePort();
-    const snapshotter = await startComponent('snapshotter', [
-      'snapshotter', `--socket=${snDir}/snapshotter.sock`, `--root=${snDir}/root`, `--peer=http://127.0.0.1:${seedMirror}`, `--metrics-listen=127.0.0.1:${snMetrics}`,
-    ], ['--privileged', '--user', '0', '--device', '/dev/fuse', '-v', `${snDir}:${snDir}:rshared`]);
+    const snapshotter = await startComponent(
+      'snapshotter',
+      [
+        'snapshotter',
+        `--socket=${snDir}/snapshotter.sock`,
+        `--root=${snDir}/root`,
+        `--peer=http://127.0.0.1:${seedMirror}`,
+        `--metrics-listen=127.0.0.1:${snMetrics}`,
+      ],
+      ['--privileged', '--user', '0', '--device', '/dev/fuse', '-v', `${snDir}:${snDir}:rshared`],
+    );
     await waitFor(async () => (await logsOf(snapshotter)).includes('snapshotter ready'), 30_000, 'snapshotter ready');
     // The seed joined the scheduler the manager knows.
-    await waitFor(async () => (await scrapeMetric(`http://127.0.0.1:${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 1, 30_000, 'the seed announced to the scheduler').catch(async (error) => {
+    await waitFor(
+      async () => (await scrapeMetric(`http://127.0.0.1:${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 1,
+      30_000,
+      'the seed announced to the scheduler',
+    ).catch(async (error) => {
       throw new Error(`${(error as Error).message}\n${await logsOf(scheduler)}`);
     });
   });
 
-  describe('the pod templates of the default overlay with podman kube play — the manager, the scheduler, a seed and the peer DaemonSet next to the host\'s containerd — with the token and certificates of their Secrets', () => {
+  describe("the pod templates of the default overlay with podman kube play — the manager, the scheduler, a seed and the peer DaemonSet next to the host's containerd — with the token and certificates of their Secrets", () => {
     let registry: Registry;
     let containerd: Containerd;
     let apiServer: https.Server;
@@ -182,9 +262,15 @@ describe("Starling's image", () => {
       // A node whose containerd already names config_path (inside its config folder, which the pod
       // mounts): node-setup then only writes hosts.toml, and no restart is needed.
       containerd = await startContainerd();
-      await fsp.appendFile(containerd.configFile, `\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = ${JSON.stringify(containerd.hostsDir)}\n`);
+      await fsp.appendFile(
+        containerd.configFile,
+        `\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = ${JSON.stringify(containerd.hostsDir)}\n`,
+      );
       await containerd.restart();
-      apiServer = await startFakeApiServer(tmp.path, { name: 'kubeplay-node', labels: { 'topology.kubernetes.io/zone': 'zone-a', 'topology.kubernetes.io/rack': 'rack-7' } });
+      apiServer = await startFakeApiServer(tmp.path, {
+        name: 'kubeplay-node',
+        labels: { 'topology.kubernetes.io/zone': 'zone-a', 'topology.kubernetes.io/rack': 'rack-7' },
+      });
     });
 
     after(async () => {
@@ -229,7 +315,11 @@ describe("Starling's image", () => {
 
       // The manager (SQLite on its volume) and the scheduler, as non-root as their manifests say.
       const managerPod = podFromTemplate(workload('Deployment', 'starling-manager'), {
-        name: `starling-manager-${pid}`, image: imageName, services, secrets: cluster.secrets, env: {},
+        name: `starling-manager-${pid}`,
+        image: imageName,
+        services,
+        secrets: cluster.secrets,
+        env: {},
         flags: { '--listen': `127.0.0.1:${ports.manager}` },
         folders: { data: await folder('manager', IMAGE_USER.uid) },
         probePort: ports.manager,
@@ -237,10 +327,16 @@ describe("Starling's image", () => {
       await play(managerPod);
       // The manager's certificate names 127.0.0.1 (a port-forward): checked in full here, names included.
       await waitForPod(`https://127.0.0.1:${ports.manager}/healthz`, managerPod.metadata.name, new Agent({ connect: { ca: cluster.ca } }));
-      await assert.rejects(request(`http://127.0.0.1:${ports.manager}/healthz`, { headersTimeout: 5_000 }), 'no plain HTTP on the manager\'s port');
+      await assert.rejects(
+        request(`http://127.0.0.1:${ports.manager}/healthz`, { headersTimeout: 5_000 }),
+        "no plain HTTP on the manager's port",
+      );
 
       const schedulerPod = podFromTemplate(workload('StatefulSet', 'starling-scheduler'), {
-        name: `starling-scheduler-${pid}`, image: imageName, services, secrets: cluster.secrets,
+        name: `starling-scheduler-${pid}`,
+        image: imageName,
+        services,
+        secrets: cluster.secrets,
         env: { POD_IP: '127.0.0.1' },
         flags: { '--listen': `127.0.0.1:${ports.scheduler}`, '--metrics-listen': `127.0.0.1:${ports.schedulerMetrics}` },
         folders: {},
@@ -252,9 +348,16 @@ describe("Starling's image", () => {
 
       // A seed on its volume, reading the test's plain-HTTP registry.
       const seedPod = podFromTemplate(workload('StatefulSet', 'starling-seed'), {
-        name: `starling-seed-${pid}`, image: imageName, services, secrets: cluster.secrets,
+        name: `starling-seed-${pid}`,
+        image: imageName,
+        services,
+        secrets: cluster.secrets,
         env: { POD_IP: '127.0.0.1', POD_NAME: 'starling-seed-0' },
-        flags: { '--mirror-listen': `127.0.0.1:${ports.seedMirror}`, '--upload-listen': `127.0.0.1:${ports.seedUpload}`, '--quota': '1GiB' },
+        flags: {
+          '--mirror-listen': `127.0.0.1:${ports.seedMirror}`,
+          '--upload-listen': `127.0.0.1:${ports.seedUpload}`,
+          '--quota': '1GiB',
+        },
         extraArgs: { seed: [`--insecure-registry=${registry.host}`] },
         folders: { data: await folder('seed', IMAGE_USER.uid) },
         probePort: ports.seedUpload,
@@ -267,8 +370,16 @@ describe("Starling's image", () => {
       const nodeDir = path.dirname(containerd.configFile);
       const serviceAccount = path.join(tmp.path, 'serviceaccount');
       const peerPod = podFromTemplate(workload('DaemonSet', 'starling-peer'), {
-        name: `starling-peer-${pid}`, image: imageName, services, secrets: cluster.secrets,
-        env: { NODE_IP: '127.0.0.1', NODE_NAME: 'kubeplay-node', STARLING_REGISTRIES: registry.host, RACK_LABEL: 'topology.kubernetes.io/rack' },
+        name: `starling-peer-${pid}`,
+        image: imageName,
+        services,
+        secrets: cluster.secrets,
+        env: {
+          NODE_IP: '127.0.0.1',
+          NODE_NAME: 'kubeplay-node',
+          STARLING_REGISTRIES: registry.host,
+          RACK_LABEL: 'topology.kubernetes.io/rack',
+        },
         flags: {
           '--containerd-config': `${nodeDir}/config.toml`,
           '--mirror': `http://127.0.0.1:${ports.mirror}`,
@@ -282,7 +393,8 @@ describe("Starling's image", () => {
       });
       const { initContainers, ...mainSpec } = peerPod.spec;
       // node-setup edits the node's config where the node has it (the same path inside and out).
-      initContainers.find((c: any) => c.name === 'node-setup').volumeMounts.find((m: any) => m.name === 'containerd-config').mountPath = nodeDir;
+      initContainers.find((c: any) => c.name === 'node-setup').volumeMounts.find((m: any) => m.name === 'containerd-config').mountPath =
+        nodeDir;
       // node-labels reaches the test's API server with the service account a pod is given.
       const labels = initContainers.find((c: any) => c.name === 'node-labels');
       const [apiHost, apiPort] = [(apiServer.address() as AddressInfo).address, String((apiServer.address() as AddressInfo).port)];
@@ -290,7 +402,11 @@ describe("Starling's image", () => {
       labels.volumeMounts.push({ name: 'service-account', mountPath: '/var/run/secrets/kubernetes.io/serviceaccount', readOnly: true });
       mainSpec.volumes.push({ name: 'service-account', hostPath: { path: serviceAccount, type: 'Directory' } });
       for (const init of initContainers) {
-        const initPod = { ...peerPod, metadata: { ...peerPod.metadata, name: `${peerPod.metadata.name}-${init.name}` }, spec: { ...mainSpec, restartPolicy: 'Never', containers: [init] } };
+        const initPod = {
+          ...peerPod,
+          metadata: { ...peerPod.metadata, name: `${peerPod.metadata.name}-${init.name}` },
+          spec: { ...mainSpec, restartPolicy: 'Never', containers: [init] },
+        };
         const file = path.join(tmp.path, `${init.name}.yaml`);
         await fsp.writeFile(file, stringify(initPod));
         try {
@@ -315,21 +431,32 @@ describe("Starling's image", () => {
       assert.match(initLogs[0]!, /containerd config unchanged: no restart needed/);
       assert.match(initLogs[1]!, /labels of node kubeplay-node \(rack rack-7\)/);
       // The seed and the peer announced themselves over the scheduler's TLS port, with the token.
-      await waitFor(async () => (await scrapeMetric(`${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 2, 30_000, 'the seed and the peer announced to the scheduler').catch(async (error) => {
+      await waitFor(
+        async () => (await scrapeMetric(`${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 2,
+        30_000,
+        'the seed and the peer announced to the scheduler',
+      ).catch(async (error) => {
         const logs = await podman(['pod', 'logs', schedulerPod.metadata.name]);
         throw new Error(`${(error as Error).message}\n${logs.stdout}${logs.stderr}`);
       });
 
       // ...and keep alive with the manager over HTTPS: it lists them to its admin (the admin token of its Secret).
       const listed = async (what: string) => {
-        const response = await request(`https://127.0.0.1:${ports.manager}/api/v1/${what}`, { headers: { authorization: `Bearer ${cluster.adminToken}` }, dispatcher: cluster.agent });
+        const response = await request(`https://127.0.0.1:${ports.manager}/api/v1/${what}`, {
+          headers: { authorization: `Bearer ${cluster.adminToken}` },
+          dispatcher: cluster.agent,
+        });
         assert.equal(response.statusCode, 200, `GET /api/v1/${what}`);
         return JSON.stringify(await response.body.json());
       };
-      await waitFor(async () => {
-        const peers = await listed('peers');
-        return peers.includes('"kubeplay-node"') && peers.includes('"starling-seed-0"');
-      }, 30_000, 'the manager lists the peer and the seed');
+      await waitFor(
+        async () => {
+          const peers = await listed('peers');
+          return peers.includes('"kubeplay-node"') && peers.includes('"starling-seed-0"');
+        },
+        30_000,
+        'the manager lists the peer and the seed',
+      );
       assert.match(await listed('schedulers'), new RegExp(`127\\.0\\.0\\.1:${ports.scheduler}`), 'and the scheduler');
 
       const built = await buildImage({ layers: [{ sizeBytes: 6 * MiB, seed: 'kube-play' }] });
@@ -338,7 +465,8 @@ describe("Starling's image", () => {
       const layer = built.layers[0]!;
       // One copy in bytes (the seed reads the last piece on a request of its own), and none to containerd.
       assert.equal(blobBytesSent(registry.requests(), layer.digest), layer.size, 'the registry sent the layer once');
-      for (const get of blobRequests(registry.requests(), layer.digest)) assert.doesNotMatch(get.userAgent, /containerd/, 'to Starling, not to containerd');
+      for (const get of blobRequests(registry.requests(), layer.digest))
+        assert.doesNotMatch(get.userAgent, /containerd/, 'to Starling, not to containerd');
       const stored = (await containerd.ctr(['content', 'get', layer.digest], { timeoutMs: 30_000 })).stdout;
       assert.ok(stored.length > 0);
       // The peer read the layer from the seed's upload port (TLS), not from the registry.
@@ -485,7 +613,9 @@ async function startFakeApiServer(dir: string, node: { name: string; labels: Rec
   const server = https.createServer({ cert: await fsp.readFile(tls.certFile), key: await fsp.readFile(tls.keyFile) }, (req, res) => {
     if (req.headers.authorization !== `Bearer ${token}`) return void res.writeHead(401).end();
     if (req.url !== `/api/v1/nodes/${node.name}`) return void res.writeHead(404).end();
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ kind: 'Node', metadata: { name: node.name, labels: node.labels } }));
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ kind: 'Node', metadata: { name: node.name, labels: node.labels } }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return server;

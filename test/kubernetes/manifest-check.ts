@@ -54,7 +54,12 @@ export function schemaErrors(object: KubeObject): string[] {
  */
 function unwrapSecretData(object: KubeObject): KubeObject {
   if (object.kind !== 'Secret' || typeof object.data !== 'object' || object.data === null) return object;
-  const data = Object.fromEntries(Object.entries(object.data as Record<string, unknown>).map(([key, value]) => [key, typeof value === 'string' ? value.replace(/[\r\n]/g, '') : value]));
+  const data = Object.fromEntries(
+    Object.entries(object.data as Record<string, unknown>).map(([key, value]) => [
+      key,
+      typeof value === 'string' ? value.replace(/[\r\n]/g, '') : value,
+    ]),
+  );
   return { ...object, data };
 }
 
@@ -87,7 +92,10 @@ export function unknownFieldErrors(objects: KubeObject[]): string[] {
   const readFile = host.readFile.bind(host);
   const getSourceFile = host.getSourceFile.bind(host);
   host.readFile = (name) => (path.resolve(name) === file ? source : readFile(name));
-  host.fileExists = ((exists) => (name: string) => path.resolve(name) === file || exists(name))(host.fileExists.bind(host));
+  host.fileExists = (
+    (exists) => (name: string) =>
+      path.resolve(name) === file || exists(name)
+  )(host.fileExists.bind(host));
   host.getSourceFile = (name, version, onError) =>
     path.resolve(name) === file ? ts.createSourceFile(name, source, version) : getSourceFile(name, version, onError);
   const program = ts.createProgram([file], options, host);
@@ -96,7 +104,11 @@ export function unknownFieldErrors(objects: KubeObject[]): string[] {
   for (const diagnostic of [...program.getSyntacticDiagnostics(sourceFile), ...program.getSemanticDiagnostics(sourceFile)]) {
     const line = diagnostic.start === undefined ? 0 : sourceFile.getLineAndCharacterOfPosition(diagnostic.start).line;
     // The object a diagnostic belongs to: the last `export const oN` at or above its line.
-    const text = source.split('\n').slice(0, line + 1).reverse().find((l) => /^export const o\d+:/.test(l));
+    const text = source
+      .split('\n')
+      .slice(0, line + 1)
+      .reverse()
+      .find((l) => /^export const o\d+:/.test(l));
     const index = text ? Number(/^export const o(\d+):/.exec(text)![1]) : -1;
     errors.push(`${owners[index] ?? 'imports'}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, ' ')}`);
   }

@@ -33,11 +33,20 @@ describe('deploy/kubernetes', () => {
     // A copy with the secret files an operator creates; the repository holds none.
     tmp = await makeTempDir('starling-manifests-');
     await fsp.cp(DEPLOY, tmp.path, { recursive: true });
-    for (const file of ['base/secrets/cluster-token', 'base/secrets/admin-token', 'overlays/ha/secrets/postgres-url', 'overlays/ha-trial/secrets/postgres-password']) {
+    for (const file of [
+      'base/secrets/cluster-token',
+      'base/secrets/admin-token',
+      'overlays/ha/secrets/postgres-url',
+      'overlays/ha-trial/secrets/postgres-password',
+    ]) {
       await fsp.writeFile(path.join(tmp.path, file), 'generated-by-the-test');
     }
     // The certificates as the README makes them.
-    await writeClusterCertificates(path.join(tmp.path, 'components/tls-files/secrets'), { leaves: kubernetesLeafNames('starling'), days: 365, ca: 'keep' });
+    await writeClusterCertificates(path.join(tmp.path, 'components/tls-files/secrets'), {
+      leaves: kubernetesLeafNames('starling'),
+      days: 365,
+      ca: 'keep',
+    });
     // The lazy component added to each overlay as the README says: its line there uncommented.
     for (const overlay of ['default', 'ha']) {
       const dir = path.join(tmp.path, 'overlays', `${overlay}-lazy`);
@@ -58,7 +67,8 @@ describe('deploy/kubernetes', () => {
       assert.notEqual(swapped, text, 'default: a line for the tls-files component');
       await fsp.writeFile(file, swapped);
     }
-    for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy', 'default-cert-manager']) rendered[overlay] = await render(`overlays/${overlay}`);
+    for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy', 'default-cert-manager'])
+      rendered[overlay] = await render(`overlays/${overlay}`);
     rendered.uninstall = await render('uninstall');
   });
 
@@ -73,7 +83,8 @@ describe('deploy/kubernetes', () => {
     return object;
   };
   const podSpec = (object: Obj) => object.spec.template.spec;
-  const container = (object: Obj, name: string) => [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers].find((c: any) => c.name === name);
+  const container = (object: Obj, name: string) =>
+    [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers].find((c: any) => c.name === name);
 
   test('every overlay renders, and every object validates against the Kubernetes schema', () => {
     assert.ok(all().length > 60, `rendered ${all().length} objects`);
@@ -121,8 +132,10 @@ describe('deploy/kubernetes', () => {
     assert.ok(main.args.includes('--mirror-listen=127.0.0.1:65001'));
     assert.ok(main.args.includes('--upload-listen=$(NODE_IP):65002'));
     assert.deepEqual(main.env.find((e: any) => e.name === 'NODE_IP').valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
-    for (const probe of [main.readinessProbe, main.livenessProbe]) assert.deepEqual(probe.httpGet, { host: '127.0.0.1', path: '/healthz', port: 65001 });
-    for (const c of [...spec.initContainers, ...spec.containers]) assert.ok(c.resources?.requests && c.resources?.limits?.memory, `${c.name} has resources`);
+    for (const probe of [main.readinessProbe, main.livenessProbe])
+      assert.deepEqual(probe.httpGet, { host: '127.0.0.1', path: '/healthz', port: 65001 });
+    for (const c of [...spec.initContainers, ...spec.containers])
+      assert.ok(c.resources?.requests && c.resources?.limits?.memory, `${c.name} has resources`);
     const token = spec.volumes.find((v: any) => v.name === 'cluster-token');
     assert.match(token.secret.secretName, /^starling-cluster-token-[a-z0-9]{10}$/, 'a generated Secret (name with its content hash)');
     assert.deepEqual(container(peer, 'node-setup').args.slice(0, 2), ['node-setup', '--containerd-config=/etc/containerd/config.toml']);
@@ -133,10 +146,17 @@ describe('deploy/kubernetes', () => {
   test('Secrets are generated, never written in a manifest', async () => {
     // The tokens carry their content's hash, so pods roll when one changes; the database Secrets keep
     // a fixed name (kustomize does not rename references that a patch adds).
-    const names = all().filter((o) => o.kind === 'Secret').map((o) => o.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>'));
+    const names = all()
+      .filter((o) => o.kind === 'Secret')
+      .map((o) => o.metadata.name.replace(/-[a-z0-9]{10}$/, '-<hash>'));
     assert.deepEqual([...new Set(names)].sort(), [
-      'starling-admin-token-<hash>', 'starling-cluster-token-<hash>', 'starling-manager-db', 'starling-manager-tls-<hash>', 'starling-peer-tls-<hash>',
-      'starling-postgres', 'starling-scheduler-tls-<hash>',
+      'starling-admin-token-<hash>',
+      'starling-cluster-token-<hash>',
+      'starling-manager-db',
+      'starling-manager-tls-<hash>',
+      'starling-peer-tls-<hash>',
+      'starling-postgres',
+      'starling-scheduler-tls-<hash>',
     ]);
     const sources = (await fsp.readdir(DEPLOY, { recursive: true })).filter((f) => f.endsWith('.yaml'));
     for (const file of sources) assert.doesNotMatch(await fsp.readFile(path.join(DEPLOY, file), 'utf8'), /^kind: Secret$/m, file);
@@ -166,17 +186,26 @@ describe('deploy/kubernetes', () => {
       assert.equal(manager.spec.replicas, 3);
       assert.equal(container(manager, 'manager').env.at(-1).name, 'STARLING_MANAGER_DB', 'the database URL, kept off the command line');
       assert.equal(container(manager, 'manager').readinessProbe.httpGet.path, '/readyz');
-      assert.equal(rendered[overlay]!.some((o) => o.kind === 'PersistentVolumeClaim'), false, `${overlay}: no SQLite volume`);
+      assert.equal(
+        rendered[overlay]!.some((o) => o.kind === 'PersistentVolumeClaim'),
+        false,
+        `${overlay}: no SQLite volume`,
+      );
       assert.equal(find(overlay, 'StatefulSet', 'starling-scheduler').spec.replicas, 3);
       assert.equal(find(overlay, 'StatefulSet', 'starling-seed').spec.replicas, 2);
-      const three = '--scheduler=starling-scheduler-0.starling-scheduler:8002,starling-scheduler-1.starling-scheduler:8002,starling-scheduler-2.starling-scheduler:8002';
+      const three =
+        '--scheduler=starling-scheduler-0.starling-scheduler:8002,starling-scheduler-1.starling-scheduler:8002,starling-scheduler-2.starling-scheduler:8002';
       assert.ok(container(find(overlay, 'DaemonSet', 'starling-peer'), 'peer').args.includes(three));
       assert.ok(container(find(overlay, 'StatefulSet', 'starling-seed'), 'seed').args.includes(three));
     }
     const external = container(find('ha', 'Deployment', 'starling-manager'), 'manager').env;
     assert.equal(external[0].valueFrom.secretKeyRef.name, 'starling-manager-db');
     const trial = container(find('ha-trial', 'Deployment', 'starling-manager'), 'manager').env;
-    assert.deepEqual(trial.map((e: any) => e.name), ['PGPASSWORD', 'STARLING_MANAGER_DB'], 'the password is defined before the URL that uses it');
+    assert.deepEqual(
+      trial.map((e: any) => e.name),
+      ['PGPASSWORD', 'STARLING_MANAGER_DB'],
+      'the password is defined before the URL that uses it',
+    );
     assert.equal(trial[0].valueFrom.secretKeyRef.name, 'starling-postgres');
     assert.ok(rendered['ha-trial']!.some((o) => o.kind === 'Secret' && o.metadata.name === 'starling-postgres'));
     find('ha-trial', 'StatefulSet', 'starling-postgres');
@@ -186,7 +215,10 @@ describe('deploy/kubernetes', () => {
     for (const overlay of ['default-lazy', 'ha-lazy']) {
       const snapshotter = find(overlay, 'DaemonSet', 'starling-snapshotter');
       const spec = podSpec(snapshotter);
-      assert.deepEqual(spec.containers.map((c: any) => c.name), ['fuse-server', 'snapshotter']);
+      assert.deepEqual(
+        spec.containers.map((c: any) => c.name),
+        ['fuse-server', 'snapshotter'],
+      );
       for (const c of spec.containers) {
         assert.equal(c.securityContext.privileged, true);
         assert.equal(c.volumeMounts.find((m: any) => m.name === 'root').mountPropagation, 'Bidirectional');
@@ -197,11 +229,19 @@ describe('deploy/kubernetes', () => {
       assert.ok(setup.args.includes('--lazy'));
       assert.ok(setup.args.includes('--snapshotter-socket=/run/starling/snapshotter.sock'));
     }
-    assert.equal(rendered.default!.some((o) => o.metadata.name === 'starling-snapshotter'), false);
+    assert.equal(
+      rendered.default!.some((o) => o.metadata.name === 'starling-snapshotter'),
+      false,
+    );
   });
 
   /** The workloads of Starling's own components and their main container, in every overlay. */
-  const workloads = [['Deployment', 'starling-manager', 'manager'], ['StatefulSet', 'starling-scheduler', 'scheduler'], ['StatefulSet', 'starling-seed', 'seed'], ['DaemonSet', 'starling-peer', 'peer']] as const;
+  const workloads = [
+    ['Deployment', 'starling-manager', 'manager'],
+    ['StatefulSet', 'starling-scheduler', 'scheduler'],
+    ['StatefulSet', 'starling-seed', 'seed'],
+    ['DaemonSet', 'starling-peer', 'peer'],
+  ] as const;
   const components = () =>
     Object.keys(rendered)
       .filter((overlay) => overlay !== 'uninstall')
@@ -211,21 +251,28 @@ describe('deploy/kubernetes', () => {
           return { overlay, object, main: container(object, main) };
         }),
       );
-  const flag = (c: any, name: string): string | undefined => (c.args ?? []).find((a: string) => a.startsWith(`${name}=`))?.slice(name.length + 1);
+  const flag = (c: any, name: string): string | undefined =>
+    (c.args ?? []).find((a: string) => a.startsWith(`${name}=`))?.slice(name.length + 1);
   const decode = (secret: Obj, key: string) => Buffer.from(secret.data[key], 'base64');
 
   test('TLS between components: each has the three flags, its own Secret mounted where they point, and a certificate the cluster CA signed', () => {
     const cas = new Set<string>();
     for (const { overlay, object, main } of components().filter((c) => c.overlay !== 'default-cert-manager')) {
       const where = `${overlay} ${object.metadata.name}`;
-      const secretOf = { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name] ?? 'starling-peer-tls';
+      const secretOf =
+        { 'starling-manager': 'starling-manager-tls', 'starling-scheduler': 'starling-scheduler-tls' }[object.metadata.name] ??
+        'starling-peer-tls';
       for (const name of ['--tls-cert', '--tls-key', '--tls-ca']) {
         const file = flag(main, name);
         assert.ok(file, `${where}: ${name}`);
         const mount = main.volumeMounts.find((m: any) => m.mountPath === path.dirname(file));
         assert.ok(mount, `${where}: ${file} is in a mounted volume`);
         const volume = podSpec(object).volumes.find((v: any) => v.name === mount.name);
-        assert.match(volume.secret?.secretName ?? '', new RegExp(`^${secretOf}-[a-z0-9]{10}$`), `${where}: ${name} from the generated Secret ${secretOf}`);
+        assert.match(
+          volume.secret?.secretName ?? '',
+          new RegExp(`^${secretOf}-[a-z0-9]{10}$`),
+          `${where}: ${name} from the generated Secret ${secretOf}`,
+        );
         const secret = find(overlay, 'Secret', volume.secret.secretName);
         assert.equal(secret.type, 'kubernetes.io/tls');
         assert.ok(secret.data[path.basename(file)], `${where}: ${secret.metadata.name} has ${path.basename(file)}`);
@@ -233,7 +280,10 @@ describe('deploy/kubernetes', () => {
       const secret = find(overlay, 'Secret', podSpec(object).volumes.find((v: any) => v.name === 'tls').secret.secretName);
       const ca = new X509Certificate(decode(secret, 'ca.crt'));
       assert.ok(new X509Certificate(decode(secret, 'tls.crt')).verify(ca.publicKey), `${where}: tls.crt signed by ca.crt`);
-      assert.ok(new X509Certificate(decode(secret, 'tls.crt')).checkPrivateKey(createPrivateKey(decode(secret, 'tls.key'))), `${where}: tls.key is tls.crt's`);
+      assert.ok(
+        new X509Certificate(decode(secret, 'tls.crt')).checkPrivateKey(createPrivateKey(decode(secret, 'tls.key'))),
+        `${where}: tls.key is tls.crt's`,
+      );
       cas.add(ca.fingerprint256);
     }
     assert.equal(cas.size, 1, 'one cluster CA');
@@ -241,7 +291,11 @@ describe('deploy/kubernetes', () => {
 
   test('cert-manager instead of files: a Certificate for each TLS Secret the workloads mount, with the names starling certs gives, from the cluster CA', () => {
     const objects = rendered['default-cert-manager']!;
-    assert.equal(objects.some((o) => o.kind === 'Secret' && /-tls-/.test(o.metadata.name)), false, 'no generated TLS Secret');
+    assert.equal(
+      objects.some((o) => o.kind === 'Secret' && /-tls-/.test(o.metadata.name)),
+      false,
+      'no generated TLS Secret',
+    );
     const certificates = objects.filter((o) => o.kind === 'Certificate');
     const leaves = kubernetesLeafNames('starling');
     for (const { object, main } of components().filter((c) => c.overlay === 'default-cert-manager')) {
@@ -261,7 +315,7 @@ describe('deploy/kubernetes', () => {
     }
   });
 
-  test('no plain http:// URL between components: --manager is https://, and http:// reaches only the node\'s own loopback', () => {
+  test("no plain http:// URL between components: --manager is https://, and http:// reaches only the node's own loopback", () => {
     for (const object of all().filter((o) => o.spec?.template?.spec)) {
       for (const c of [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers]) {
         for (const arg of c.args ?? []) {
@@ -286,22 +340,34 @@ describe('deploy/kubernetes', () => {
       return [{ port: Number(port), loopback: host === '127.0.0.1', tls }];
     });
 
-  test('probes use the scheme of the port they reach: HTTPS on the manager\'s API and a seed\'s upload port, HTTP on the loopback mirror and the scheduler\'s metrics', () => {
+  test("probes use the scheme of the port they reach: HTTPS on the manager's API and a seed's upload port, HTTP on the loopback mirror and the scheduler's metrics", () => {
     for (const { overlay, object, main } of components()) {
       for (const probe of [main.readinessProbe, main.livenessProbe]) {
-        const port = typeof probe.httpGet.port === 'number' ? probe.httpGet.port : main.ports.find((p: any) => p.name === probe.httpGet.port)?.containerPort;
+        const port =
+          typeof probe.httpGet.port === 'number'
+            ? probe.httpGet.port
+            : main.ports.find((p: any) => p.name === probe.httpGet.port)?.containerPort;
         const listener = listening(main).find((l: any) => l.port === port);
         assert.ok(listener, `${overlay} ${object.metadata.name}: the probe's port ${probe.httpGet.port} is one it listens on`);
-        assert.equal(probe.httpGet.scheme ?? 'HTTP', listener.tls ? 'HTTPS' : 'HTTP', `${overlay} ${object.metadata.name}: probe on ${port}`);
+        assert.equal(
+          probe.httpGet.scheme ?? 'HTTP',
+          listener.tls ? 'HTTPS' : 'HTTP',
+          `${overlay} ${object.metadata.name}: probe on ${port}`,
+        );
         // kubelet probes a pod's IP, unless the pod is on the host network and the probe names 127.0.0.1.
-        if (listener.loopback) assert.equal(podSpec(object).hostNetwork && probe.httpGet.host, '127.0.0.1', `${object.metadata.name}: a loopback probe from the host network`);
+        if (listener.loopback)
+          assert.equal(
+            podSpec(object).hostNetwork && probe.httpGet.host,
+            '127.0.0.1',
+            `${object.metadata.name}: a loopback probe from the host network`,
+          );
       }
     }
     assert.equal(container(find('default', 'Deployment', 'starling-manager'), 'manager').readinessProbe.httpGet.scheme, 'HTTPS');
     assert.equal(container(find('default', 'StatefulSet', 'starling-seed'), 'seed').livenessProbe.httpGet.port, 'upload');
   });
 
-  test('a seed\'s mirror stays on its loopback, and Services and NetworkPolicies open only ports a pod listens on beyond it', () => {
+  test("a seed's mirror stays on its loopback, and Services and NetworkPolicies open only ports a pod listens on beyond it", () => {
     assert.equal(flag(container(find('default', 'StatefulSet', 'starling-seed'), 'seed'), '--mirror-listen'), '127.0.0.1:65001');
     for (const [overlay, objects] of Object.entries(rendered)) {
       const pods = objects.filter((o) => o.spec?.template?.spec);
@@ -313,15 +379,24 @@ describe('deploy/kubernetes', () => {
           .flatMap((c: any) => {
             const listeners = listening(c);
             const loopback = listeners.filter((l: any) => l.loopback).map((l: any) => l.port);
-            return [...listeners.filter((l: any) => !l.loopback).map((l: any) => l.port), ...(c.ports ?? []).map((p: any) => p.containerPort)].filter((p) => !loopback.includes(p));
+            return [
+              ...listeners.filter((l: any) => !l.loopback).map((l: any) => l.port),
+              ...(c.ports ?? []).map((p: any) => p.containerPort),
+            ].filter((p) => !loopback.includes(p));
           });
       for (const policy of objects.filter((o) => o.kind === 'NetworkPolicy')) {
         const ports = open(policy.spec.podSelector.matchLabels);
-        for (const rule of policy.spec.ingress) for (const { port } of rule.ports) assert.ok(ports.includes(port), `${overlay} NetworkPolicy ${policy.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`);
+        for (const rule of policy.spec.ingress)
+          for (const { port } of rule.ports)
+            assert.ok(
+              ports.includes(port),
+              `${overlay} NetworkPolicy ${policy.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`,
+            );
       }
       for (const service of objects.filter((o) => o.kind === 'Service')) {
         const ports = open(service.spec.selector);
-        for (const { port } of service.spec.ports) assert.ok(ports.includes(port), `${overlay} Service ${service.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`);
+        for (const { port } of service.spec.ports)
+          assert.ok(ports.includes(port), `${overlay} Service ${service.metadata.name}: port ${port} (pods listen on ${ports.join(', ')})`);
       }
     }
   });

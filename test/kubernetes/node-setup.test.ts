@@ -29,7 +29,17 @@ describe('starling node-setup on a containerd 1.6 node', () => {
   let images = 0;
 
   const nodeSetup = (args: string[]): Promise<RunResult> =>
-    run(process.execPath, [STARLING_CLI, 'node-setup', '--containerd-config', containerd.configFile, '--mirror', peer.url, '--restart-command', restartScript, ...args]);
+    run(process.execPath, [
+      STARLING_CLI,
+      'node-setup',
+      '--containerd-config',
+      containerd.configFile,
+      '--mirror',
+      peer.url,
+      '--restart-command',
+      restartScript,
+      ...args,
+    ]);
   const restarts = async () => (existsSync(restartLog) ? (await fsp.readFile(restartLog, 'utf8')).split('\n').filter(Boolean).length : 0);
   const criConfig = async () => JSON.parse((await cri.status()).info.config!) as { registry: { configPath: string } };
 
@@ -133,8 +143,11 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     assert.equal(await restarts(), restartsBefore);
     assert.deepEqual(await fsp.readFile(containerd.configFile), configBefore);
     const merged = await fsp.readFile(path.join(registryDir, 'hosts.toml'), 'utf8');
-    assert.ok(merged.indexOf(`[host."${peer.url}"]`) < merged.indexOf(`[host."https://${privateRegistry.host}"]`), 'the mirror comes first');
-    assert.ok(merged.endsWith(hostsToml.slice(hostsToml.indexOf('# the team registry'))), 'the node\'s own entry is kept as it was');
+    assert.ok(
+      merged.indexOf(`[host."${peer.url}"]`) < merged.indexOf(`[host."https://${privateRegistry.host}"]`),
+      'the mirror comes first',
+    );
+    assert.ok(merged.endsWith(hostsToml.slice(hostsToml.indexOf('# the team registry'))), "the node's own entry is kept as it was");
 
     const through = await freshImage(privateRegistry);
     await cri.pullImage(through.ref, auth);
@@ -144,7 +157,11 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     try {
       const direct = await freshImage(privateRegistry);
       await cri.pullImage(direct.ref, auth);
-      assert.deepEqual(fetchedBy(privateRegistry, direct.layer), ['containerd'], 'with the peer down, containerd falls back to the registry and its CA');
+      assert.deepEqual(
+        fetchedBy(privateRegistry, direct.layer),
+        ['containerd'],
+        'with the peer down, containerd falls back to the registry and its CA',
+      );
     } finally {
       peer = await peer.restart();
     }
@@ -158,7 +175,7 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     assert.equal(await restarts(), restartsBefore, 'only hosts.toml changed: no restart either way');
   });
 
-  test('bad input is a clear error (exit code 2) and the node\'s files stay as they were', async () => {
+  test("bad input is a clear error (exit code 2) and the node's files stay as they were", async () => {
     const dir = path.join(tmp.path, 'bad');
     const hostsDir = path.join(dir, 'certs.d');
     await fsp.mkdir(path.join(hostsDir, 'reg.example'), { recursive: true });
@@ -177,7 +194,18 @@ describe('starling node-setup on a containerd 1.6 node', () => {
       if (config === 'dir') await fsp.mkdir(configFile);
       else await fsp.writeFile(configFile, config);
       const before = await snapshot(dir);
-      const result = await run(process.execPath, [STARLING_CLI, 'node-setup', '--containerd-config', configFile, '--hosts-dir', hostsDir, '--mirror', peer.url, '--no-restart', ...args]);
+      const result = await run(process.execPath, [
+        STARLING_CLI,
+        'node-setup',
+        '--containerd-config',
+        configFile,
+        '--hosts-dir',
+        hostsDir,
+        '--mirror',
+        peer.url,
+        '--no-restart',
+        ...args,
+      ]);
       assert.equal(result.code, 2, `${JSON.stringify(config)}: ${result.stdout}${result.stderr}`);
       assert.match(result.stderr, message);
       assert.deepEqual(await snapshot(dir), before, `${JSON.stringify(config)}: no file changed`);

@@ -36,7 +36,7 @@ async function observedSource(file: string) {
   return source;
 }
 
-describe('background fetch and the node\'s other layers', () => {
+describe("background fetch and the node's other layers", () => {
   let tmp: TempDir;
   let built: BuiltLayer;
   const mounts: LazyLayer[] = [];

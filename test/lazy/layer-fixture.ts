@@ -26,7 +26,16 @@ export function layerEntries(bigSize: number): TarEntry[] {
     { name: 'bin/', type: 'directory', mode: 0o755 },
     { name: 'bin/tool', type: 'file', mode: 0o4755, content: randomContent('tool', 300_000) },
     { name: 'data/', type: 'directory', mode: 0o750, uid: 1000, gid: 1001, uname: 'alice', gname: 'staff' },
-    { name: 'data/small.txt', type: 'file', mode: 0o640, uid: 1000, gid: 1001, uname: 'alice', gname: 'staff', content: Buffer.from('hello lazy layer\n') },
+    {
+      name: 'data/small.txt',
+      type: 'file',
+      mode: 0o640,
+      uid: 1000,
+      gid: 1001,
+      uname: 'alice',
+      gname: 'staff',
+      content: Buffer.from('hello lazy layer\n'),
+    },
     { name: 'data/empty', type: 'file', mode: 0o600, content: Buffer.alloc(0) },
     { name: 'data/multi.bin', type: 'file', mode: 0o644, content: randomContent('multi', 5 * CHUNK_SIZE + 12_345) },
     { name: 'data/exact.bin', type: 'file', mode: 0o444, content: randomContent('exact', 2 * CHUNK_SIZE) },
@@ -39,7 +48,13 @@ export function layerEntries(bigSize: number): TarEntry[] {
     { name: 'dev/null', type: 'character-device', mode: 0o666, devmajor: 1, devminor: 3 },
     { name: 'dev/sda', type: 'block-device', mode: 0o660, devmajor: 8, devminor: 0, gid: 6 },
     { name: 'x/', type: 'directory', mode: 0o755, xattrs: { 'user.dir': 'on-a-dir' } },
-    { name: 'x/attrs', type: 'file', mode: 0o644, content: Buffer.from('xattrs here\n'), xattrs: { 'user.comment': 'a <b> & c', 'trusted.note': 'kept' } },
+    {
+      name: 'x/attrs',
+      type: 'file',
+      mode: 0o644,
+      content: Buffer.from('xattrs here\n'),
+      xattrs: { 'user.comment': 'a <b> & c', 'trusted.note': 'kept' },
+    },
     { name: 'odd/', type: 'directory', mode: 0o1777 },
     { name: 'odd/setgid tool', type: 'file', mode: 0o2711, uid: 65534, gid: 65533, content: Buffer.from('#!/bin/sh\necho odd\n') },
     { name: 'implicit/sub/file.txt', type: 'file', mode: 0o644, content: Buffer.from('parents not in the tar\n') },
@@ -65,7 +80,10 @@ export interface BuiltLayer {
 export async function buildLayer(dir: string, name: string, tar: Buffer, level: number): Promise<BuiltLayer> {
   const blobPath = path.join(dir, `${name}.estargz`);
   const result = await buildEstargz(Readable.from([tar]), createWriteStream(blobPath), {
-    chunkSize: CHUNK_SIZE, level, prioritizedFiles: PRIORITIZED, tmpDir: dir,
+    chunkSize: CHUNK_SIZE,
+    level,
+    prioritizedFiles: PRIORITIZED,
+    tmpDir: dir,
   });
   const source = await fileSource(blobPath);
   const reader = await openEstargz(source, { tocDigest: result.tocDigest });

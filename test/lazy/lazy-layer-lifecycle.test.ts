@@ -11,7 +11,20 @@ import { pieceBounds, pieceLayout, piecesCovering } from '../../src/storage/piec
 import { spawnService, waitFor } from '../fixtures/processes.js';
 import { buildLayer, corruptChunkCopy, layerEntries, type BuiltLayer } from './layer-fixture.js';
 import { makeTar } from '../fixtures/tar.js';
-import { isMounted, mountFromPeer, pushBlob, registryBytes, REPO, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env } from './helpers.js';
+import {
+  isMounted,
+  mountFromPeer,
+  pushBlob,
+  registryBytes,
+  REPO,
+  resolveHardlink,
+  sh,
+  startEnv,
+  stopEnv,
+  unmount,
+  visibleEntries,
+  type Env,
+} from './helpers.js';
 
 const SERVE_LAYER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'serve-layer.ts');
 
@@ -51,12 +64,24 @@ describe('lazy layer lifecycle and failures', () => {
       assert.ok(layer.stats().digestMismatches >= 2, `mismatches: ${layer.stats().digestMismatches}`);
       const badChunk = stored.reader.lookup('x/attrs')!.chunks[0]!.digest.slice(7);
       assert.equal(fs.existsSync(path.join(layer.cacheDir, 'sha256', badChunk.slice(0, 2), badChunk)), false);
-      assert.ok(warnings.some((w) => /does not match the TOC/.test(w)), warnings.join('\n'));
+      assert.ok(
+        warnings.some((w) => /does not match the TOC/.test(w)),
+        warnings.join('\n'),
+      );
       const others = visibleEntries(stored.reader).filter((e) => (e.type === 'reg' || e.type === 'hardlink') && e.name !== 'x/attrs');
-      const sums = await sh('sha256sum', others.map((e) => path.join(mountpoint, e.name)));
+      const sums = await sh(
+        'sha256sum',
+        others.map((e) => path.join(mountpoint, e.name)),
+      );
       assert.equal(sums.code, 0, sums.stderr);
-      const got = sums.stdout.trim().split('\n').map((l) => l.slice(0, 64));
-      assert.deepEqual(got, others.map((e) => resolveHardlink(stored.reader, e).digest.slice(7)));
+      const got = sums.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.slice(0, 64));
+      assert.deepEqual(
+        got,
+        others.map((e) => resolveHardlink(stored.reader, e).digest.slice(7)),
+      );
     } finally {
       await unmount(env, layer);
     }
@@ -81,9 +106,18 @@ describe('lazy layer lifecycle and failures', () => {
       assert.equal(layer.stats().chunksFetched, digests.size);
       const requests = source.counters.requests;
       const files = visibleEntries(built.reader).filter((e) => e.type === 'reg');
-      const sums = await sh('sha256sum', files.map((e) => path.join(mountpoint, e.name)));
+      const sums = await sh(
+        'sha256sum',
+        files.map((e) => path.join(mountpoint, e.name)),
+      );
       assert.equal(sums.code, 0, sums.stderr);
-      assert.deepEqual(sums.stdout.trim().split('\n').map((l) => l.slice(0, 64)), files.map((e) => e.digest.slice(7)));
+      assert.deepEqual(
+        sums.stdout
+          .trim()
+          .split('\n')
+          .map((l) => l.slice(0, 64)),
+        files.map((e) => e.digest.slice(7)),
+      );
       assert.equal(source.counters.requests, requests, 'everything came from the cache');
     } finally {
       await unmount(env, layer);
@@ -124,7 +158,11 @@ describe('lazy layer lifecycle and failures', () => {
       const plain = await mountFromPeer(env, cold.result.digest, cold.result.tocDigest, { prefetch: false });
       assert.equal(plain.source.counters.requests, 2, 'footer and TOC only');
       await unmount(env, plain.layer);
-      assert.equal(registryBytes(env, cold.result.digest), tailPieces(cold) + (await reread()) - rereadBefore, 'the pieces holding the TOC and the footer only');
+      assert.equal(
+        registryBytes(env, cold.result.digest),
+        tailPieces(cold) + (await reread()) - rereadBefore,
+        'the pieces holding the TOC and the footer only',
+      );
 
       const warmBefore = await reread();
       const warmed = await mountFromPeer(env, warm.result.digest, warm.result.tocDigest, { prefetch: false, warmFirstPiece: true });
@@ -140,7 +178,10 @@ describe('lazy layer lifecycle and failures', () => {
   });
 
   test("whiteouts: 'raw' shows the TOC's .wh. entries and landmarks as stored", async () => {
-    const { layer, mountpoint } = await mountFromPeer(env, built.result.digest, built.result.tocDigest, { whiteouts: 'raw', prefetch: false });
+    const { layer, mountpoint } = await mountFromPeer(env, built.result.digest, built.result.tocDigest, {
+      whiteouts: 'raw',
+      prefetch: false,
+    });
     try {
       assert.deepEqual((await sh('ls', ['-A', path.join(mountpoint, 'gone')])).stdout.trim().split('\n'), ['.wh..wh..opq', 'kept']);
       assert.deepEqual((await sh('ls', ['-A', path.join(mountpoint, 'del')])).stdout.trim().split('\n'), ['.wh.removed', 'still']);
@@ -153,7 +194,11 @@ describe('lazy layer lifecycle and failures', () => {
 
   test('unmount of a busy layer fails with EBUSY and keeps serving; a lazy unmount detaches it', async () => {
     const { layer, mountpoint } = await mountFromPeer(env, built.result.digest, built.result.tocDigest);
-    const holder = await spawnService({ cmd: 'sh', args: ['-c', `exec 3< "${mountpoint}/data/small.txt"; echo open; exec sleep 60`], name: 'holder' });
+    const holder = await spawnService({
+      cmd: 'sh',
+      args: ['-c', `exec 3< "${mountpoint}/data/small.txt"; echo open; exec sleep 60`],
+      name: 'holder',
+    });
     try {
       await waitFor(() => holder.readLog().includes('open'), 5000, 'holder has the file open');
       await assert.rejects(layer.unmount(), (error: Error & { errno?: number }) => error.errno === 16); // EBUSY
@@ -183,7 +228,11 @@ describe('lazy layer lifecycle and failures', () => {
       mountpoint,
       cacheDir: path.join(env.tmp.path, 'killed-cache'),
     };
-    const server = await spawnService({ cmd: process.execPath, args: ['--import', 'tsx', SERVE_LAYER, JSON.stringify(config)], name: 'serve-layer' });
+    const server = await spawnService({
+      cmd: process.execPath,
+      args: ['--import', 'tsx', SERVE_LAYER, JSON.stringify(config)],
+      name: 'serve-layer',
+    });
     try {
       await waitFor(() => server.readLog().includes('ready') || !server.running, 30_000, 'layer served by a child process');
       assert.ok(server.running, server.logTail());

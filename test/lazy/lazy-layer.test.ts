@@ -14,7 +14,17 @@ import { pieceLayout, piecesCovering, pieceBounds } from '../../src/storage/piec
 import { buildLayer, layerEntries, PRIORITIZED, type BuiltLayer } from './layer-fixture.js';
 import { makeTar } from '../fixtures/tar.js';
 import {
-  isMounted, mountFromPeer, pushBlob, registryBytes, resolveHardlink, sh, startEnv, stopEnv, unmount, visibleEntries, type Env,
+  isMounted,
+  mountFromPeer,
+  pushBlob,
+  registryBytes,
+  resolveHardlink,
+  sh,
+  startEnv,
+  stopEnv,
+  unmount,
+  visibleEntries,
+  type Env,
 } from './helpers.js';
 
 const BIG_SIZE = 20 * 1024 * 1024;
@@ -38,7 +48,12 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     const mounted = await mountFromPeer(env, built.result.digest, built.result.tocDigest);
     ({ layer, source, mountpoint: mnt } = mounted);
     await sleep(300); // background fetch is off: nothing may arrive after mounting
-    mountedAfter = { sourceBytes: source.counters.bytes, sourceRequests: source.counters.requests, registryBytes: registryBytes(env, built.result.digest), reread: await env.peer.metric('starling_peer_unverified_range_bytes_total') };
+    mountedAfter = {
+      sourceBytes: source.counters.bytes,
+      sourceRequests: source.counters.requests,
+      registryBytes: registryBytes(env, built.result.digest),
+      reread: await env.peer.metric('starling_peer_unverified_range_bytes_total'),
+    };
   });
 
   after(async () => {
@@ -63,23 +78,34 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     // The registry sent at most the peer's pieces covering those ranges (4 MiB pieces).
     const pieces = pieceLayout(size);
     const needed = new Set<number>();
-    for (const [start, end] of [[firstChunk, landmark.length - 1], [tocOffset, size - 1]] as const) {
+    for (const [start, end] of [
+      [firstChunk, landmark.length - 1],
+      [tocOffset, size - 1],
+    ] as const) {
       const { first, last } = piecesCovering(pieces, start, end);
       for (let i = first; i <= last; i++) needed.add(i);
     }
     // Plus ranges read again because the piece stored for them was not verified yet (the TOC, after
     // the footer's read brought the last piece): a later request is never served unverified bytes.
     const bound = [...needed].reduce((sum, i) => sum + pieceBounds(pieces, i).length, 0) + mountedAfter.reread;
-    console.log(`# mount: source ${mountedAfter.sourceBytes} B in ${mountedAfter.sourceRequests} requests; registry sent ${mountedAfter.registryBytes} B of a ${size} B blob (bound ${bound})`);
+    console.log(
+      `# mount: source ${mountedAfter.sourceBytes} B in ${mountedAfter.sourceRequests} requests; registry sent ${mountedAfter.registryBytes} B of a ${size} B blob (bound ${bound})`,
+    );
     assert.ok(mountedAfter.registryBytes > 0, 'the peer read the origin');
-    assert.ok(mountedAfter.registryBytes <= bound, `registry sent ${mountedAfter.registryBytes} B, more than the ${bound} B of covering pieces`);
+    assert.ok(
+      mountedAfter.registryBytes <= bound,
+      `registry sent ${mountedAfter.registryBytes} B, more than the ${bound} B of covering pieces`,
+    );
     assert.ok(bound < size / 2);
   });
 
   test('prioritized files are served from the cache without a request', async () => {
     const requests = source.counters.requests;
     const hits = layer.stats().cacheHits;
-    const res = await sh('sha256sum', PRIORITIZED.map((p) => path.join(mnt, p)));
+    const res = await sh(
+      'sha256sum',
+      PRIORITIZED.map((p) => path.join(mnt, p)),
+    );
     assert.equal(res.code, 0, res.stderr);
     assert.equal(source.counters.requests, requests);
     assert.ok(layer.stats().cacheHits > hits);
@@ -107,7 +133,9 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
         assert.deepEqual([parseInt(major!, 16), parseInt(minor!, 16)], [data.devMajor, data.devMinor], `device of ${entry.name}`);
       }
       if (type !== 'dir') {
-        const links = built.reader.entries.filter((e) => e === data || (e.type === 'hardlink' && resolveHardlink(built.reader, e) === data)).length;
+        const links = built.reader.entries.filter(
+          (e) => e === data || (e.type === 'hardlink' && resolveHardlink(built.reader, e) === data),
+        ).length;
         assert.equal(Number(nlink), links, `nlink of ${entry.name}`);
       }
     });
@@ -121,7 +149,13 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     // -n: numeric owners, whatever /etc/passwd says
     const ls = await sh('ls', ['-lan', path.join(mnt, 'data')]);
     assert.equal(ls.code, 0, ls.stderr);
-    const rows = new Map(ls.stdout.trim().split('\n').slice(1).map((row) => [row.split(/\s+/).slice(8).join(' ').split(' -> ')[0]!, row]));
+    const rows = new Map(
+      ls.stdout
+        .trim()
+        .split('\n')
+        .slice(1)
+        .map((row) => [row.split(/\s+/).slice(8).join(' ').split(' -> ')[0]!, row]),
+    );
     const children = built.reader.entries.filter((e) => path.dirname(e.name) === 'data').map((e) => path.basename(e.name));
     assert.deepEqual([...rows.keys()].sort(), ['.', '..', ...children].sort());
     assert.match(rows.get('fifo')!, /^prw------- +1 +0 +0 +0 /);
@@ -135,8 +169,14 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     assert.match((await sh('ls', ['-ln', path.join(mnt, 'bin/tool')])).stdout, /^-rwsr-xr-x /);
 
     const symlinks = built.reader.entries.filter((e) => e.type === 'symlink');
-    const readlink = await sh('readlink', symlinks.map((e) => path.join(mnt, e.name)));
-    assert.deepEqual(readlink.stdout.trim().split('\n'), symlinks.map((e) => e.linkName));
+    const readlink = await sh(
+      'readlink',
+      symlinks.map((e) => path.join(mnt, e.name)),
+    );
+    assert.deepEqual(
+      readlink.stdout.trim().split('\n'),
+      symlinks.map((e) => e.linkName),
+    );
 
     const withXattrs = built.reader.entries.filter((e) => Object.keys(e.xattrs).length > 0);
     assert.equal(withXattrs.length, 2);
@@ -144,7 +184,10 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
       const res = await sh('getfattr', ['-d', '-m', '-', '--absolute-names', path.join(mnt, entry.name)]);
       assert.equal(res.code, 0, res.stderr);
       const got = Object.fromEntries(
-        res.stdout.split('\n').filter((l) => l.includes('=')).map((l) => [l.slice(0, l.indexOf('=')), JSON.parse(l.slice(l.indexOf('=') + 1)) as string]),
+        res.stdout
+          .split('\n')
+          .filter((l) => l.includes('='))
+          .map((l) => [l.slice(0, l.indexOf('=')), JSON.parse(l.slice(l.indexOf('=') + 1)) as string]),
       );
       const want = Object.fromEntries(Object.entries(entry.xattrs).map(([k, v]) => [k, v.toString()]));
       assert.deepEqual(got, want, `xattrs of ${entry.name}`);
@@ -203,7 +246,13 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     // 4 KiB from the middle of a 6-chunk file: its chunk, maybe the next two (chunk read-ahead),
     // never the ones before it nor the rest of the file.
     const multi = built.reader.lookup('data/multi.bin')!.chunks;
-    const dd = await sh('dd', [`if=${path.join(mnt, 'data/multi.bin')}`, 'of=/dev/null', 'bs=4096', 'count=1', `skip=${(multi[2]!.chunkOffset + 8192) / 4096}`]);
+    const dd = await sh('dd', [
+      `if=${path.join(mnt, 'data/multi.bin')}`,
+      'of=/dev/null',
+      'bs=4096',
+      'count=1',
+      `skip=${(multi[2]!.chunkOffset + 8192) / 4096}`,
+    ]);
     assert.equal(dd.code, 0, dd.stderr);
     await sleep(200); // let read-ahead settle
     const cached = multi.map((c) => fs.existsSync(chunkPath(layer.cacheDir, c.digest)));
@@ -213,18 +262,30 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
   test('every file reads back with its original sha256 (sha256sum through the mount)', async () => {
     const files = visibleEntries(built.reader).filter((e) => e.type === 'reg' || e.type === 'hardlink');
     const t0 = performance.now();
-    const res = await sh('sha256sum', files.map((e) => path.join(mnt, e.name)));
+    const res = await sh(
+      'sha256sum',
+      files.map((e) => path.join(mnt, e.name)),
+    );
     const seconds = (performance.now() - t0) / 1000;
     assert.equal(res.code, 0, res.stderr);
-    const sums = new Map(res.stdout.trim().split('\n').map((l) => [l.slice(66), l.slice(0, 64)]));
-    const original = new Map(layerSpec.filter((e) => e.content).map((e) => [e.name, createHash('sha256').update(e.content!).digest('hex')]));
+    const sums = new Map(
+      res.stdout
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(66), l.slice(0, 64)]),
+    );
+    const original = new Map(
+      layerSpec.filter((e) => e.content).map((e) => [e.name, createHash('sha256').update(e.content!).digest('hex')]),
+    );
     for (const entry of files) {
       const data = resolveHardlink(built.reader, entry);
       assert.equal(sums.get(path.join(mnt, entry.name)), data.digest.slice(7), `sha256 of ${entry.name}`);
       assert.equal(sums.get(path.join(mnt, entry.name)), original.get(data.name), `${entry.name} equals the tar's file`);
     }
     const total = files.reduce((n, e) => n + resolveHardlink(built.reader, e).size, 0);
-    console.log(`# cold read of ${files.length} files, ${(total / 1e6).toFixed(1)} MB through peer+FUSE: ${(total / 1e6 / seconds).toFixed(0)} MB/s`);
+    console.log(
+      `# cold read of ${files.length} files, ${(total / 1e6).toFixed(1)} MB through peer+FUSE: ${(total / 1e6 / seconds).toFixed(0)} MB/s`,
+    );
 
     // Warm: a second mount of the same layer on the same cache reads from disk only.
     const warm = await mountFromPeer(env, built.result.digest, built.result.tocDigest, { cacheDir: layer.cacheDir, prefetch: false });

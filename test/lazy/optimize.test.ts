@@ -82,8 +82,19 @@ before(async () => {
   srcDigest = pushed.digest;
   const recordFile = path.join(tmp.path, 'record.jsonl');
   const res = await starling([
-    'optimize', srcRef, `${registry.host}/dst/opt:optimized`, '--insecure-registry', registry.host,
-    '--entrypoint', WORKLOAD, '--args', '[]', '--record-out', recordFile, '--tmp-dir', await workDir('main'),
+    'optimize',
+    srcRef,
+    `${registry.host}/dst/opt:optimized`,
+    '--insecure-registry',
+    registry.host,
+    '--entrypoint',
+    WORKLOAD,
+    '--args',
+    '[]',
+    '--record-out',
+    recordFile,
+    '--tmp-dir',
+    await workDir('main'),
   ]);
   optimized = { ...res, recordFile };
 });
@@ -101,7 +112,7 @@ test('the workload runs and its output comes through; the command prints the new
   await assertCleanedUp(path.join(tmp.path, 'work-main'));
 });
 
-test('the record lists the files read, in order, with the layer that served each, in ctr-remote\'s format', async () => {
+test("the record lists the files read, in order, with the layer that served each, in ctr-remote's format", async () => {
   const lines = (await fsp.readFile(optimized.recordFile, 'utf8')).trim().split('\n');
   assert.deepEqual(
     lines.map((l) => JSON.parse(l)),
@@ -131,7 +142,10 @@ test('a lazy mount of the optimized layer prefetches the recorded file and nothi
   const mountpoint = path.join(tmp.path, 'mnt');
   await fsp.mkdir(mountpoint);
   const lazy = await mountLazyLayer({
-    source, tocDigest, mountpoint, cacheDir: path.join(tmp.path, 'cache'),
+    source,
+    tocDigest,
+    mountpoint,
+    cacheDir: path.join(tmp.path, 'cache'),
     backgroundFetch: { enabled: false },
   });
   try {
@@ -139,7 +153,10 @@ test('a lazy mount of the optimized layer prefetches the recorded file and nothi
     assert.equal(stats.prefetch.chunks, 1, 'data/a (one chunk) was prefetched');
     const chunkOf = (name: string) => lazy.reader.lookup(name)!.chunks[0]!.digest;
     const store = fs.readdirSync(path.join(tmp.path, 'cache', 'sha256'), { recursive: true }).map(String);
-    assert.ok(store.some((f) => f.endsWith(chunkOf('data/a').slice(7))), 'data/a is in the cache');
+    assert.ok(
+      store.some((f) => f.endsWith(chunkOf('data/a').slice(7))),
+      'data/a is in the cache',
+    );
     assert.ok(!store.some((f) => f.endsWith(chunkOf('data/b').slice(7))), 'data/b is not');
     const fetched = stats.bytesFetched;
     const cat = await run('cat', [path.join(mountpoint, 'data/a')]); // in a child: never read our own mount here
@@ -155,7 +172,15 @@ test('a lazy mount of the optimized layer prefetches the recorded file and nothi
 });
 
 test('the record round-trips through `starling convert --record-in` to the same image', async () => {
-  const res = await starling(['convert', srcRef, `${registry.host}/dst/opt:from-record`, '--insecure-registry', registry.host, '--record-in', optimized.recordFile]);
+  const res = await starling([
+    'convert',
+    srcRef,
+    `${registry.host}/dst/opt:from-record`,
+    '--insecure-registry',
+    registry.host,
+    '--record-in',
+    optimized.recordFile,
+  ]);
   assert.equal(res.code, 0, res.stderr);
   const a = await imageInfo(registry.host, 'dst/opt:optimized');
   const b = await imageInfo(registry.host, 'dst/opt:from-record');
@@ -169,19 +194,47 @@ test('ctr-remote image optimize records the same files; its record converts to t
     await writeHostsToml(containerd.hostsDir, registry.host);
     await containerd.pull(srcRef);
     const record = path.join(tmp.path, 'ctr-remote.jsonl');
-    const res = await run('ctr-remote', [
-      '--address', containerd.address, '--namespace', 'default', 'image', 'optimize', '--oci', '--record-out', record,
-      '--entrypoint', WORKLOAD, '--args', '[]', srcRef, `${registry.host}/ref/opt:optimized`,
-    ], { timeoutMs: 120_000 });
+    const res = await run(
+      'ctr-remote',
+      [
+        '--address',
+        containerd.address,
+        '--namespace',
+        'default',
+        'image',
+        'optimize',
+        '--oci',
+        '--record-out',
+        record,
+        '--entrypoint',
+        WORKLOAD,
+        '--args',
+        '[]',
+        srcRef,
+        `${registry.host}/ref/opt:optimized`,
+      ],
+      { timeoutMs: 120_000 },
+    );
     // ctr-remote 0.12 writes the record, then its own conversion refuses umoci's second layer (no
     // entry for the parent dir "data": "failed to sort tar entries"); only the record is used here.
     assert.ok(fs.existsSync(record), `ctr-remote wrote its record\n${res.stderr}`);
     const theirs = (await fsp.readFile(record, 'utf8')).trim().split('\n');
     const ours = (await fsp.readFile(optimized.recordFile, 'utf8')).trim().split('\n');
     assert.deepEqual([...new Set(theirs)], ours, 'fanotify saw the same files in the same order (it repeats a file per event)');
-    const conv = await starling(['convert', srcRef, `${registry.host}/dst/opt:from-ctr-remote`, '--insecure-registry', registry.host, '--record-in', record]);
+    const conv = await starling([
+      'convert',
+      srcRef,
+      `${registry.host}/dst/opt:from-ctr-remote`,
+      '--insecure-registry',
+      registry.host,
+      '--record-in',
+      record,
+    ]);
     assert.equal(conv.code, 0, conv.stderr);
-    assert.equal((await imageInfo(registry.host, 'dst/opt:from-ctr-remote')).digest, (await imageInfo(registry.host, 'dst/opt:optimized')).digest);
+    assert.equal(
+      (await imageInfo(registry.host, 'dst/opt:from-ctr-remote')).digest,
+      (await imageInfo(registry.host, 'dst/opt:optimized')).digest,
+    );
   } finally {
     await containerd.stop();
   }
@@ -193,7 +246,17 @@ test('an eStargz source is rebuilt with the recorded files first (kept layers wo
   assert.equal(conv.code, 0, conv.stderr);
   assert.equal(split((await readers('dst/opt', 'plain-esgz'))[1]!).landmark, false);
   const dir = await workDir('esgz');
-  const res = await starling(['optimize', unoptimized, `${registry.host}/dst/opt:esgz-optimized`, '--insecure-registry', registry.host, '--entrypoint', WORKLOAD, '--tmp-dir', dir]);
+  const res = await starling([
+    'optimize',
+    unoptimized,
+    `${registry.host}/dst/opt:esgz-optimized`,
+    '--insecure-registry',
+    registry.host,
+    '--entrypoint',
+    WORKLOAD,
+    '--tmp-dir',
+    dir,
+  ]);
   assert.equal(res.code, 0, res.stderr);
   const [, one, two] = await readers('dst/opt', 'esgz-optimized');
   assert.deepEqual(split(one!).before, ['data/a']);
@@ -206,15 +269,29 @@ test('the period stops a workload that does not exit; what it read so far is rec
   const record = path.join(tmp.path, 'period.jsonl');
   const started = Date.now();
   const res = await starling([
-    'optimize', srcRef, `${registry.host}/dst/opt:period`, '--insecure-registry', registry.host,
-    '--entrypoint', '["sh","-c","cat /data/e; sleep 7777"]', '--period', '2', '--record-out', record, '--tmp-dir', dir,
+    'optimize',
+    srcRef,
+    `${registry.host}/dst/opt:period`,
+    '--insecure-registry',
+    registry.host,
+    '--entrypoint',
+    '["sh","-c","cat /data/e; sleep 7777"]',
+    '--period',
+    '2',
+    '--record-out',
+    record,
+    '--tmp-dir',
+    dir,
   ]);
   assert.equal(res.code, 0, res.stderr);
   assert.match(res.stderr, /stopped after 2 s/);
   assert.ok(Date.now() - started < 60_000);
-  const paths = (await fsp.readFile(record, 'utf8')).trim().split('\n').map((l) => JSON.parse(l).path);
+  const paths = (await fsp.readFile(record, 'utf8'))
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l).path);
   assert.deepEqual(paths, ['bin/busybox', 'data/e']);
-  assert.equal(sleepers('7777').length, 0, 'the workload\'s children are gone');
+  assert.equal(sleepers('7777').length, 0, "the workload's children are gone");
   await assertCleanedUp(dir);
 });
 
@@ -237,14 +314,42 @@ test('bad input gets a clear error and leaves nothing behind', async () => {
   const dst = `${registry.host}/dst/opt:bad`;
   const common = ['--insecure-registry', registry.host];
   const cases: Array<{ name: string; args: string[]; message: RegExp }> = [
-    { name: 'json', args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["sh", -c]'], message: /--entrypoint must be a JSON array of strings/ },
-    { name: 'notarray', args: ['optimize', srcRef, dst, ...common, '--args', '{"a":1}'], message: /--args must be a JSON array of strings/ },
+    {
+      name: 'json',
+      args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["sh", -c]'],
+      message: /--entrypoint must be a JSON array of strings/,
+    },
+    {
+      name: 'notarray',
+      args: ['optimize', srcRef, dst, ...common, '--args', '{"a":1}'],
+      message: /--args must be a JSON array of strings/,
+    },
     { name: 'period', args: ['optimize', srcRef, dst, ...common, '--period', 'soon'], message: /--period must be a number of seconds/ },
-    { name: 'missing-image', args: ['optimize', `${registry.host}/no/such:image`, dst, ...common], message: /no\/such.*(MANIFEST_UNKNOWN|NAME_UNKNOWN|404|not found)/i },
-    { name: 'missing-binary', args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["/usr/bin/python3","-V"]'], message: /command "\/usr\/bin\/python3" cannot be run in the image: No such file or directory/ },
-    { name: 'missing-in-path', args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["python3"]'], message: /command "python3" cannot be run in the image/ },
-    { name: 'cwd', args: ['optimize', srcRef, dst, ...common, '--entrypoint', WORKLOAD, '--cwd', '/nowhere'], message: /working directory \/nowhere is not usable/ },
-    { name: 'user', args: ['optimize', srcRef, dst, ...common, '--entrypoint', WORKLOAD, '--user', 'nobody'], message: /user "nobody" is not in the image's \/etc\/passwd/ },
+    {
+      name: 'missing-image',
+      args: ['optimize', `${registry.host}/no/such:image`, dst, ...common],
+      message: /no\/such.*(MANIFEST_UNKNOWN|NAME_UNKNOWN|404|not found)/i,
+    },
+    {
+      name: 'missing-binary',
+      args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["/usr/bin/python3","-V"]'],
+      message: /command "\/usr\/bin\/python3" cannot be run in the image: No such file or directory/,
+    },
+    {
+      name: 'missing-in-path',
+      args: ['optimize', srcRef, dst, ...common, '--entrypoint', '["python3"]'],
+      message: /command "python3" cannot be run in the image/,
+    },
+    {
+      name: 'cwd',
+      args: ['optimize', srcRef, dst, ...common, '--entrypoint', WORKLOAD, '--cwd', '/nowhere'],
+      message: /working directory \/nowhere is not usable/,
+    },
+    {
+      name: 'user',
+      args: ['optimize', srcRef, dst, ...common, '--entrypoint', WORKLOAD, '--user', 'nobody'],
+      message: /user "nobody" is not in the image's \/etc\/passwd/,
+    },
   ];
   for (const c of cases) {
     const dir = await workDir(`bad-${c.name}`);
@@ -254,15 +359,35 @@ test('bad input gets a clear error and leaves nothing behind', async () => {
     assert.doesNotMatch(res.stderr, /\n\s+at /, `${c.name}: no stack trace`);
     await assertCleanedUp(dir);
   }
-  assert.equal((await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${registry.url}/v2/dst/opt/manifests/bad`])).stdout, '404', 'no DST tag written');
+  assert.equal(
+    (await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${registry.url}/v2/dst/opt/manifests/bad`])).stdout,
+    '404',
+    'no DST tag written',
+  );
 });
 
 test('Ctrl-C during the run kills the workload, unmounts and removes the work dir', async () => {
   const dir = await workDir('sigint');
-  const child = spawn(process.execPath, [
-    '--import', 'tsx', MAIN, 'optimize', srcRef, `${registry.host}/dst/opt:sigint`, '--insecure-registry', registry.host,
-    '--entrypoint', '["sh","-c","cat /data/a; sleep 8888"]', '--period', '300', '--tmp-dir', dir,
-  ], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      MAIN,
+      'optimize',
+      srcRef,
+      `${registry.host}/dst/opt:sigint`,
+      '--insecure-registry',
+      registry.host,
+      '--entrypoint',
+      '["sh","-c","cat /data/a; sleep 8888"]',
+      '--period',
+      '300',
+      '--tmp-dir',
+      dir,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
@@ -277,13 +402,16 @@ test('Ctrl-C during the run kills the workload, unmounts and removes the work di
     assert.match(stderr, /SIGINT: stopping the workload and cleaning up/);
     assert.equal(sleepers('8888').length, 0, 'the workload is gone');
     await assertCleanedUp(dir);
-    assert.equal((await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${registry.url}/v2/dst/opt/manifests/sigint`])).stdout, '404');
+    assert.equal(
+      (await run('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', `${registry.url}/v2/dst/opt/manifests/sigint`])).stdout,
+      '404',
+    );
   } finally {
     child.kill('SIGKILL');
   }
 });
 
-test('users resolve from the image\'s passwd and group files as runc does', async () => {
+test("users resolve from the image's passwd and group files as runc does", async () => {
   const files: Record<string, string> = {
     'etc/passwd': 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n',
     'etc/group': 'root:x:0:\nstaff:x:50:\n',

@@ -33,8 +33,14 @@ for (const backend of backends()) {
     test('migrations run from an empty database, once', async () => {
       const store = await openStore(await backend.newDatabase());
       try {
-        const applied = await store.db.selectFrom('starling_migrations' as any).select('name' as any).execute();
-        assert.deepEqual(applied.map((r: any) => r.name), ['001-initial', '002-job-leases']);
+        const applied = await store.db
+          .selectFrom('starling_migrations' as any)
+          .select('name' as any)
+          .execute();
+        assert.deepEqual(
+          applied.map((r: any) => r.name),
+          ['001-initial', '002-job-leases'],
+        );
         assert.deepEqual(store.migrationsApplied, ['001-initial', '002-job-leases']);
         const clusters = await store.db.selectFrom('scheduler_clusters').selectAll().execute();
         assert.equal(clusters.length, 1);
@@ -51,13 +57,23 @@ for (const backend of backends()) {
       assert.deepEqual(await call(m.url, 'GET', '/readyz'), { status: 200, body: { ready: true, replica: m.manager.replica } });
       // As after restoring a backup taken before the last migration.
       const db = m.manager.store.db;
-      await db.deleteFrom('starling_migrations' as any).where('name' as any, '=', '002-job-leases').execute();
+      await db
+        .deleteFrom('starling_migrations' as any)
+        .where('name' as any, '=', '002-job-leases')
+        .execute();
       try {
         const behind = await call(m.url, 'GET', '/readyz');
         assert.equal(behind.status, 503);
-        assert.deepEqual(behind.body, { ready: false, replica: m.manager.replica, reason: 'the database schema is behind this manager: it lacks 002-job-leases' });
+        assert.deepEqual(behind.body, {
+          ready: false,
+          replica: m.manager.replica,
+          reason: 'the database schema is behind this manager: it lacks 002-job-leases',
+        });
       } finally {
-        await db.insertInto('starling_migrations' as any).values({ name: '002-job-leases', timestamp: new Date().toISOString() } as any).execute();
+        await db
+          .insertInto('starling_migrations' as any)
+          .values({ name: '002-job-leases', timestamp: new Date().toISOString() } as any)
+          .execute();
       }
       assert.equal((await call(m.url, 'GET', '/readyz')).status, 200);
       assert.deepEqual(await call(m.url, 'GET', '/healthz'), { status: 200, body: { ok: true } });
@@ -73,31 +89,66 @@ for (const backend of backends()) {
       const doc = (await call(m.url, 'GET', '/api/v1/openapi.json')).body;
       assert.equal(doc.openapi, '3.1.0');
       const required = [
-        'get /api/v1/clusters', 'post /api/v1/clusters', 'get /api/v1/clusters/{id}', 'patch /api/v1/clusters/{id}',
-        'patch /api/v1/clusters/{id}/config', 'delete /api/v1/clusters/{id}', 'get /api/v1/schedulers', 'post /api/v1/schedulers/keepalive',
-        'get /api/v1/peers', 'post /api/v1/peers/keepalive', 'get /api/v1/tasks', 'get /api/v1/tokens', 'post /api/v1/tokens',
-        'delete /api/v1/tokens/{id}', 'get /api/v1/users', 'post /api/v1/users', 'get /api/v1/me', 'post /api/v1/jobs', 'get /api/v1/jobs',
-        'get /api/v1/jobs/{id}', 'get /api/v1/audit', 'get /api/v1/overview', 'get /metrics', 'get /healthz', 'get /readyz', 'get /api/v1/openapi.json',
+        'get /api/v1/clusters',
+        'post /api/v1/clusters',
+        'get /api/v1/clusters/{id}',
+        'patch /api/v1/clusters/{id}',
+        'patch /api/v1/clusters/{id}/config',
+        'delete /api/v1/clusters/{id}',
+        'get /api/v1/schedulers',
+        'post /api/v1/schedulers/keepalive',
+        'get /api/v1/peers',
+        'post /api/v1/peers/keepalive',
+        'get /api/v1/tasks',
+        'get /api/v1/tokens',
+        'post /api/v1/tokens',
+        'delete /api/v1/tokens/{id}',
+        'get /api/v1/users',
+        'post /api/v1/users',
+        'get /api/v1/me',
+        'post /api/v1/jobs',
+        'get /api/v1/jobs',
+        'get /api/v1/jobs/{id}',
+        'get /api/v1/audit',
+        'get /api/v1/overview',
+        'get /metrics',
+        'get /healthz',
+        'get /readyz',
+        'get /api/v1/openapi.json',
       ];
-      const documented = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, ops]) => Object.keys(ops).map((method) => `${method} ${p}`));
+      const documented = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([p, ops]) =>
+        Object.keys(ops).map((method) => `${method} ${p}`),
+      );
       assert.deepEqual([...documented].sort(), [...required].sort());
       for (const [p, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
         for (const [method, op] of Object.entries(ops)) {
           // Served exactly as documented.
-          assert.ok(m.manager.app.hasRoute({ method: method.toUpperCase(), url: p.replace(/\{(\w+)\}/g, ':$1') }), `${method} ${p} is served`);
+          assert.ok(
+            m.manager.app.hasRoute({ method: method.toUpperCase(), url: p.replace(/\{(\w+)\}/g, ':$1') }),
+            `${method} ${p} is served`,
+          );
           assert.ok(op.summary && op.responses, `${method} ${p} has a summary and responses`);
-          if (['post', 'patch'].includes(method)) assert.ok(op.requestBody?.content['application/json'].schema, `${method} ${p} documents its body`);
+          if (['post', 'patch'].includes(method))
+            assert.ok(op.requestBody?.content['application/json'].schema, `${method} ${p} documents its body`);
         }
       }
-      const operationIds = Object.values(doc.paths as Record<string, Record<string, { operationId: string }>>).flatMap((ops) => Object.values(ops).map((op) => op.operationId));
+      const operationIds = Object.values(doc.paths as Record<string, Record<string, { operationId: string }>>).flatMap((ops) =>
+        Object.values(ops).map((op) => op.operationId),
+      );
       assert.equal(new Set(operationIds).size, operationIds.length, 'operation ids are unique');
       assert.equal(doc.paths['/api/v1/clusters'].post.requestBody.content['application/json'].schema.additionalProperties, false);
       assert.deepEqual(doc.paths['/api/v1/jobs'].post.security, [{ userToken: [] }]);
-      assert.ok(doc.paths['/api/v1/clusters/{id}/config'].patch.requestBody.content['application/json'].schema.properties.candidateParentLimit);
+      assert.ok(
+        doc.paths['/api/v1/clusters/{id}/config'].patch.requestBody.content['application/json'].schema.properties.candidateParentLimit,
+      );
     });
 
     test('clusters: create, read, rename, scopes, default, config patch (validated, versioned), delete — each audited', async () => {
-      const created = await admin('POST', '/api/v1/clusters', { name: 'east', scopes: { zones: ['east'] }, config: { candidateParentLimit: 8 } });
+      const created = await admin('POST', '/api/v1/clusters', {
+        name: 'east',
+        scopes: { zones: ['east'] },
+        config: { candidateParentLimit: 8 },
+      });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const c = clusterSchema.parse(created.body);
       assert.equal(c.config.candidateParentLimit, 8);
@@ -127,7 +178,11 @@ for (const backend of backends()) {
       const made = await admin('PATCH', `/api/v1/clusters/${c.id}`, { isDefault: true });
       assert.equal(made.body.isDefault, true);
       const all = (await admin('GET', '/api/v1/clusters')).body as Array<{ id: number; isDefault: boolean; name: string }>;
-      assert.deepEqual(all.filter((x) => x.isDefault).map((x) => x.id), [c.id], 'exactly one default');
+      assert.deepEqual(
+        all.filter((x) => x.isDefault).map((x) => x.id),
+        [c.id],
+        'exactly one default',
+      );
       assert.equal((await admin('DELETE', `/api/v1/clusters/${c.id}`)).status, 409, 'the default cannot be deleted');
       const original = all.find((x) => x.name === 'default')!;
       await admin('PATCH', `/api/v1/clusters/${original.id}`, { isDefault: true });
@@ -135,7 +190,10 @@ for (const backend of backends()) {
       assert.equal((await admin('GET', `/api/v1/clusters/${c.id}`)).status, 404);
 
       const audit = (await admin('GET', `/api/v1/audit?limit=1000`)).body as Array<{ action: string; target: string; actor: string }>;
-      const mine = audit.filter((a) => a.target === `cluster:${c.id}`).map((a) => a.action).reverse();
+      const mine = audit
+        .filter((a) => a.target === `cluster:${c.id}`)
+        .map((a) => a.action)
+        .reverse();
       assert.deepEqual(mine, ['cluster.create', 'cluster.update', 'cluster.config', 'cluster.update', 'cluster.delete']);
       assert.ok(audit.filter((a) => a.target === `cluster:${c.id}`).every((a) => a.actor === 'user:admin'));
     });
@@ -144,11 +202,26 @@ for (const backend of backends()) {
       const cases: Array<[string, string, unknown, RegExp]> = [
         ['POST', '/api/v1/clusters', { name: 'x1', colour: 'red' }, /body\.colour: unknown field/],
         ['POST', '/api/v1/clusters', { name: 42 }, /body\.name: .*expected string/],
-        ['POST', '/api/v1/clusters', { name: 'x2', scopes: { cidrs: ['127.0.0.0/8', '300.1.1.1/8'] } }, /body\.scopes\.cidrs\.1: must be a CIDR/],
-        ['POST', '/api/v1/clusters', { name: 'x3', config: { candidateParentLimit: 'many' } }, /body\.config\.candidateParentLimit: .*expected number/],
+        [
+          'POST',
+          '/api/v1/clusters',
+          { name: 'x2', scopes: { cidrs: ['127.0.0.0/8', '300.1.1.1/8'] } },
+          /body\.scopes\.cidrs\.1: must be a CIDR/,
+        ],
+        [
+          'POST',
+          '/api/v1/clusters',
+          { name: 'x3', config: { candidateParentLimit: 'many' } },
+          /body\.config\.candidateParentLimit: .*expected number/,
+        ],
         ['POST', '/api/v1/users', { name: 'bob', role: 'root' }, /body\.role/],
         ['POST', '/api/v1/tokens', { name: 't', expiresInDays: -1 }, /body\.expiresInDays/],
-        ['POST', '/api/v1/jobs', { type: 'preheat', image: 'a/b:c', scope: 'everyone' }, /body\.scope: must be "seeds", "all-peers" or "zone:<zone>"/],
+        [
+          'POST',
+          '/api/v1/jobs',
+          { type: 'preheat', image: 'a/b:c', scope: 'everyone' },
+          /body\.scope: must be "seeds", "all-peers" or "zone:<zone>"/,
+        ],
         ['POST', '/api/v1/jobs', { type: 'warmup', image: 'a/b:c' }, /body\.type/],
         ['POST', '/api/v1/jobs', { type: 'preheat', image: 'a/b:c', registry: 'x' }, /body\.registry: unknown field/],
         ['GET', '/api/v1/clusters/abc', undefined, /path\.id/],
@@ -168,10 +241,18 @@ for (const backend of backends()) {
       const noBody = await call(m.url, 'POST', '/api/v1/users', { token: ADMIN_TOKEN });
       assert.equal(noBody.status, 400);
       assert.match(noBody.body.error.message, /body/);
-      const text = await call(m.url, 'POST', '/api/v1/users', { token: ADMIN_TOKEN, raw: 'name=bob', headers: { 'content-type': 'text/plain' } });
+      const text = await call(m.url, 'POST', '/api/v1/users', {
+        token: ADMIN_TOKEN,
+        raw: 'name=bob',
+        headers: { 'content-type': 'text/plain' },
+      });
       assert.equal(text.status, 400);
       assert.match(text.body.error.message, /body: .*expected object/);
-      const form = await call(m.url, 'POST', '/api/v1/users', { token: ADMIN_TOKEN, raw: 'name=bob', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+      const form = await call(m.url, 'POST', '/api/v1/users', {
+        token: ADMIN_TOKEN,
+        raw: 'name=bob',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      });
       assert.equal(form.status, 415);
       assert.equal(form.body.error.code, 'unsupported_media_type');
       assert.equal((await admin('GET', '/api/v1/clusters/9999')).body.error.code, 'not_found');
@@ -199,13 +280,20 @@ for (const backend of backends()) {
       assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 401, 'a revoked token no longer works');
       assert.equal((await admin('DELETE', `/api/v1/tokens/${created.body.id}`)).status, 404);
       const audit = (await admin('GET', '/api/v1/audit?limit=20')).body as Array<{ action: string }>;
-      assert.deepEqual(audit.slice(0, 3).map((a) => a.action), ['token.revoke', 'token.create', 'user.create']);
+      assert.deepEqual(
+        audit.slice(0, 3).map((a) => a.action),
+        ['token.revoke', 'token.create', 'user.create'],
+      );
     });
 
     test('no valid token: every change is refused with 401 and the database is unchanged', async () => {
       const reader = await admin('POST', '/api/v1/users', { name: 'expiring', role: 'admin' });
       const expiring = await admin('POST', '/api/v1/tokens', { name: 'soon', userId: reader.body.id, expiresInDays: 1 });
-      await m.manager.store.db.updateTable('tokens').set({ expires_at: Date.now() - 1000 }).where('id', '=', expiring.body.id).execute();
+      await m.manager.store.db
+        .updateTable('tokens')
+        .set({ expires_at: Date.now() - 1000 })
+        .where('id', '=', expiring.body.id)
+        .execute();
       const revoked = await admin('POST', '/api/v1/tokens', { name: 'gone' });
       await admin('DELETE', `/api/v1/tokens/${revoked.body.id}`);
       const someCluster = (await admin('GET', '/api/v1/clusters')).body[0].id;
@@ -235,7 +323,18 @@ for (const backend of backends()) {
     test('read-only role: every GET works, every change is refused with 403 and nothing changes', async () => {
       const user = await admin('POST', '/api/v1/users', { name: 'viewer', role: 'read-only' });
       const token = (await admin('POST', '/api/v1/tokens', { name: 'view', userId: user.body.id })).body.token as string;
-      for (const pathname of ['/api/v1/clusters', '/api/v1/schedulers', '/api/v1/peers', '/api/v1/tasks', '/api/v1/jobs', '/api/v1/audit', '/api/v1/overview', '/api/v1/users', '/api/v1/tokens', '/api/v1/me']) {
+      for (const pathname of [
+        '/api/v1/clusters',
+        '/api/v1/schedulers',
+        '/api/v1/peers',
+        '/api/v1/tasks',
+        '/api/v1/jobs',
+        '/api/v1/audit',
+        '/api/v1/overview',
+        '/api/v1/users',
+        '/api/v1/tokens',
+        '/api/v1/me',
+      ]) {
         assert.equal((await call(m.url, 'GET', pathname, { token })).status, 200, pathname);
       }
       const someCluster = (await admin('GET', '/api/v1/clusters')).body[0].id;
@@ -261,7 +360,10 @@ for (const backend of backends()) {
     test('keep-alive endpoints take the cluster token, not user tokens; without it nothing changes', async () => {
       const before = await snapshot(m.manager);
       for (const token of [undefined, ADMIN_TOKEN, 'x'.repeat(CLUSTER_TOKEN.length)]) {
-        assert.equal((await call(m.url, 'POST', '/api/v1/schedulers/keepalive', { token, body: { hostname: 's', ip: '127.0.0.1', port: 1 } })).status, 401);
+        assert.equal(
+          (await call(m.url, 'POST', '/api/v1/schedulers/keepalive', { token, body: { hostname: 's', ip: '127.0.0.1', port: 1 } })).status,
+          401,
+        );
         assert.equal((await call(m.url, 'POST', '/api/v1/peers/keepalive', { token, body: peerBody('sneaky') })).status, 401);
       }
       assert.deepEqual(await snapshot(m.manager), before);
@@ -269,24 +371,50 @@ for (const backend of backends()) {
       assert.equal(bad.status, 400);
       assert.match(bad.body.error.message, /body\.uploadPort/);
       assert.match(bad.body.error.message, /body\.extra: unknown field/);
-      const badTask = await cluster('POST', '/api/v1/peers/keepalive', { ...peerBody('p'), tasks: [{ digest: 'md5:1', size: 1, complete: true, bytesFrom: { peer: 0, seed: 0, origin: 0 } }] });
+      const badTask = await cluster('POST', '/api/v1/peers/keepalive', {
+        ...peerBody('p'),
+        tasks: [{ digest: 'md5:1', size: 1, complete: true, bytesFrom: { peer: 0, seed: 0, origin: 0 } }],
+      });
       assert.match(badTask.body.error.message, /body\.tasks\.0\.digest/);
-      const unknownCluster = await cluster('POST', '/api/v1/schedulers/keepalive', { hostname: 's', ip: '127.0.0.1', port: 1, clusterName: 'atlantis' });
+      const unknownCluster = await cluster('POST', '/api/v1/schedulers/keepalive', {
+        hostname: 's',
+        ip: '127.0.0.1',
+        port: 1,
+        clusterName: 'atlantis',
+      });
       assert.equal(unknownCluster.status, 404);
       assert.match(unknownCluster.body.error.message, /clusterName: no scheduler cluster is named "atlantis"/);
     });
 
     test('scheduler keep-alive returns its cluster settings; a config change reaches it with a new version', async () => {
       const c = (await admin('POST', '/api/v1/clusters', { name: 'cfg', config: { candidateParentLimit: 7 } })).body;
-      const first = await cluster('POST', '/api/v1/schedulers/keepalive', { hostname: 'sched-a', ip: '127.0.0.11', port: 8002, clusterName: 'cfg' });
+      const first = await cluster('POST', '/api/v1/schedulers/keepalive', {
+        hostname: 'sched-a',
+        ip: '127.0.0.11',
+        port: 8002,
+        clusterName: 'cfg',
+      });
       assert.equal(first.status, 200, JSON.stringify(first.body));
       assert.equal(first.body.clusterId, c.id);
       assert.equal(first.body.config.candidateParentLimit, 7);
       assert.equal(typeof first.body.configVersion, 'number');
-      const again = await cluster('POST', '/api/v1/schedulers/keepalive', { hostname: 'sched-a', ip: '127.0.0.11', port: 8002, clusterName: 'cfg' });
+      const again = await cluster('POST', '/api/v1/schedulers/keepalive', {
+        hostname: 'sched-a',
+        ip: '127.0.0.11',
+        port: 8002,
+        clusterName: 'cfg',
+      });
       assert.equal(again.body.configVersion, first.body.configVersion, 'same settings, same version');
-      await admin('PATCH', `/api/v1/clusters/${c.id}/config`, { candidateParentLimit: 2, topology: [{ key: 'zone', weight: 10, strict: false }] });
-      const changed = await cluster('POST', '/api/v1/schedulers/keepalive', { hostname: 'sched-a', ip: '127.0.0.11', port: 8002, clusterName: 'cfg' });
+      await admin('PATCH', `/api/v1/clusters/${c.id}/config`, {
+        candidateParentLimit: 2,
+        topology: [{ key: 'zone', weight: 10, strict: false }],
+      });
+      const changed = await cluster('POST', '/api/v1/schedulers/keepalive', {
+        hostname: 'sched-a',
+        ip: '127.0.0.11',
+        port: 8002,
+        clusterName: 'cfg',
+      });
       assert.notEqual(changed.body.configVersion, first.body.configVersion);
       assert.equal(changed.body.config.candidateParentLimit, 2);
       assert.deepEqual(changed.body.config.topology, [{ key: 'zone', weight: 10, strict: false }]);
@@ -312,15 +440,28 @@ for (const backend of backends()) {
       const schedulers = (await admin('GET', '/api/v1/schedulers?state=inactive')).body as Array<{ address: string }>;
       assert.ok(schedulers.some((s) => s.address === '127.0.0.21:8002'));
       const peers = (await admin('GET', '/api/v1/peers?state=active')).body as Array<{ hostId: string }>;
-      assert.ok(peers.some((p) => p.hostId === 'quiet-peer'), 'the peer that kept calling stays active');
-      await waitFor(async () => (await admin('GET', '/api/v1/peers?state=inactive')).body.some((p: { hostId: string }) => p.hostId === 'quiet-peer'), 3000, 'the silent peer to turn inactive');
+      assert.ok(
+        peers.some((p) => p.hostId === 'quiet-peer'),
+        'the peer that kept calling stays active',
+      );
+      await waitFor(
+        async () => (await admin('GET', '/api/v1/peers?state=inactive')).body.some((p: { hostId: string }) => p.hostId === 'quiet-peer'),
+        3000,
+        'the silent peer to turn inactive',
+      );
 
       await cluster('POST', '/api/v1/schedulers/keepalive', sched);
       assert.deepEqual((await cluster('POST', '/api/v1/peers/keepalive', peer)).body.schedulers, ['127.0.0.21:8002']);
       const audit = (await admin('GET', '/api/v1/audit?limit=1000')).body as Array<{ action: string; target: string; actor: string }>;
-      const forScheduler = audit.filter((a) => a.target === 'scheduler:127.0.0.21:8002').map((a) => a.action).reverse();
+      const forScheduler = audit
+        .filter((a) => a.target === 'scheduler:127.0.0.21:8002')
+        .map((a) => a.action)
+        .reverse();
       assert.deepEqual(forScheduler, ['scheduler.register', 'scheduler.inactive', 'scheduler.active']);
-      const forPeer = audit.filter((a) => a.target === 'peer:quiet-peer').map((a) => a.action).reverse();
+      const forPeer = audit
+        .filter((a) => a.target === 'peer:quiet-peer')
+        .map((a) => a.action)
+        .reverse();
       assert.deepEqual(forPeer, ['peer.register', 'peer.inactive', 'peer.active']);
       assert.equal(audit.find((a) => a.action === 'scheduler.inactive')!.actor, 'system');
     });
@@ -335,9 +476,19 @@ for (const backend of backends()) {
         await m.manager.store.db.updateTable('peers').set({ last_keepalive: 0 }).where('host_id', '=', 'raced-peer').execute();
         const results = await Promise.all(dbs.map((db) => markSilentInactive(db, 750)));
         assert.ok(results.reduce((sum, r) => sum + r.peers, 0) <= 1, JSON.stringify(results));
-        await waitFor(async () => (await admin('GET', '/api/v1/peers?state=inactive')).body.some((p: { hostId: string }) => p.hostId === 'raced-peer'), 3000, 'the peer inactive');
+        await waitFor(
+          async () => (await admin('GET', '/api/v1/peers?state=inactive')).body.some((p: { hostId: string }) => p.hostId === 'raced-peer'),
+          3000,
+          'the peer inactive',
+        );
         const audit = (await admin('GET', '/api/v1/audit?limit=1000')).body as Array<{ action: string; target: string }>;
-        assert.deepEqual(audit.filter((a) => a.target === 'peer:raced-peer').map((a) => a.action).reverse(), ['peer.register', 'peer.inactive']);
+        assert.deepEqual(
+          audit
+            .filter((a) => a.target === 'peer:raced-peer')
+            .map((a) => a.action)
+            .reverse(),
+          ['peer.register', 'peer.inactive'],
+        );
       } finally {
         for (const o of others) await o.close();
       }
@@ -359,7 +510,11 @@ for (const backend of backends()) {
       const host = await make('gpu-hosts', { hostnames: ['gpu-??'] }, '127.0.1.4');
       const ask = async (hostId: string, ip: string, hostname: string, zoneLabel?: string) => {
         await keepSchedulersAlive();
-        const answer = await cluster('POST', '/api/v1/peers/keepalive', peerBody(hostId, { ip, hostname, labels: zoneLabel ? { zone: zoneLabel, rack: 'r1' } : {} }));
+        const answer = await cluster(
+          'POST',
+          '/api/v1/peers/keepalive',
+          peerBody(hostId, { ip, hostname, labels: zoneLabel ? { zone: zoneLabel, rack: 'r1' } : {} }),
+        );
         assert.equal(answer.status, 200, JSON.stringify(answer.body));
         return answer.body as { clusterId: number; schedulers: string[] };
       };
@@ -368,7 +523,9 @@ for (const backend of backends()) {
       assert.deepEqual(await ask('s3', '127.9.3.7', 'web-3', 'west'), { clusterId: narrow, schedulers: ['127.0.1.3:8002'] });
       assert.deepEqual(await ask('s4', '127.9.3.7', 'gpu-07', 'west'), { clusterId: host, schedulers: ['127.0.1.4:8002'] });
       const fallback = await ask('s5', '127.200.0.2', 'web-5');
-      const defaultId = ((await admin('GET', '/api/v1/clusters')).body as Array<{ id: number; isDefault: boolean }>).find((c) => c.isDefault)!.id;
+      const defaultId = ((await admin('GET', '/api/v1/clusters')).body as Array<{ id: number; isDefault: boolean }>).find(
+        (c) => c.isDefault,
+      )!.id;
       assert.equal(fallback.clusterId, defaultId);
       assert.ok(fallback.schedulers.includes('127.0.1.5:8002'));
       const listed = (await admin('GET', '/api/v1/peers?zone=west')).body as Array<z.infer<typeof peerSchema>>;
@@ -380,7 +537,11 @@ for (const backend of backends()) {
     test('peer task reports feed the overview ("is P2P working?") and the task list, as numbers', async () => {
       const before = overviewSchema.parse((await admin('GET', '/api/v1/overview')).body);
       const report = (hostId: string, seed: boolean, bytesFrom: { peer: number; seed: number; origin: number }) =>
-        cluster('POST', '/api/v1/peers/keepalive', peerBody(hostId, { seed, tasks: [{ digest: digest(0xabc), size: 3_000_000_000, complete: true, bytesFrom }] }));
+        cluster(
+          'POST',
+          '/api/v1/peers/keepalive',
+          peerBody(hostId, { seed, tasks: [{ digest: digest(0xabc), size: 3_000_000_000, complete: true, bytesFrom }] }),
+        );
       await report('bytes-seed', true, { peer: 0, seed: 0, origin: 3_000_000_000 });
       await report('bytes-a', false, { peer: 2_000_000_000, seed: 1_000_000_000, origin: 0 });
       await report('bytes-b', false, { peer: 2_500_000_000, seed: 500_000_000, origin: 0 });
@@ -394,11 +555,17 @@ for (const backend of backends()) {
       // A new report replaces the old one: no double counting.
       await report('bytes-a', false, { peer: 2_000_000_000, seed: 1_000_000_000, origin: 0 });
       assert.equal(overviewSchema.parse((await admin('GET', '/api/v1/overview')).body).bytes.fromPeers, after.bytes.fromPeers);
-      const tasks = (await admin('GET', '/api/v1/tasks')).body as Array<{ digest: string; peers: Array<{ hostId: string }>; bytesFromOrigin: number }>;
+      const tasks = (await admin('GET', '/api/v1/tasks')).body as Array<{
+        digest: string;
+        peers: Array<{ hostId: string }>;
+        bytesFromOrigin: number;
+      }>;
       const task = tasks.find((t) => t.digest === digest(0xabc))!;
       assert.deepEqual(task.peers.map((p) => p.hostId).sort(), ['bytes-a', 'bytes-b', 'bytes-seed']);
       assert.equal(task.bytesFromOrigin, 3_000_000_000);
-      const peer = ((await admin('GET', '/api/v1/peers?type=seed')).body as Array<z.infer<typeof peerSchema>>).find((p) => p.hostId === 'bytes-seed')!;
+      const peer = ((await admin('GET', '/api/v1/peers?type=seed')).body as Array<z.infer<typeof peerSchema>>).find(
+        (p) => p.hostId === 'bytes-seed',
+      )!;
       assert.deepEqual(peer.tasks, { count: 1, complete: 1, bytesFromPeers: 0, bytesFromSeeds: 0, bytesFromOrigin: 3_000_000_000 });
       const metrics = (await call<string>(m.url, 'GET', '/metrics')).body;
       assert.match(metrics, new RegExp(`^starling_manager_peer_reported_bytes\\{source="peer"\\} ${after.bytes.fromPeers}$`, 'm'));

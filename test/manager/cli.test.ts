@@ -11,7 +11,11 @@ import { call } from './helpers.js';
 async function startCli(args: string[]) {
   const port = await freePort();
   const token = ['--cluster-token-file', (await clusterToken()).file];
-  const service = await spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--log-level', 'warn', ...token, ...args], name: 'manager' });
+  const service = await spawnService({
+    cmd: process.execPath,
+    args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--log-level', 'warn', ...token, ...args],
+    name: 'manager',
+  });
   const url = `http://127.0.0.1:${port}`;
   await waitForHttp(`${url}/healthz`, 15_000, service);
   return { service, url };
@@ -48,7 +52,10 @@ describe('starling manager (CLI)', () => {
     try {
       assert.doesNotMatch(second.service.readLog(), /Initial admin token/);
       const clusters = (await call(second.url, 'GET', '/api/v1/clusters', { token })).body as Array<{ name: string }>;
-      assert.deepEqual(clusters.map((c) => c.name), ['default', 'from-cli']);
+      assert.deepEqual(
+        clusters.map((c) => c.name),
+        ['default', 'from-cli'],
+      );
     } finally {
       await second.service.stop();
     }
@@ -59,7 +66,18 @@ describe('starling manager (CLI)', () => {
     const port = await freePort();
     const service = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(work.path, 'unused'), '--cluster-token-file', (await clusterToken()).file, '--log-level', 'info'],
+      args: [
+        STARLING_CLI,
+        'manager',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--data-dir',
+        path.join(work.path, 'unused'),
+        '--cluster-token-file',
+        (await clusterToken()).file,
+        '--log-level',
+        'info',
+      ],
       env: { STARLING_MANAGER_DB: `sqlite:${file}` },
       name: 'manager',
     });
@@ -85,7 +103,9 @@ describe('starling manager (CLI)', () => {
   });
 
   test('refuses bad flags and an unreachable database, naming them, exit code 2', async () => {
-    const noToken = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path], { timeoutMs: 20_000 });
+    const noToken = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path], {
+      timeoutMs: 20_000,
+    });
     assert.equal(noToken.code, 2, noToken.stderr);
     assert.match(noToken.stderr, /the manager needs the cluster token \(--cluster-token-file/);
     const token = ['--cluster-token-file', (await clusterToken()).file];
@@ -93,15 +113,27 @@ describe('starling manager (CLI)', () => {
     assert.equal(badDb.code, 2, badDb.stderr);
     assert.match(badDb.stderr, /db: must be sqlite:PATH or postgres:\/\//);
     const port = await freePort();
-    const noServer = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--db', `postgres://postgres@127.0.0.1:${port}/x`, ...token], { timeoutMs: 20_000 });
+    const noServer = await run(
+      process.execPath,
+      [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--db', `postgres://postgres@127.0.0.1:${port}/x`, ...token],
+      { timeoutMs: 20_000 },
+    );
     assert.equal(noServer.code, 2, noServer.stderr);
     assert.match(noServer.stderr, new RegExp(`postgres://postgres@127.0.0.1:${port}/x: cannot connect: .*ECONNREFUSED`));
-    const shortLease = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--job-lease-ms', '100'], { timeoutMs: 20_000 });
+    const shortLease = await run(
+      process.execPath,
+      [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--job-lease-ms', '100'],
+      { timeoutMs: 20_000 },
+    );
     assert.equal(shortLease.code, 2, shortLease.stderr);
     assert.match(shortLease.stderr, /preheat\.leaseMs: .*>=500/);
     const shortToken = path.join(work.path, 'short');
     await fsp.writeFile(shortToken, 'short');
-    const bad = await run(process.execPath, [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--admin-token-file', shortToken, ...token], { timeoutMs: 20_000 });
+    const bad = await run(
+      process.execPath,
+      [STARLING_CLI, 'manager', '--listen', '127.0.0.1:0', '--data-dir', work.path, '--admin-token-file', shortToken, ...token],
+      { timeoutMs: 20_000 },
+    );
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /admin token in .* must be at least 16 characters/);
   });

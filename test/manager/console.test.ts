@@ -66,7 +66,12 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     work = await makeTempDir('starling-console-');
     [registry, image] = await Promise.all([
       startRegistry({ host: '127.0.3.9' }),
-      buildImage({ layers: [{ sizeBytes: 16 * MiB, seed: 'console-layer-1' }, { sizeBytes: 8 * MiB, seed: 'console-layer-2' }] }),
+      buildImage({
+        layers: [
+          { sizeBytes: 16 * MiB, seed: 'console-layer-1' },
+          { sizeBytes: 8 * MiB, seed: 'console-layer-2' },
+        ],
+      }),
     ]);
     stops.push(() => registry.stop());
     await pushImage(image.layoutDir, image.tag, registry.host, IMAGE);
@@ -79,8 +84,20 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     // The manager serves the console from console/dist, its default folder.
     const manager = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `127.0.3.1:${port}`, '--data-dir', path.join(work.path, 'manager'),
-        '--cluster-token-file', clusterToken, '--admin-token-file', path.join(work.path, 'admin.token'), '--insecure-registry', registry.host],
+      args: [
+        STARLING_CLI,
+        'manager',
+        '--listen',
+        `127.0.3.1:${port}`,
+        '--data-dir',
+        path.join(work.path, 'manager'),
+        '--cluster-token-file',
+        clusterToken,
+        '--admin-token-file',
+        path.join(work.path, 'admin.token'),
+        '--insecure-registry',
+        registry.host,
+      ],
       name: 'starling-manager-console',
     });
     stops.push(() => manager.stop());
@@ -90,19 +107,38 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     stops.push(() => scheduler.stop());
     schedulerAddress = scheduler.address;
     const common = (ip: string, hostId: string, labels: string[]) => [
-      '--manager', managerUrl, '--upload-listen', `${ip}:0`, '--cluster-token-file', clusterToken, '--host-id', hostId,
+      '--manager',
+      managerUrl,
+      '--upload-listen',
+      `${ip}:0`,
+      '--cluster-token-file',
+      clusterToken,
+      '--host-id',
+      hostId,
       ...labels.flatMap((label) => ['--label', label]),
     ];
     // The seed's origin downloads are slowed so that the preheat is seen running before it ends.
     const [seed, peer1, peer2] = await Promise.all([
-      startPeer({ ip: '127.0.3.3', insecure: [registry.host], extraArgs: [...common('127.0.3.3', 'console-seed', ['zone=z1', 'rack=r1']), '--seed', '--download-rate-limit', '12MB'] }),
+      startPeer({
+        ip: '127.0.3.3',
+        insecure: [registry.host],
+        extraArgs: [...common('127.0.3.3', 'console-seed', ['zone=z1', 'rack=r1']), '--seed', '--download-rate-limit', '12MB'],
+      }),
       startPeer({ ip: '127.0.3.4', insecure: [registry.host], extraArgs: common('127.0.3.4', 'console-peer-1', ['zone=z1', 'rack=r2']) }),
       startPeer({ ip: '127.0.3.5', insecure: [registry.host], extraArgs: common('127.0.3.5', 'console-peer-2', ['zone=z2', 'rack=r3']) }),
     ]);
-    stops.push(() => seed.stop(), () => peer1.stop(), () => peer2.stop());
+    stops.push(
+      () => seed.stop(),
+      () => peer1.stop(),
+      () => peer2.stop(),
+    );
     peer = peer1;
 
-    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-background-networking'] });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: ['--no-sandbox', '--disable-background-networking'],
+    });
     stops.push(() => browser.close());
     await waitFor(async () => (await api('GET', '/peers?state=active')).body.length === 3, 20_000, 'the seed and two peers registered');
   });
@@ -131,14 +167,20 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     await waitFor(async () => (await rows.count()) === 3, 10_000, 'three peer rows');
     const seedRow = rows.filter({ hasText: 'console-seed' });
     const seedText = await seedRow.innerText();
-    for (const expected of ['seed', 'zone=z1', 'rack=r1', 'active', '127.0.3.3:']) assert.ok(seedText.includes(expected), `seed row shows ${expected}: ${seedText}`);
+    for (const expected of ['seed', 'zone=z1', 'rack=r1', 'active', '127.0.3.3:'])
+      assert.ok(seedText.includes(expected), `seed row shows ${expected}: ${seedText}`);
     const peerText = await rows.filter({ hasText: 'console-peer-2' }).innerText();
-    for (const expected of ['peer', 'zone=z2', 'rack=r3', 'active']) assert.ok(peerText.includes(expected), `peer row shows ${expected}: ${peerText}`);
+    for (const expected of ['peer', 'zone=z2', 'rack=r3', 'active'])
+      assert.ok(peerText.includes(expected), `peer row shows ${expected}: ${peerText}`);
     assert.ok(!peerText.includes('seed'), 'a normal peer is not marked as a seed');
 
     // Filtering by kind asks the API for seeds only.
     await page.getByLabel('Kind').selectOption('seed');
-    await waitFor(async () => (await rows.count()) === 1 && (await rows.first().innerText()).includes('console-seed'), 10_000, 'only the seed listed');
+    await waitFor(
+      async () => (await rows.count()) === 1 && (await rows.first().innerText()).includes('console-seed'),
+      10_000,
+      'only the seed listed',
+    );
 
     await goTo(page, 'Schedulers');
     const scheduler = page.getByRole('row').filter({ hasText: schedulerAddress });
@@ -153,7 +195,11 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
 
     // The admin switches the cluster to the pipeline shape, to the mesh, and back.
     const form = page.getByRole('form', { name: 'change limits of default' });
-    for (const [shape, shown] of [['pipeline', /shape\s+pipeline: 1 child per node, 1 per seed/], ['mesh', /shape\s+mesh/], ['adaptive', /shape\s+adaptive/]] as const) {
+    for (const [shape, shown] of [
+      ['pipeline', /shape\s+pipeline: 1 child per node, 1 per seed/],
+      ['mesh', /shape\s+mesh/],
+      ['adaptive', /shape\s+adaptive/],
+    ] as const) {
       await form.getByLabel('Shape').selectOption(shape);
       await form.getByRole('button', { name: 'Save limits' }).click();
       await waitFor(async () => shown.test(await cluster.innerText()), 10_000, `the cluster shown with the ${shape} shape`);
@@ -200,7 +246,8 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     const rows = page.getByRole('table', { name: 'layers' }).locator('tbody tr');
     const blobs = image.layers.length + 1;
     assert.equal(await rows.count(), blobs);
-    for (const layer of image.layers) assert.equal(await rows.filter({ hasText: layer.digest.slice(0, 'sha256:'.length + 12) }).count(), 1, `layer ${layer.digest} listed`);
+    for (const layer of image.layers)
+      assert.equal(await rows.filter({ hasText: layer.digest.slice(0, 'sha256:'.length + 12) }).count(), 1, `layer ${layer.digest} listed`);
     for (const text of await rows.allInnerTexts()) {
       assert.match(text, /1 of 1/, text);
       assert.match(text, /\(100%\)/, text);
@@ -209,7 +256,10 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     assert.equal((await api('GET', `/jobs/${jobId}`)).body.state, 'succeeded');
 
     await goTo(page, 'Jobs');
-    const listed = page.getByRole('table', { name: 'jobs' }).getByRole('row').filter({ hasText: `#${jobId}` });
+    const listed = page
+      .getByRole('table', { name: 'jobs' })
+      .getByRole('row')
+      .filter({ hasText: `#${jobId}` });
     await waitFor(async () => /succeeded/.test(await listed.innerText()), 10_000, 'the job list to show the job succeeded');
     await page.context().close();
   });
@@ -240,13 +290,24 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
     assert.equal(`sha256:${hash.digest('hex')}`, layer.digest);
     // Peers report what they hold with their keep-alives (every 5 s): wait until the seed has
     // reported every preheated blob complete and the peer the layer it pulled.
-    type TaskView = { digest: string; size: number; peers: Array<{ hostId: string; complete: boolean }>; bytesFromSeeds: number; bytesFromPeers: number; bytesFromOrigin: number };
+    type TaskView = {
+      digest: string;
+      size: number;
+      peers: Array<{ hostId: string; complete: boolean }>;
+      bytesFromSeeds: number;
+      bytesFromPeers: number;
+      bytesFromOrigin: number;
+    };
     const task = await waitFor(
       async () => {
         const tasks = (await api('GET', '/tasks')).body as TaskView[];
-        const settled = image.layers.every((l) => tasks.find((t) => t.digest === l.digest)?.peers.some((p) => p.hostId === 'console-seed' && p.complete));
+        const settled = image.layers.every((l) =>
+          tasks.find((t) => t.digest === l.digest)?.peers.some((p) => p.hostId === 'console-seed' && p.complete),
+        );
         const found = tasks.find((t) => t.digest === layer.digest);
-        return settled && tasks.every((t) => t.peers.every((p) => p.complete)) && found?.peers.some((p) => p.hostId === 'console-peer-1') ? found : undefined;
+        return settled && tasks.every((t) => t.peers.every((p) => p.complete)) && found?.peers.some((p) => p.hostId === 'console-peer-1')
+          ? found
+          : undefined;
       },
       20_000,
       'the seed and the peer to report what they hold',
@@ -257,7 +318,10 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
 
     const page = await loggedIn();
     await goTo(page, 'Tasks');
-    const row = page.getByRole('table', { name: 'tasks' }).getByRole('row').filter({ hasText: layer.digest.slice(0, 'sha256:'.length + 12) });
+    const row = page
+      .getByRole('table', { name: 'tasks' })
+      .getByRole('row')
+      .filter({ hasText: layer.digest.slice(0, 'sha256:'.length + 12) });
     const text = await row.innerText();
     assert.match(text, /console-seed\s*seed/, text);
     assert.match(text, /console-peer-1/, text);

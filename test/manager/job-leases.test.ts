@@ -20,16 +20,42 @@ import { startStubPeer, type StubPeer } from './stub-peer.js';
 const MINUTE = 60_000;
 
 /** A preheat job row with one fetch, as if `owner` had created it with a lease ending at `leaseExpiresAt`. */
-async function insertJob(store: Store, owner: string | null, leaseExpiresAt: number, state: 'pending' | 'running' | 'succeeded' = 'running') {
+async function insertJob(
+  store: Store,
+  owner: string | null,
+  leaseExpiresAt: number,
+  state: 'pending' | 'running' | 'succeeded' = 'running',
+) {
   const now = Date.now();
   const job = await store.db
     .insertInto('jobs')
-    .values({ type: 'preheat', state, args: '{}', result: null, error: null, created_by: 'user:admin', created_at: now, updated_at: now, owner, lease_expires_at: leaseExpiresAt })
+    .values({
+      type: 'preheat',
+      state,
+      args: '{}',
+      result: null,
+      error: null,
+      created_by: 'user:admin',
+      created_at: now,
+      updated_at: now,
+      owner,
+      lease_expires_at: leaseExpiresAt,
+    })
     .returningAll()
     .executeTakeFirstOrThrow();
   const fetch = await store.db
     .insertInto('job_tasks')
-    .values({ job_id: job.id, digest: `sha256:${'a'.repeat(64)}`, size: 10, host_id: 'h', peer_address: '127.0.0.1:1', state: 'running', bytes: 0, error: null, updated_at: now })
+    .values({
+      job_id: job.id,
+      digest: `sha256:${'a'.repeat(64)}`,
+      size: 10,
+      host_id: 'h',
+      peer_address: '127.0.0.1:1',
+      state: 'running',
+      bytes: 0,
+      error: null,
+      updated_at: now,
+    })
     .returning('id')
     .executeTakeFirstOrThrow();
   return { id: job.id, fetchId: fetch.id };
@@ -99,7 +125,17 @@ for (const backend of databases) {
       const a = leases('replica-a');
       const created = await store.db
         .insertInto('jobs')
-        .values({ type: 'preheat', state: 'pending', args: '{}', result: null, error: null, created_by: 'user:admin', created_at: Date.now(), updated_at: Date.now(), ...a.ownedFromNow() })
+        .values({
+          type: 'preheat',
+          state: 'pending',
+          args: '{}',
+          result: null,
+          error: null,
+          created_by: 'user:admin',
+          created_at: Date.now(),
+          updated_at: Date.now(),
+          ...a.ownedFromNow(),
+        })
         .returningAll()
         .executeTakeFirstOrThrow();
       assert.equal(created.owner, 'replica-a');
@@ -125,7 +161,10 @@ for (const backend of databases) {
       assert.equal(row.owner, racer);
       assert.ok(row.lease_expires_at > Date.now() + MINUTE - 5_000);
       const audit = await store.db.selectFrom('audit_log').selectAll().where('target', '=', `job:${id}`).execute();
-      assert.deepEqual(audit.map((a) => [a.actor, a.action, JSON.parse(a.detail)]), [['system', 'job.takeover', { from: 'replica-dead', to: racer, leaseExpiredAt: new Date(1).toISOString() }]]);
+      assert.deepEqual(
+        audit.map((a) => [a.actor, a.action, JSON.parse(a.detail)]),
+        [['system', 'job.takeover', { from: 'replica-dead', to: racer, leaseExpiredAt: new Date(1).toISOString() }]],
+      );
       await leases(racer).updateJob(id, { state: 'failed', error: 'test over' });
     });
 
@@ -138,12 +177,20 @@ for (const backend of databases) {
       const jobBefore = await jobRow(store, id);
 
       await assert.rejects(a.updateFetch(id, fetchId, { state: 'failed', error: 'stale news' }, Date.now()), LeaseLostError);
-      await assert.rejects(a.updateJob(id, { state: 'failed', error: 'the manager stopped while the job was running' }, { action: 'job.fail', detail: {} }), LeaseLostError);
+      await assert.rejects(
+        a.updateJob(id, { state: 'failed', error: 'the manager stopped while the job was running' }, { action: 'job.fail', detail: {} }),
+        LeaseLostError,
+      );
       assert.deepEqual(await a.renew([id]), new Set());
       await a.release([id]);
       assert.deepEqual(await jobRow(store, id), jobBefore);
       assert.deepEqual(await store.db.selectFrom('job_tasks').selectAll().where('id', '=', fetchId).executeTakeFirstOrThrow(), fetchBefore);
-      assert.equal((await store.db.selectFrom('audit_log').select('action').where('target', '=', `job:${id}`).execute()).filter((r) => r.action === 'job.fail').length, 0);
+      assert.equal(
+        (await store.db.selectFrom('audit_log').select('action').where('target', '=', `job:${id}`).execute()).filter(
+          (r) => r.action === 'job.fail',
+        ).length,
+        0,
+      );
 
       // The owner's writes land; its final state ends the hold, so nothing after it does.
       await b.updateFetch(id, fetchId, { state: 'succeeded', bytes: 10 }, Date.now());
@@ -161,7 +208,10 @@ for (const backend of databases) {
       assert.deepEqual(await b.takeOverExpired(10), []);
       await a.release([id]);
       const taken = await b.takeOverExpired(10);
-      assert.deepEqual(taken.map((t) => [t.job.id, t.from]), [[id, 'replica-a']]);
+      assert.deepEqual(
+        taken.map((t) => [t.job.id, t.from]),
+        [[id, 'replica-a']],
+      );
       await b.updateJob(id, { state: 'failed', error: 'test over' });
     });
   });
@@ -175,7 +225,11 @@ describe('two managers on one PostgreSQL database, in one process', () => {
 
   before(async () => {
     let built;
-    [registry, built, url] = await Promise.all([startRegistry(), buildImage({ layers: [{ sizeBytes: 100_000, seed: 'manager-leases-1' }] }), postgres.newDatabase()]);
+    [registry, built, url] = await Promise.all([
+      startRegistry(),
+      buildImage({ layers: [{ sizeBytes: 100_000, seed: 'manager-leases-1' }] }),
+      postgres.newDatabase(),
+    ]);
     await pushImage(built.layoutDir, built.tag, registry.host, 'lease/app:1');
     image = `${registry.host}/lease/app:1`;
   });
@@ -185,7 +239,10 @@ describe('two managers on one PostgreSQL database, in one process', () => {
 
   /** A manager with a 1 s job lease, stopped when the test ends (none of a test may take another's jobs). */
   const start = async (t: TestContext, db: string) => {
-    const m = await startTestManager(db, { keepalive: { intervalMs: 200, missedLimit: 5 }, preheat: { pollMs: 50, timeoutMs: 30_000, concurrency: 4, leaseMs: 1_000 } });
+    const m = await startTestManager(db, {
+      keepalive: { intervalMs: 200, missedLimit: 5 },
+      preheat: { pollMs: 50, timeoutMs: 30_000, concurrency: 4, leaseMs: 1_000 },
+    });
     t.after(() => m.stop());
     return m;
   };
@@ -193,7 +250,11 @@ describe('two managers on one PostgreSQL database, in one process', () => {
   /** A stalled stub peer kept registered through `via` until the test ends. */
   async function stalledPeer(t: TestContext, via: () => TestManager, id: string, zone: string): Promise<StubPeer> {
     const stub = await startStubPeer(id, 'stall', CLUSTER_TOKEN, { delayMs: 60 });
-    const keepalive = () => call(via().url, 'POST', '/api/v1/peers/keepalive', { token: CLUSTER_TOKEN, body: peerBody(id, { uploadPort: stub.port, labels: { zone } }) });
+    const keepalive = () =>
+      call(via().url, 'POST', '/api/v1/peers/keepalive', {
+        token: CLUSTER_TOKEN,
+        body: peerBody(id, { uploadPort: stub.port, labels: { zone } }),
+      });
     assert.equal((await keepalive()).status, 200);
     const timer = setInterval(() => void keepalive().catch(() => {}), 100);
     t.after(async () => {
@@ -203,7 +264,8 @@ describe('two managers on one PostgreSQL database, in one process', () => {
     return stub;
   }
 
-  const job = async (m: TestManager, id: number) => jobSchema.parse((await call(m.url, 'GET', `/api/v1/jobs/${id}`, { token: ADMIN_TOKEN })).body);
+  const job = async (m: TestManager, id: number) =>
+    jobSchema.parse((await call(m.url, 'GET', `/api/v1/jobs/${id}`, { token: ADMIN_TOKEN })).body);
 
   test('a connection the server drops in the middle of a transaction fails that transaction, not the process', async (t) => {
     const store = await openStore(url);
@@ -220,19 +282,30 @@ describe('two managers on one PostgreSQL database, in one process', () => {
       // Between two statements the client is checked out and idle: the termination arrives as an
       // event on it, not as the answer to a query.
       await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
-      await waitFor(() => admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [rows[0]?.pid]).then((r) => r.rows[0].n === 0), 5_000, 'the backend gone');
+      await waitFor(
+        () => admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [rows[0]?.pid]).then((r) => r.rows[0].n === 0),
+        5_000,
+        'the backend gone',
+      );
       await new Promise((resolve) => setTimeout(resolve, 100));
       await sql`SELECT 1`.execute(trx);
     });
     await assert.rejects(outcome);
     assert.deepEqual(uncaught, [], 'no error escaped as an uncaught exception');
-    assert.equal((await sql<{ one: number }>`SELECT 1 AS one`.execute(store.db)).rows[0]?.one, 1, 'the pool serves again with a new connection');
+    assert.equal(
+      (await sql<{ one: number }>`SELECT 1 AS one`.execute(store.db)).rows[0]?.one,
+      1,
+      'the pool serves again with a new connection',
+    );
   });
 
   test("a manager starting next to another leaves that one's running job alone", async (t) => {
     const a = await start(t, url);
     const peer = await stalledPeer(t, () => a, 'next-to', 'next-to');
-    const created = await call(a.url, 'POST', '/api/v1/jobs', { token: ADMIN_TOKEN, body: { type: 'preheat', image, platform: 'linux/amd64', scope: 'zone:next-to' } });
+    const created = await call(a.url, 'POST', '/api/v1/jobs', {
+      token: ADMIN_TOKEN,
+      body: { type: 'preheat', image, platform: 'linux/amd64', scope: 'zone:next-to' },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     await waitFor(async () => (await job(a, created.body.id)).progress.bytes > 0, 5_000, 'the job under way');
 
@@ -243,7 +316,10 @@ describe('two managers on one PostgreSQL database, in one process', () => {
     await a.manager.jobs.settled(created.body.id);
     const done = await job(b, created.body.id);
     assert.deepEqual([done.state, done.error, done.owner, done.takeovers], ['succeeded', null, a.manager.replica, 0]);
-    assert.ok(peer.requests.every((r) => r.replica === a.manager.replica), 'only its owner asked the peer');
+    assert.ok(
+      peer.requests.every((r) => r.replica === a.manager.replica),
+      'only its owner asked the peer',
+    );
   });
 
   test('a manager cut off from the database stops asking the peers before the other takes its job over; back, it changes nothing', async (t) => {
@@ -257,7 +333,10 @@ describe('two managers on one PostgreSQL database, in one process', () => {
     const b = await start(t, url);
     const a = await start(t, asA.href);
     const peer = await stalledPeer(t, () => b, 'cut-off', 'cut-off');
-    const created = await call(a.url, 'POST', '/api/v1/jobs', { token: ADMIN_TOKEN, body: { type: 'preheat', image, platform: 'linux/amd64', scope: 'zone:cut-off' } });
+    const created = await call(a.url, 'POST', '/api/v1/jobs', {
+      token: ADMIN_TOKEN,
+      body: { type: 'preheat', image, platform: 'linux/amd64', scope: 'zone:cut-off' },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     assert.equal(created.body.owner, a.manager.replica);
     // Progress recorded: from here A's polls find nothing new to write, so only its lease stops them.
@@ -272,7 +351,10 @@ describe('two managers on one PostgreSQL database, in one process', () => {
     const fromA = peer.requests.filter((r) => r.replica === a.manager.replica);
     const fromB = peer.requests.filter((r) => r.replica === b.manager.replica);
     assert.equal(fromA.length + fromB.length, peer.requests.length);
-    assert.ok(fromA.every((r) => r.endedAt !== undefined), 'every request of A had ended');
+    assert.ok(
+      fromA.every((r) => r.endedAt !== undefined),
+      'every request of A had ended',
+    );
     const lastOfA = Math.max(...fromA.map((r) => r.endedAt!));
     const firstOfB = Math.min(...fromB.map((r) => r.startedAt));
     assert.ok(lastOfA <= firstOfB, `A's last request ended ${(lastOfA - firstOfB).toFixed(0)} ms after B's first began`);
@@ -288,7 +370,16 @@ describe('two managers on one PostgreSQL database, in one process', () => {
     const done = await job(a, created.body.id);
     assert.deepEqual([done.state, done.error, done.owner, done.takeovers], ['succeeded', null, b.manager.replica, 1]);
     assert.equal(peer.requests.filter((r) => r.replica === a.manager.replica).length, askedByA);
-    const audit = (await call(a.url, 'GET', `/api/v1/audit?limit=20`, { token: ADMIN_TOKEN })).body as Array<{ action: string; target: string }>;
-    assert.deepEqual(audit.filter((e) => e.target === `job:${created.body.id}`).map((e) => e.action).reverse(), ['job.create', 'job.takeover', 'job.succeed']);
+    const audit = (await call(a.url, 'GET', `/api/v1/audit?limit=20`, { token: ADMIN_TOKEN })).body as Array<{
+      action: string;
+      target: string;
+    }>;
+    assert.deepEqual(
+      audit
+        .filter((e) => e.target === `job:${created.body.id}`)
+        .map((e) => e.action)
+        .reverse(),
+      ['job.create', 'job.takeover', 'job.succeed'],
+    );
   });
 });

@@ -22,11 +22,18 @@ const stubs: StubPeer[] = [];
 
 before(async () => {
   [registry, locked] = await Promise.all([startRegistry(), startRegistry({ htpasswd: CREDS })]);
-  image = await buildImage({ layers: [{ sizeBytes: 200_000, seed: 'manager-jobs-1' }, { sizeBytes: 5_000_000, seed: 'manager-jobs-2' }] });
+  image = await buildImage({
+    layers: [
+      { sizeBytes: 200_000, seed: 'manager-jobs-1' },
+      { sizeBytes: 5_000_000, seed: 'manager-jobs-2' },
+    ],
+  });
   await pushImage(image.layoutDir, image.tag, registry.host, 'app/web:1');
   await pushImage(image.layoutDir, image.tag, locked.host, 'private/web:1', { creds: CREDS });
   // A multi-platform index whose amd64 and arm64 entries both name the pushed manifest.
-  const manifest = await request(`${registry.url}/v2/app/web/manifests/1`, { headers: { accept: 'application/vnd.oci.image.manifest.v1+json' } });
+  const manifest = await request(`${registry.url}/v2/app/web/manifests/1`, {
+    headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
+  });
   const size = Number(manifest.headers['content-length']);
   const { config } = (await manifest.body.json()) as { config: { digest: string; size: number } };
   blobs = [...image.layers, config];
@@ -59,7 +66,10 @@ for (const backend of backends()) {
     const admin = (method: string, pathname: string, body?: unknown) => call(m.url, method, pathname, { token: ADMIN_TOKEN, body });
 
     before(async () => {
-      m = await startTestManager(await backend.newDatabase(), { keepalive: { intervalMs: 200, missedLimit: 3 }, preheat: { pollMs: 50, timeoutMs: 2_000, concurrency: 4 } });
+      m = await startTestManager(await backend.newDatabase(), {
+        keepalive: { intervalMs: 200, missedLimit: 3 },
+        preheat: { pollMs: 50, timeoutMs: 2_000, concurrency: 4 },
+      });
     });
     after(async () => {
       await m?.stop();
@@ -70,7 +80,10 @@ for (const backend of backends()) {
      * Starts stub peers and keeps them registered as real peers do (a keep-alive every 100 ms,
      * a sixth of the liveness window here) until the test ends.
      */
-    async function peers(t: TestContext, specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string; }>): Promise<StubPeer[]> {
+    async function peers(
+      t: TestContext,
+      specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string }>,
+    ): Promise<StubPeer[]> {
       const started: StubPeer[] = [];
       for (const spec of specs) {
         const stub = await startStubPeer(`${backend.name}-${spec.id}`, spec.behaviour, CLUSTER_TOKEN);
@@ -101,17 +114,36 @@ for (const backend of backends()) {
         { id: 'seed-b', behaviour: 'complete', seed: true },
         { id: 'normal', behaviour: 'complete' },
       ]);
-      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'seeds' });
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'seeds',
+      });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const job = jobSchema.parse(created.body);
       assert.ok(['pending', 'running'].includes(job.state));
       assert.equal(job.progress.tasks, 2 * blobs.length);
-      assert.deepEqual(job.args, { image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'seeds', insecure: true, withCredentials: false });
+      assert.deepEqual(job.args, {
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'seeds',
+        insecure: true,
+        withCredentials: false,
+      });
 
       const done = await finished(job.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
       assert.equal(done.error, null);
-      assert.deepEqual(done.progress, { tasks: 6, pending: 0, running: 0, succeeded: 6, failed: 0, bytes: done.progress.totalBytes, totalBytes: 2 * blobs.reduce((s, l) => s + l.size, 0) });
+      assert.deepEqual(done.progress, {
+        tasks: 6,
+        pending: 0,
+        running: 0,
+        succeeded: 6,
+        failed: 0,
+        bytes: done.progress.totalBytes,
+        totalBytes: 2 * blobs.reduce((s, l) => s + l.size, 0),
+      });
       assert.deepEqual(
         done.layers.map((l) => [l.digest, l.size, l.peers, l.succeeded]),
         blobs.map((l) => [l.digest, l.size, 2, 2]),
@@ -131,14 +163,19 @@ for (const backend of backends()) {
           assert.deepEqual(body.origin.headers, {}, 'a public repository needs no header');
           // The origin the peer is sent to really serves the layer.
           const blob = await request(body.origin.url, { headers: body.origin.headers });
-          const hash = createHash('sha256').update(Buffer.from(await blob.body.arrayBuffer())).digest('hex');
+          const hash = createHash('sha256')
+            .update(Buffer.from(await blob.body.arrayBuffer()))
+            .digest('hex');
           assert.equal(`sha256:${hash}`, layer.digest);
         }
         assert.ok(seed.statusPolls >= 2 * 3, 'progress was followed until complete');
       }
       const audit = (await admin('GET', '/api/v1/audit?limit=50')).body as Array<{ action: string; target: string; actor: string }>;
       const forJob = audit.filter((a) => a.target === `job:${job.id}`);
-      assert.deepEqual(forJob.map((a) => [a.action, a.actor]).reverse(), [['job.create', 'user:admin'], ['job.succeed', 'system']]);
+      assert.deepEqual(forJob.map((a) => [a.action, a.actor]).reverse(), [
+        ['job.create', 'user:admin'],
+        ['job.succeed', 'system'],
+      ]);
     });
 
     test('an index resolves to the platform asked for; all-peers and zone scopes pick their peers', async (t) => {
@@ -147,7 +184,12 @@ for (const backend of backends()) {
         { id: 'all-a', behaviour: 'complete', seed: true, zone: 'north' },
         { id: 'all-b', behaviour: 'forget-once', zone: 'south' },
       ]);
-      const all = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:multi`, platform: 'linux/arm64', scope: 'all-peers' });
+      const all = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:multi`,
+        platform: 'linux/arm64',
+        scope: 'all-peers',
+      });
       assert.equal(all.status, 201, JSON.stringify(all.body));
       const done = await finished(all.body.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
@@ -155,7 +197,12 @@ for (const backend of backends()) {
       assert.ok(b!.triggers.length > blobs.length, 'a peer that lost a fetch is asked again');
       assert.equal(a!.triggers.length, blobs.length);
 
-      const zone = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:multi`, platform: 'linux/amd64', scope: 'zone:north' });
+      const zone = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:multi`,
+        platform: 'linux/amd64',
+        scope: 'zone:north',
+      });
       assert.equal(zone.status, 201, JSON.stringify(zone.body));
       const zoned = await finished(zone.body.id);
       assert.deepEqual([...new Set(zoned.tasks!.map((t) => t.hostId))], [a!.hostId]);
@@ -167,7 +214,12 @@ for (const backend of backends()) {
         { id: 'mixed-fail', behaviour: 'fail', zone: 'mixed' },
         { id: 'mixed-refuse', behaviour: 'refuse', zone: 'mixed' },
       ]);
-      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:mixed' });
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:mixed',
+      });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const done = await finished(created.body.id);
       assert.equal(done.state, 'failed');
@@ -178,7 +230,11 @@ for (const backend of backends()) {
       assert.ok(byHost(good!.hostId).every((t) => t.state === 'succeeded' && t.bytes === t.size));
       assert.ok(byHost(failing!.hostId).every((t) => t.state === 'failed' && /origin answered HTTP 500/.test(t.error!)));
       assert.ok(byHost(refusing!.hostId).every((t) => t.state === 'failed' && /disk quota/.test(t.error!)));
-      const audit = (await admin('GET', '/api/v1/audit?limit=5')).body as Array<{ action: string; target: string; detail: { reason?: string } }>;
+      const audit = (await admin('GET', '/api/v1/audit?limit=5')).body as Array<{
+        action: string;
+        target: string;
+        detail: { reason?: string };
+      }>;
       const fail = audit.find((a) => a.target === `job:${done.id}` && a.action === 'job.fail')!;
       assert.equal(fail.detail.reason, done.error);
     });
@@ -186,7 +242,12 @@ for (const backend of backends()) {
     test('a peer that never finishes: the job times out with the bytes it got', async (t) => {
       const [stalled] = await peers(t, [{ id: 'stall', behaviour: 'stall', zone: 'slow' }]);
       const started = Date.now();
-      const created = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:slow' });
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:slow',
+      });
       assert.equal(created.status, 201, JSON.stringify(created.body));
       // While running, progress is visible.
       await waitFor(async () => (await admin('GET', `/api/v1/jobs/${created.body.id}`)).body.progress.bytes > 0, 1_500, 'partial progress');
@@ -211,21 +272,51 @@ for (const backend of backends()) {
       const before = await jobState();
       const closedPort = await freePort();
       const cases: Array<[unknown, number, string, RegExp]> = [
-        [{ image: `${registry.host}/app/nothing:1` }, 422, 'image_not_found', new RegExp(`image: ${registry.host}/app/nothing:1 was not found`)],
+        [
+          { image: `${registry.host}/app/nothing:1` },
+          422,
+          'image_not_found',
+          new RegExp(`image: ${registry.host}/app/nothing:1 was not found`),
+        ],
         [{ image: `${registry.host}/app/web:nope` }, 422, 'image_not_found', /image: .*app\/web:nope was not found/],
-        [{ image: `${registry.host}/app/web:1`, platform: 'linux/arm64' }, 422, 'platform_not_found', /platform: .* is linux\/amd64, not linux\/arm64/],
-        [{ image: `${registry.host}/app/web:multi`, platform: 'linux/s390x' }, 422, 'platform_not_found', /has no linux\/s390x manifest \(it has: linux\/amd64, linux\/arm64\)/],
+        [
+          { image: `${registry.host}/app/web:1`, platform: 'linux/arm64' },
+          422,
+          'platform_not_found',
+          /platform: .* is linux\/amd64, not linux\/arm64/,
+        ],
+        [
+          { image: `${registry.host}/app/web:multi`, platform: 'linux/s390x' },
+          422,
+          'platform_not_found',
+          /has no linux\/s390x manifest \(it has: linux\/amd64, linux\/arm64\)/,
+        ],
         [{ image: `${registry.host}/app/web:1`, platform: 'amd64' }, 400, 'invalid_request', /platform: "amd64" must be os\/architecture/],
         [{ image: 'UPPER/case' }, 400, 'invalid_request', /^image: /],
         [{ image: `${locked.host}/private/web:1` }, 422, 'registry_auth_refused', /credentials: .*requires credentials/],
-        [{ image: `${locked.host}/private/web:1`, credentials: { username: CREDS.user, password: 'wrong' } }, 422, 'registry_auth_refused', /credentials: .*refused the credentials/],
+        [
+          { image: `${locked.host}/private/web:1`, credentials: { username: CREDS.user, password: 'wrong' } },
+          422,
+          'registry_auth_refused',
+          /credentials: .*refused the credentials/,
+        ],
         [{ image: `127.0.0.1:${closedPort}/app/web:1` }, 502, 'registry_unreachable', /cannot reach the registry/],
-        [{ image: `${registry.host}/app/web:1`, scope: 'zone:nowhere' }, 422, 'no_target_peers', /scope: no active peer is in scope "zone:nowhere"/],
+        [
+          { image: `${registry.host}/app/web:1`, scope: 'zone:nowhere' },
+          422,
+          'no_target_peers',
+          /scope: no active peer is in scope "zone:nowhere"/,
+        ],
         [{ image: `${registry.host}/app/web:1`, credentials: { username: 'u' } }, 400, 'invalid_request', /body\.credentials\.password/],
         [{ image: `${registry.host}/app/web:1`, insecure: 'yes' }, 400, 'invalid_request', /body\.insecure/],
       ];
       for (const [body, status, code, message] of cases) {
-        const answer = await admin('POST', '/api/v1/jobs', { type: 'preheat', platform: 'linux/amd64', scope: 'zone:bad', ...(body as object) });
+        const answer = await admin('POST', '/api/v1/jobs', {
+          type: 'preheat',
+          platform: 'linux/amd64',
+          scope: 'zone:bad',
+          ...(body as object),
+        });
         assert.equal(answer.status, status, `${JSON.stringify(body)} → ${JSON.stringify(answer.body)}`);
         assert.equal(answer.body.error.code, code, JSON.stringify(answer.body));
         assert.match(answer.body.error.message, message);
@@ -264,11 +355,25 @@ for (const backend of backends()) {
         { id: 'restart-slow', behaviour: 'stall', zone: 'restart' },
         { id: 'restart-quick', behaviour: 'complete', zone: 'restart-quick' },
       ]);
-      const quick = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:restart-quick' });
+      const quick = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:restart-quick',
+      });
       assert.equal((await finished(quick.body.id)).state, 'succeeded');
       // A job that a crashed manager without leases (an older version) left "running".
-      await m.manager.store.db.updateTable('jobs').set({ state: 'running', error: null, owner: null, lease_expires_at: 0 }).where('id', '=', quick.body.id).execute();
-      const cut = await admin('POST', '/api/v1/jobs', { type: 'preheat', image: `${registry.host}/app/web:1`, platform: 'linux/amd64', scope: 'zone:restart' });
+      await m.manager.store.db
+        .updateTable('jobs')
+        .set({ state: 'running', error: null, owner: null, lease_expires_at: 0 })
+        .where('id', '=', quick.body.id)
+        .execute();
+      const cut = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${registry.host}/app/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:restart',
+      });
       assert.equal(cut.status, 201);
       assert.equal(cut.body.owner, m.manager.replica);
       await waitFor(async () => (await admin('GET', `/api/v1/jobs/${cut.body.id}`)).body.progress.bytes > 0, 5_000, 'the job under way');
@@ -287,8 +392,14 @@ for (const backend of backends()) {
       assert.equal(resumed.owner, m.manager.replica);
       assert.equal(resumed.takeovers, 1);
       assert.equal(resumed.progress.succeeded, blobs.length);
-      assert.equal(slow!.triggers.length, blobs.length, 'the new owner asked the peer how its fetches went instead of asking it to fetch again');
-      const audit = ((await admin('GET', '/api/v1/audit?limit=100')).body as Array<{ action: string; target: string; detail: Record<string, unknown> }>).filter((a) => a.target === `job:${cut.body.id}`);
+      assert.equal(
+        slow!.triggers.length,
+        blobs.length,
+        'the new owner asked the peer how its fetches went instead of asking it to fetch again',
+      );
+      const audit = (
+        (await admin('GET', '/api/v1/audit?limit=100')).body as Array<{ action: string; target: string; detail: Record<string, unknown> }>
+      ).filter((a) => a.target === `job:${cut.body.id}`);
       assert.deepEqual(audit.map((a) => a.action).reverse(), ['job.create', 'job.takeover', 'job.succeed']);
       assert.deepEqual([audit[1]!.detail.from, audit[1]!.detail.to], [before, m.manager.replica]);
 
@@ -316,7 +427,11 @@ for (const backend of backends()) {
         credentials: { username: CREDS.user, password: CREDS.password },
       });
       assert.equal(created.status, 201, JSON.stringify(created.body));
-      await waitFor(async () => (await admin('GET', `/api/v1/jobs/${created.body.id}`)).body.progress.bytes > 0, 5_000, 'the job under way');
+      await waitFor(
+        async () => (await admin('GET', `/api/v1/jobs/${created.body.id}`)).body.progress.bytes > 0,
+        5_000,
+        'the job under way',
+      );
       const before = m.manager.replica;
       losing!.forget(); // as a restarted peer does: the new owner's first question gets a 404
       going!.unstall();
@@ -325,12 +440,23 @@ for (const backend of backends()) {
       assert.equal(done.state, 'failed');
       assert.equal(done.takeovers, 1);
       const byHost = (stub: StubPeer) => done.tasks!.filter((task) => task.hostId === stub.hostId);
-      assert.ok(byHost(going!).every((task) => task.state === 'succeeded'), JSON.stringify(byHost(going!)));
+      assert.ok(
+        byHost(going!).every((task) => task.state === 'succeeded'),
+        JSON.stringify(byHost(going!)),
+      );
       for (const task of byHost(losing!)) {
         assert.equal(task.state, 'failed');
-        assert.equal(task.error, `the job's registry credentials were only in the memory of replica ${before}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry`);
+        assert.equal(
+          task.error,
+          `the job's registry credentials were only in the memory of replica ${before}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry`,
+        );
       }
-      assert.match(done.error!, new RegExp(`^${blobs.length} of ${2 * blobs.length} blob fetches failed: peer ${losing!.hostId} .*credentials were only in the memory of replica`));
+      assert.match(
+        done.error!,
+        new RegExp(
+          `^${blobs.length} of ${2 * blobs.length} blob fetches failed: peer ${losing!.hostId} .*credentials were only in the memory of replica`,
+        ),
+      );
       assert.equal(losing!.triggers.length, blobs.length, 'the lost fetches were not asked for without credentials');
     });
   });

@@ -32,7 +32,8 @@ export async function startPostgres(): Promise<Postgres> {
   const bin = postgresBin();
   const tmp: TempDir = await makeTempDir('starling-pg-');
   const asRoot = process.getuid?.() === 0;
-  const as = (cmd: string, args: string[]) => (asRoot ? runOk('runuser', ['-u', 'postgres', '--', path.join(bin, cmd), ...args]) : runOk(path.join(bin, cmd), args));
+  const as = (cmd: string, args: string[]) =>
+    asRoot ? runOk('runuser', ['-u', 'postgres', '--', path.join(bin, cmd), ...args]) : runOk(path.join(bin, cmd), args);
   const dataDir = path.join(tmp.path, 'data');
   const logFile = path.join(tmp.path, 'server.log');
   if (asRoot) {
@@ -41,12 +42,30 @@ export async function startPostgres(): Promise<Postgres> {
   }
   await as('initdb', ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '--no-sync', '-E', 'UTF8']);
   const port = await freePort();
-  const startServer = () => as('pg_ctl', ['start', '-w', '-t', '60', '-D', dataDir, '-l', logFile, '-o', `-p ${port} -k ${tmp.path} -c listen_addresses=127.0.0.1 -c fsync=off`]);
+  const startServer = () =>
+    as('pg_ctl', [
+      'start',
+      '-w',
+      '-t',
+      '60',
+      '-D',
+      dataDir,
+      '-l',
+      logFile,
+      '-o',
+      `-p ${port} -k ${tmp.path} -c listen_addresses=127.0.0.1 -c fsync=off`,
+    ]);
   await startServer();
   const stopSync = onExitCleanup(() => {
     // The test process died: do not leave a server behind.
     try {
-      execFileSync(asRoot ? 'runuser' : path.join(bin, 'pg_ctl'), asRoot ? ['-u', 'postgres', '--', path.join(bin, 'pg_ctl'), 'stop', '-m', 'immediate', '-D', dataDir] : ['stop', '-m', 'immediate', '-D', dataDir], { stdio: 'ignore' });
+      execFileSync(
+        asRoot ? 'runuser' : path.join(bin, 'pg_ctl'),
+        asRoot
+          ? ['-u', 'postgres', '--', path.join(bin, 'pg_ctl'), 'stop', '-m', 'immediate', '-D', dataDir]
+          : ['stop', '-m', 'immediate', '-D', dataDir],
+        { stdio: 'ignore' },
+      );
     } catch {
       // already stopped
     }

@@ -52,14 +52,31 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
   const stops: Array<() => Promise<unknown>> = [];
   let clusterTokenFile: string;
 
-  const api = (replica: Replica, method: string, pathname: string, body?: unknown, token = adminToken) => call(replica.url, method, `/api/v1${pathname}`, { token, body });
+  const api = (replica: Replica, method: string, pathname: string, body?: unknown, token = adminToken) =>
+    call(replica.url, method, `/api/v1${pathname}`, { token, body });
 
   /** Starts a replica process on `port` and waits until it is ready. */
   async function startReplica(port: number, name = 'replica'): Promise<Replica> {
     const service = await spawnService({
       cmd: process.execPath,
-      args: [STARLING_CLI, 'manager', '--listen', `${IP}:${port}`, '--db', databaseUrl, '--cluster-token-file', clusterTokenFile,
-        '--admin-token-file', path.join(work.path, 'admin.token'), '--insecure-registry', registry.host, '--job-lease-ms', String(LEASE_MS), '--log-level', 'info'],
+      args: [
+        STARLING_CLI,
+        'manager',
+        '--listen',
+        `${IP}:${port}`,
+        '--db',
+        databaseUrl,
+        '--cluster-token-file',
+        clusterTokenFile,
+        '--admin-token-file',
+        path.join(work.path, 'admin.token'),
+        '--insecure-registry',
+        registry.host,
+        '--job-lease-ms',
+        String(LEASE_MS),
+        '--log-level',
+        'info',
+      ],
       name: `starling-manager-${name}`,
     });
     const url = `http://${IP}:${port}`;
@@ -100,7 +117,8 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
   }
 
   /** Preheat triggers the seeds accepted, per seed, from their own metrics. */
-  const triggersAccepted = () => Promise.all(seeds.map((s) => s.metric('starling_peer_upload_requests_total', { kind: 'preheat', outcome: 'accepted' })));
+  const triggersAccepted = () =>
+    Promise.all(seeds.map((s) => s.metric('starling_peer_upload_requests_total', { kind: 'preheat', outcome: 'accepted' })));
 
   before(async () => {
     work = await makeTempDir('starling-replicas-');
@@ -160,12 +178,28 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     balancer = await startBalancer(IP, () => replicas.filter((r) => r.service.running).map((r) => `${IP}:${r.port}`));
     const scheduler = await startScheduler({ ip: '127.0.4.2', clusterTokenFile, extraArgs: ['--manager', balancer.url] });
     stops.push(() => scheduler.stop());
-    await waitFor(async () => (await api(replicas[0]!, 'GET', '/schedulers?state=active')).body.length === 1, 20_000, 'the scheduler registered');
+    await waitFor(
+      async () => (await api(replicas[0]!, 'GET', '/schedulers?state=active')).body.length === 1,
+      20_000,
+      'the scheduler registered',
+    );
     for (const ip of ['127.0.4.3', '127.0.4.4']) {
       const seed = await startPeer({
         ip,
         insecure: [registry.host],
-        extraArgs: ['--manager', balancer.url, '--upload-listen', `${ip}:0`, '--cluster-token-file', clusterTokenFile, '--host-id', `seed-${ip}`, '--seed', '--download-rate-limit', SEED_ORIGIN_RATE],
+        extraArgs: [
+          '--manager',
+          balancer.url,
+          '--upload-listen',
+          `${ip}:0`,
+          '--cluster-token-file',
+          clusterTokenFile,
+          '--host-id',
+          `seed-${ip}`,
+          '--seed',
+          '--download-rate-limit',
+          SEED_ORIGIN_RATE,
+        ],
       });
       stops.push(() => seed.stop());
       seeds.push(seed);
@@ -191,12 +225,31 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     const watcher = (async () => {
       while (watching) {
         for (const r of replicas.filter((r) => r.service.running)) {
-          const [job, peers, cluster] = await Promise.all([api(r, 'GET', `/jobs/${id}`), api(r, 'GET', '/peers'), api(r, 'GET', '/clusters/1')]).catch(() => []);
+          const [job, peers, cluster] = await Promise.all([
+            api(r, 'GET', `/jobs/${id}`),
+            api(r, 'GET', '/peers'),
+            api(r, 'GET', '/clusters/1'),
+          ]).catch(() => []);
           if (job?.status !== 200) continue; // stopping or starting
           const { state, owner, error, takeovers, args, createdAt, createdBy } = job.body;
           seenStates.add(state);
-          assert.deepEqual({ owner, error, takeovers, args, createdAt, createdBy }, { owner: r1.name, error: null, takeovers: 0, args: created.body.args, createdAt: created.body.createdAt, createdBy: 'user:admin' }, `job as ${r.url} shows it`);
-          assert.deepEqual(peers.body.map((p: { hostId: string; type: string; state: string }) => [p.hostId, p.type, p.state]), seeds.map((s) => [`seed-${s.host.split(':')[0]}`, 'seed', 'active']), `peers as ${r.url} shows them`);
+          assert.deepEqual(
+            { owner, error, takeovers, args, createdAt, createdBy },
+            {
+              owner: r1.name,
+              error: null,
+              takeovers: 0,
+              args: created.body.args,
+              createdAt: created.body.createdAt,
+              createdBy: 'user:admin',
+            },
+            `job as ${r.url} shows it`,
+          );
+          assert.deepEqual(
+            peers.body.map((p: { hostId: string; type: string; state: string }) => [p.hostId, p.type, p.state]),
+            seeds.map((s) => [`seed-${s.host.split(':')[0]}`, 'seed', 'active']),
+            `peers as ${r.url} shows them`,
+          );
           assert.deepEqual(cluster.body, settings, `settings as ${r.url} shows them`);
           samples++;
         }
@@ -224,16 +277,31 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
       assert.deepEqual([job.state, job.error, job.owner, job.takeovers], ['succeeded', null, r1.name, 0]);
     }
     const audit = (await api(replicas[2]!, 'GET', '/audit?limit=200')).body as Array<{ action: string; target: string }>;
-    assert.deepEqual(audit.filter((a) => a.target === `job:${id}`).map((a) => a.action).reverse(), ['job.create', 'job.succeed']);
+    assert.deepEqual(
+      audit
+        .filter((a) => a.target === `job:${id}`)
+        .map((a) => a.action)
+        .reverse(),
+      ['job.create', 'job.succeed'],
+    );
     const blobs = created.body.layers.length;
     assert.equal(blobs, image.blobs.length + 1, 'the layers and the config');
-    assert.deepEqual((await triggersAccepted()).map((n, i) => n - triggersBefore[i]!), seeds.map(() => blobs), 'each seed asked once per blob');
+    assert.deepEqual(
+      (await triggersAccepted()).map((n, i) => n - triggersBefore[i]!),
+      seeds.map(() => blobs),
+      'each seed asked once per blob',
+    );
   });
 
   it('the replica running a job is killed with SIGKILL: another takes it over within the lease time, no seed is asked for a blob twice, the job succeeds', async (t) => {
     const image = images.get('killed')!;
     const triggersBefore = await triggersAccepted();
-    const created = await api(replicas[0]!, 'POST', '/jobs', { type: 'preheat', image: image.ref, platform: 'linux/amd64', scope: 'seeds' });
+    const created = await api(replicas[0]!, 'POST', '/jobs', {
+      type: 'preheat',
+      image: image.ref,
+      platform: 'linux/amd64',
+      scope: 'seeds',
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as number;
     const owner = replicas[0]!;
@@ -255,17 +323,31 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     t.diagnostic(`taken over ${tookMs} ms after the SIGKILL (lease ${LEASE_MS} ms)`);
     // The lease ran out at most LEASE_MS after the kill; a look comes every third of it.
     assert.ok(tookMs <= LEASE_MS + LEASE_MS / 3 + 1_500, `taken over ${tookMs} ms after the kill`);
-    assert.ok(survivors.some((r) => r.name === taken.owner), `${taken.owner} is a live replica`);
+    assert.ok(
+      survivors.some((r) => r.name === taken.owner),
+      `${taken.owner} is a live replica`,
+    );
     assert.equal(taken.takeovers, 1);
 
     const done = await finished(id);
     assert.deepEqual([done.state, done.error, done.owner, done.takeovers], ['succeeded', null, taken.owner, 1]);
-    const audit = (await api(survivors[1]!, 'GET', '/audit?limit=200')).body as Array<{ action: string; target: string; detail: Record<string, unknown> }>;
+    const audit = (await api(survivors[1]!, 'GET', '/audit?limit=200')).body as Array<{
+      action: string;
+      target: string;
+      detail: Record<string, unknown>;
+    }>;
     const forJob = audit.filter((a) => a.target === `job:${id}`).reverse();
-    assert.deepEqual(forJob.map((a) => a.action), ['job.create', 'job.takeover', 'job.succeed']);
+    assert.deepEqual(
+      forJob.map((a) => a.action),
+      ['job.create', 'job.takeover', 'job.succeed'],
+    );
     assert.deepEqual([forJob[1]!.detail.from, forJob[1]!.detail.to], [owner.name, taken.owner]);
     const blobs = created.body.layers.length;
-    assert.deepEqual((await triggersAccepted()).map((n, i) => n - triggersBefore[i]!), seeds.map(() => blobs), 'each seed asked once per blob, by the dead replica; the new owner asked how it went');
+    assert.deepEqual(
+      (await triggersAccepted()).map((n, i) => n - triggersBefore[i]!),
+      seeds.map(() => blobs),
+      'each seed asked once per blob, by the dead replica; the new owner asked how it went',
+    );
     const other = survivors.find((r) => r.name !== taken.owner)!;
     assert.doesNotMatch(other.service.readLog(), /took over a job/, 'the other survivor left it alone');
 
@@ -300,7 +382,11 @@ describe('three manager replicas on one PostgreSQL', { timeout: 240_000 }, () =>
     const jobs = (await api(replicas[0]!, 'GET', '/jobs')).body as Array<{ id: number; state: string; owner: string; takeovers: number }>;
     assert.equal(jobs.length, 2);
 
-    const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-background-networking'] });
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: ['--no-sandbox', '--disable-background-networking'],
+    });
     try {
       for (const r of replicas) {
         assert.equal((await api(r, 'GET', '/me', undefined, token)).body.user.name, 'watcher');
@@ -336,7 +422,24 @@ describe('three replicas on one SQLite file, started at the same moment', () => 
       const token = (await clusterToken()).file;
       services.push(
         ...(await Promise.all(
-          ports.map((port) => spawnService({ cmd: process.execPath, args: [STARLING_CLI, 'manager', '--listen', `127.0.0.1:${port}`, '--db', db, '--cluster-token-file', token, '--log-level', 'info'], name: 'starling-manager-sqlite' })),
+          ports.map((port) =>
+            spawnService({
+              cmd: process.execPath,
+              args: [
+                STARLING_CLI,
+                'manager',
+                '--listen',
+                `127.0.0.1:${port}`,
+                '--db',
+                db,
+                '--cluster-token-file',
+                token,
+                '--log-level',
+                'info',
+              ],
+              name: 'starling-manager-sqlite',
+            }),
+          ),
         )),
       );
       for (const [i, port] of ports.entries()) {

@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { cidrContains, clusterScopesSchema, globMatches, matchCluster, parseCidr, type ScopedCluster } from '../../src/manager/services/scopes.js';
+import {
+  cidrContains,
+  clusterScopesSchema,
+  globMatches,
+  matchCluster,
+  parseCidr,
+  type ScopedCluster,
+} from '../../src/manager/services/scopes.js';
 
 const scopes = (s: Partial<{ zones: string[]; cidrs: string[]; hostnames: string[] }>) => clusterScopesSchema.parse(s);
 
@@ -35,7 +42,11 @@ describe('scheduler-cluster scopes', () => {
       { id: 5, isDefault: false, scopes: scopes({ hostnames: ['gpu-*'] }) },
       { id: 6, isDefault: false, scopes: scopes({ hostnames: ['gpu-rack7-*'] }) },
     ];
-    const place = (ip: string, hostname: string, zone?: string) => ({ ip, hostname, labels: zone ? { zone } : ({} as Record<string, string>) });
+    const place = (ip: string, hostname: string, zone?: string) => ({
+      ip,
+      hostname,
+      labels: zone ? { zone } : ({} as Record<string, string>),
+    });
     assert.equal(matchCluster(clusters, place('192.168.0.1', 'web-1')), 1);
     assert.equal(matchCluster(clusters, place('192.168.0.1', 'web-1', 'z1')), 2);
     assert.equal(matchCluster(clusters, place('10.1.9.9', 'web-1', 'z1')), 3);

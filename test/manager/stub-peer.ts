@@ -52,7 +52,12 @@ export interface StubOptions {
   delayMs?: number;
 }
 
-export async function startStubPeer(hostId: string, behaviour: Behaviour, clusterToken: string, options: StubOptions = {}): Promise<StubPeer> {
+export async function startStubPeer(
+  hostId: string,
+  behaviour: Behaviour,
+  clusterToken: string,
+  options: StubOptions = {},
+): Promise<StubPeer> {
   const { steps = 3, delayMs = 0 } = options;
   const tasks = new Map<string, { size: number; stored: number }>();
   let forgotten = false;
@@ -111,7 +116,8 @@ export async function startStubPeer(hostId: string, behaviour: Behaviour, cluste
           tasks.delete(digest);
         }
         if (!task || !tasks.has(digest)) return reply(res, 404, { error: `no preheat of ${digest} here` });
-        if (current === 'fail') return reply(res, 200, { digest, size: task.size, storedBytes: 0, complete: false, error: 'origin answered HTTP 500' });
+        if (current === 'fail')
+          return reply(res, 200, { digest, size: task.size, storedBytes: 0, complete: false, error: 'origin answered HTTP 500' });
         if (current === 'stall') {
           task.stored = Math.floor(task.size / 2);
           return reply(res, 200, { digest, size: task.size, storedBytes: task.stored, complete: false });

@@ -42,13 +42,16 @@ describe('starling snapshotter behind containerd', () => {
   let counter = 0;
   const refs = { starling: '', ctrRemote: '', plain: '' };
 
-  const ctrRemote = (args: string[]) => run('ctr-remote', ['--address', containerd.address, '--namespace', 'default', ...args], { timeoutMs: 180_000 });
+  const ctrRemote = (args: string[]) =>
+    run('ctr-remote', ['--address', containerd.address, '--namespace', 'default', ...args], { timeoutMs: 180_000 });
   const rpull = async (ref: string) => {
     const res = await ctrRemote(['images', 'rpull', '--snapshotter', 'starling', '--plain-http', '--hosts-dir', containerd.hostsDir, ref]);
     assert.equal(res.code, 0, `rpull ${ref}: ${res.stderr}${res.stdout}\n${sn.service.logTail(30)}`);
   };
   const runIn = (ref: string, script: string) =>
-    containerd.ctr(['run', '--rm', '--snapshotter', 'starling', ref, `sn-${process.pid}-${++counter}`, 'sh', '-c', script], { timeoutMs: 120_000 });
+    containerd.ctr(['run', '--rm', '--snapshotter', 'starling', ref, `sn-${process.pid}-${++counter}`, 'sh', '-c', script], {
+      timeoutMs: 120_000,
+    });
   const layersOf = async (ref: string): Promise<Layer[]> => (await imageInfo(registry.host, ref.slice(registry.host.length + 1))).layers;
   const contentDigests = async () => (await containerd.ctr(['content', 'ls', '-q'])).stdout.split('\n').filter(Boolean);
   /** The script reads a file from every layer: busybox, a small file of layer 1, the big chunked file of layer 2. */
@@ -62,7 +65,9 @@ describe('starling snapshotter behind containerd', () => {
     sn = await startSnapshotterProcess({ dir: tmp.path, peerUrl: peer.url, configYaml: CONFIG });
     containerd = await startContainerd({ extraConfig: proxyPluginConfig(sn.socket) });
     await writeHostsToml(containerd.hostsDir, registry.host, peer.url);
-    busyboxSha = createHash('sha256').update(await fsp.readFile('/bin/busybox')).digest('hex');
+    busyboxSha = createHash('sha256')
+      .update(await fsp.readFile('/bin/busybox'))
+      .digest('hex');
     image = await buildImage({
       withBusybox: true,
       layers: [
@@ -73,12 +78,30 @@ describe('starling snapshotter behind containerd', () => {
     await pushImage(image.layoutDir, image.tag, registry.host, 'src/img:v1');
     refs.plain = `${registry.host}/src/img:v1`;
     refs.starling = `${registry.host}/snap/img:esgz`;
-    const conv = await run(process.execPath, [STARLING_CLI, 'convert', refs.plain, refs.starling, '--insecure-registry', registry.host, '--chunk-size', String(CHUNK)]);
+    const conv = await run(process.execPath, [
+      STARLING_CLI,
+      'convert',
+      refs.plain,
+      refs.starling,
+      '--insecure-registry',
+      registry.host,
+      '--chunk-size',
+      String(CHUNK),
+    ]);
     assert.equal(conv.code, 0, conv.stderr);
     // ctr-remote converts inside containerd's content store: pull the original there (default snapshotter), convert, push.
     refs.ctrRemote = `${registry.host}/ref/img:esgz`;
     await containerd.pull(refs.plain);
-    const rc = await ctrRemote(['images', 'convert', '--estargz', '--oci', '--estargz-chunk-size', String(CHUNK), refs.plain, refs.ctrRemote]);
+    const rc = await ctrRemote([
+      'images',
+      'convert',
+      '--estargz',
+      '--oci',
+      '--estargz-chunk-size',
+      String(CHUNK),
+      refs.plain,
+      refs.ctrRemote,
+    ]);
     assert.equal(rc.code, 0, rc.stderr);
     const push = await containerd.ctr(['images', 'push', '--plain-http', refs.ctrRemote]);
     assert.equal(push.code, 0, push.stderr);
@@ -114,12 +137,20 @@ describe('starling snapshotter behind containerd', () => {
   async function runAndCheck(ref: string, layers: Layer[], report: string[]): Promise<void> {
     const res = await runIn(ref, SCRIPT);
     assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-    assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
+    assert.deepEqual(
+      res.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(/\s+/)[0]),
+      expectedSums(),
+    );
     // Layer 1 was read for one small file: still far from whole.
     const fetched1 = await sn.metric('starling_snapshotter_layer_fetched_bytes', layers[1]!.digest);
     assert.ok(fetched1 < layers[1]!.size / 2, `layer 1 after the run: ${fetched1} of ${layers[1]!.size}`);
     for (const [i, layer] of layers.entries()) {
-      report.push(`layer ${i}: after the run fetched ${await sn.metric('starling_snapshotter_layer_fetched_bytes', layer.digest)} B, registry sent ${blobBytesSent(registry.requests(), layer.digest)} B`);
+      report.push(
+        `layer ${i}: after the run fetched ${await sn.metric('starling_snapshotter_layer_fetched_bytes', layer.digest)} B, registry sent ${blobBytesSent(registry.requests(), layer.digest)} B`,
+      );
     }
     console.log(`# ${ref}\n# ${report.join('\n# ')}`);
   }
@@ -140,7 +171,13 @@ describe('starling snapshotter behind containerd', () => {
     for (const layer of await layersOf(refs.plain)) assert.ok(content.includes(layer.digest), 'containerd downloaded and unpacked it');
     const res = await runIn(refs.plain, SCRIPT);
     assert.equal(res.code, 0, res.stderr);
-    assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
+    assert.deepEqual(
+      res.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(/\s+/)[0]),
+      expectedSums(),
+    );
   });
 
   test('(b) a corrupt chunk in the registry: that file fails with EIO in the container, the others read fine', async () => {
@@ -176,13 +213,23 @@ describe('starling snapshotter behind containerd', () => {
       await body(id);
     } finally {
       await containerd.ctr(['tasks', 'kill', '--signal', 'SIGKILL', id]);
-      await waitFor(async () => (await containerd.ctr(['tasks', 'delete', id])).code === 0 || !(await containerd.ctr(['tasks', 'ls'])).stdout.includes(id), 20_000, 'task deleted');
+      await waitFor(
+        async () =>
+          (await containerd.ctr(['tasks', 'delete', id])).code === 0 || !(await containerd.ctr(['tasks', 'ls'])).stdout.includes(id),
+        20_000,
+        'task deleted',
+      );
       await containerd.ctr(['containers', 'delete', id]);
     }
   }
-  const execIn = (id: string, cmd: string[]) => containerd.ctr(['tasks', 'exec', '--exec-id', `probe-${++counter}`, id, ...cmd], { timeoutMs: 30_000 });
+  const execIn = (id: string, cmd: string[]) =>
+    containerd.ctr(['tasks', 'exec', '--exec-id', `probe-${++counter}`, id, ...cmd], { timeoutMs: 30_000 });
   const reconnected = () =>
-    waitFor(async () => (await containerd.ctr(['snapshots', '--snapshotter', 'starling', 'ls'])).code === 0, 30_000, 'containerd reconnected');
+    waitFor(
+      async () => (await containerd.ctr(['snapshots', '--snapshotter', 'starling', 'ls'])).code === 0,
+      30_000,
+      'containerd reconnected',
+    );
 
   test('(c) the snapshotter killed -9 and restarted under a running container: its files stay readable throughout', async () => {
     await withRunningContainer(refs.starling, async (id) => {
@@ -205,7 +252,13 @@ describe('starling snapshotter behind containerd', () => {
       assert.equal(afterRestart.stdout.split(/\s+/)[0], image.randomFiles[1]!.sha256);
       const res = await runIn(refs.starling, SCRIPT);
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-      assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
+      assert.deepEqual(
+        res.stdout
+          .trim()
+          .split('\n')
+          .map((l) => l.split(/\s+/)[0]),
+        expectedSums(),
+      );
     });
   });
 
@@ -215,7 +268,11 @@ describe('starling snapshotter behind containerd', () => {
       assert.ok(mounted.length >= 3, `remote layers mounted: ${mounted.join(', ')}`);
       await sn.service.kill9();
       process.kill(sn.fuseServerPid()!, 'SIGKILL');
-      await waitFor(async () => (await Promise.all(mounted.map(fuseMountHealth))).every((h) => h === 'dead'), 10_000, 'mounts dead without their server');
+      await waitFor(
+        async () => (await Promise.all(mounted.map(fuseMountHealth))).every((h) => h === 'dead'),
+        10_000,
+        'mounts dead without their server',
+      );
 
       sn = await sn.restart();
       await reconnected();
@@ -224,14 +281,22 @@ describe('starling snapshotter behind containerd', () => {
       for (const m of after) assert.equal(await fuseMountHealth(m), 'alive', `${m} answers`);
       const res = await runIn(refs.starling, SCRIPT);
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-      assert.deepEqual(res.stdout.trim().split('\n').map((l) => l.split(/\s+/)[0]), expectedSums());
+      assert.deepEqual(
+        res.stdout
+          .trim()
+          .split('\n')
+          .map((l) => l.split(/\s+/)[0]),
+        expectedSums(),
+      );
       // The old container's overlay still holds the superblocks of the killed FUSE sessions: report what it sees.
       const old = await execIn(id, ['cat', '/etc/two.txt']);
-      console.log(`# after losing its FUSE server, the container started before reads a not-yet-read file: code ${old.code} ${old.stdout.trim()} ${old.stderr.trim()}`);
+      console.log(
+        `# after losing its FUSE server, the container started before reads a not-yet-read file: code ${old.code} ${old.stdout.trim()} ${old.stderr.trim()}`,
+      );
     });
   });
 
-  test('(d) removing the images: containerd\'s GC calls Remove and Cleanup; mounts and disk are freed', async () => {
+  test("(d) removing the images: containerd's GC calls Remove and Cleanup; mounts and disk are freed", async () => {
     const snapshots = path.join(sn.root, 'snapshots');
     const before = await duBytes(snapshots);
     assert.ok(before > MiB, `chunk caches and unpacked layers use disk: ${before}`);
@@ -247,10 +312,16 @@ describe('starling snapshotter behind containerd', () => {
   });
 
   /** A copy of `baseRef`'s manifest whose layers are its first (busybox) plus `file` (an eStargz blob), pushed as `tag`. */
-  async function pushWithLayer(baseRef: string, tag: string, file: string, blob: Layer, built: { tocDigest: string; diffID: string; uncompressedSize: number }): Promise<string> {
+  async function pushWithLayer(
+    baseRef: string,
+    tag: string,
+    file: string,
+    blob: Layer,
+    built: { tocDigest: string; diffID: string; uncompressedSize: number },
+  ): Promise<string> {
     const repo = 'snap/img';
     const base = await imageInfo(registry.host, `${repo}:${baseRef.split(':').pop()}`);
-    const config = await (await request(`${registry.url}/v2/${repo}/blobs/${base.config.digest}`)).body.json() as any;
+    const config = (await (await request(`${registry.url}/v2/${repo}/blobs/${base.config.digest}`)).body.json()) as any;
     config.rootfs.diff_ids = [config.rootfs.diff_ids[0], built.diffID];
     delete config.history;
     const configFile = path.join(path.dirname(file), 'config.json');
@@ -266,12 +337,18 @@ describe('starling snapshotter behind containerd', () => {
       layers: [
         base.manifest.layers[0],
         {
-          mediaType: MediaType.OciLayerGzip, digest: blob.digest, size: blob.size,
+          mediaType: MediaType.OciLayerGzip,
+          digest: blob.digest,
+          size: blob.size,
           annotations: { [TOC_DIGEST_ANNOTATION]: built.tocDigest, [UNCOMPRESSED_SIZE_ANNOTATION]: String(built.uncompressedSize) },
         },
       ],
     };
-    const put = await request(`${registry.url}/v2/${repo}/manifests/${tag}`, { method: 'PUT', headers: { 'content-type': MediaType.OciManifest }, body: JSON.stringify(manifest) });
+    const put = await request(`${registry.url}/v2/${repo}/manifests/${tag}`, {
+      method: 'PUT',
+      headers: { 'content-type': MediaType.OciManifest },
+      body: JSON.stringify(manifest),
+    });
     assert.equal(put.statusCode, 201, await put.body.text());
     return `${registry.host}/${repo}:${tag}`;
   }

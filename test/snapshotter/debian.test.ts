@@ -52,7 +52,13 @@ async function pushRootfsImage(rootfs: string): Promise<string> {
   await runOk('umoci', ['unpack', '--image', `${layout}:debian`, bundle]);
   await runOk('cp', ['-a', `${rootfs}/.`, path.join(bundle, 'rootfs')], { timeoutMs: 300_000 });
   await runOk('umoci', ['repack', '--image', `${layout}:debian`, bundle], { timeoutMs: 600_000 });
-  await runOk('umoci', ['config', '--image', `${layout}:debian`, '--config.env', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin']);
+  await runOk('umoci', [
+    'config',
+    '--image',
+    `${layout}:debian`,
+    '--config.env',
+    'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  ]);
   await fsp.rm(bundle, { recursive: true, force: true });
   await pushImage(layout, 'debian', registry.host, 'debian/python:plain');
   return `${registry.host}/debian/python:plain`;
@@ -62,16 +68,37 @@ test('Debian + python3: import json, sqlite3 runs after fetching a small part of
   if (typeof prepared !== 'string') return t.skip(prepared.skip);
   const plain = await pushRootfsImage(prepared);
   const esgz = `${registry.host}/debian/python:esgz`;
-  const conv = await run(process.execPath, [STARLING_CLI, 'convert', plain, esgz, '--insecure-registry', registry.host], { timeoutMs: 900_000 });
+  const conv = await run(process.execPath, [STARLING_CLI, 'convert', plain, esgz, '--insecure-registry', registry.host], {
+    timeoutMs: 900_000,
+  });
   assert.equal(conv.code, 0, conv.stderr);
   const { layers } = await imageInfo(registry.host, 'debian/python:esgz');
   const imageSize = layers.reduce((n, l) => n + l.size, 0);
 
   const started = Date.now();
-  const pull = await run('ctr-remote', ['--address', containerd.address, '--namespace', 'default', 'images', 'rpull', '--snapshotter', 'starling', '--plain-http', '--hosts-dir', containerd.hostsDir, esgz], { timeoutMs: 300_000 });
+  const pull = await run(
+    'ctr-remote',
+    [
+      '--address',
+      containerd.address,
+      '--namespace',
+      'default',
+      'images',
+      'rpull',
+      '--snapshotter',
+      'starling',
+      '--plain-http',
+      '--hosts-dir',
+      containerd.hostsDir,
+      esgz,
+    ],
+    { timeoutMs: 300_000 },
+  );
   assert.equal(pull.code, 0, pull.stderr);
   const pulled = Date.now();
-  const res = await containerd.ctr(['run', '--rm', '--snapshotter', 'starling', esgz, `debian-${process.pid}`, ...WORKLOAD], { timeoutMs: 300_000 });
+  const res = await containerd.ctr(['run', '--rm', '--snapshotter', 'starling', esgz, `debian-${process.pid}`, ...WORKLOAD], {
+    timeoutMs: 300_000,
+  });
   assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
   const ran = Date.now();
 

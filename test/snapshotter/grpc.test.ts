@@ -52,7 +52,11 @@ describe('snapshots.v1 over the unix socket', () => {
     const mid = await call(client, 'Prepare', { key: 'mid-active', parent: 'base' });
     assert.equal(mid.mounts[0].type, 'overlay');
     const midId = idOf(mid.mounts[0]);
-    assert.deepEqual(mid.mounts[0].options, [`workdir=${snapDir(midId)}/work`, `upperdir=${snapDir(midId)}/fs`, `lowerdir=${snapDir(baseId)}/fs`]);
+    assert.deepEqual(mid.mounts[0].options, [
+      `workdir=${snapDir(midId)}/work`,
+      `upperdir=${snapDir(midId)}/fs`,
+      `lowerdir=${snapDir(baseId)}/fs`,
+    ]);
     await call(client, 'Commit', { name: 'mid', key: 'mid-active' });
 
     const top = await call(client, 'Prepare', { key: 'container', parent: 'mid' });
@@ -81,18 +85,24 @@ describe('snapshots.v1 over the unix socket', () => {
     await call(client, 'Prepare', { key: 'e-child', parent: 'e-done' });
     await assert.rejects(call(client, 'Remove', { key: 'e-done' }), { code: status.FAILED_PRECONDITION });
     await assert.rejects(call(client, 'Mounts', { key: 'e-done' }), { code: status.FAILED_PRECONDITION });
-    await assert.rejects(call(client, 'Update', { info: { name: 'e-done', labels: {} }, updateMask: { paths: ['parent'] } }), { code: status.INVALID_ARGUMENT });
+    await assert.rejects(call(client, 'Update', { info: { name: 'e-done', labels: {} }, updateMask: { paths: ['parent'] } }), {
+      code: status.INVALID_ARGUMENT,
+    });
   });
 
   test('Update: one label by path, all labels without a mask; List filters as the metadata snapshotter sends them', async () => {
     await call(client, 'Prepare', { key: 'u-active', parent: '', labels: { a: '1', b: '2' } });
     await call(client, 'Commit', { name: 'u', key: 'u-active', labels: { 'containerd.io/snapshot.ref': D('c') } });
-    let info = (await call(client, 'Update', { info: { name: 'u', labels: { a: '9' } }, updateMask: { paths: ['labels.a', 'labels.b'] } })).info;
+    let info = (await call(client, 'Update', { info: { name: 'u', labels: { a: '9' } }, updateMask: { paths: ['labels.a', 'labels.b'] } }))
+      .info;
     assert.deepEqual(info.labels, { a: '9', 'containerd.io/snapshot.ref': D('c') });
     info = (await call(client, 'Update', { info: { name: 'u', labels: { only: 'x', 'containerd.io/snapshot.ref': D('c') } } })).info;
     assert.deepEqual(info.labels, { only: 'x', 'containerd.io/snapshot.ref': D('c') });
     const found = await list(client, [`labels."containerd.io/snapshot.ref"==${D('c')},parent==""`]);
-    assert.deepEqual(found.map((i) => i.name), ['u']);
+    assert.deepEqual(
+      found.map((i) => i.name),
+      ['u'],
+    );
     assert.ok((await list(client)).length >= 3);
     assert.deepEqual((await list(client, ['kind==view'])).map((i) => i.name).sort(), ['view-1', 'view-2']);
     await assert.rejects(list(client, ['labels."open==x']), { code: status.INVALID_ARGUMENT });

@@ -14,7 +14,9 @@ export function snapshotsClient(socket: string): SnapshotsClient {
 
 /** A unary call as a promise; rejects with the grpc error (its `code` is the status). */
 export function call<T = any>(client: SnapshotsClient, method: string, req: object): Promise<T> {
-  return new Promise((resolve, reject) => client[method]!(req, (error: grpc.ServiceError | null, res: T) => (error ? reject(error) : resolve(res))));
+  return new Promise((resolve, reject) =>
+    client[method]!(req, (error: grpc.ServiceError | null, res: T) => (error ? reject(error) : resolve(res))),
+  );
 }
 
 export function list(client: SnapshotsClient, filters: string[] = []): Promise<any[]> {

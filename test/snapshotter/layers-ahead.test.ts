@@ -54,7 +54,9 @@ describe('layers resolved ahead of their mount', () => {
   const mount = (layer: BuiltLayer, tocDigest?: string) => {
     const n = ++mounts;
     const mountpoint = path.join(env.tmp.path, `ahead-${n}`);
-    return layers.ensure(`ahead-${n}`, mountpoint, path.join(env.tmp.path, `ahead-cache-${n}`), source(layer, tocDigest)).then(() => mountpoint);
+    return layers
+      .ensure(`ahead-${n}`, mountpoint, path.join(env.tmp.path, `ahead-cache-${n}`), source(layer, tocDigest))
+      .then(() => mountpoint);
   };
   const blob = (layer: BuiltLayer) => ({ registry: env.registry.host, repository: REPO, digest: layer.result.digest });
 
@@ -64,12 +66,19 @@ describe('layers resolved ahead of their mount', () => {
     // The peer's pieces holding the prefetch range, the TOC and the footer (the registry logs each a moment after its last byte).
     const pieces = pieceLayout(layer.result.size);
     const wanted = new Set<number>();
-    for (const [start, end] of [[0, layer.reader.prefetchRange()!.length - 1], [layer.reader.tocOffset, layer.result.size - 1]] as const) {
+    for (const [start, end] of [
+      [0, layer.reader.prefetchRange()!.length - 1],
+      [layer.reader.tocOffset, layer.result.size - 1],
+    ] as const) {
       const { first, last } = piecesCovering(pieces, start, end);
       for (let i = first; i <= last; i++) wanted.add(i);
     }
     const wantedBytes = [...wanted].reduce((n, i) => n + pieceBounds(pieces, i).length, 0);
-    await waitFor(() => blobBytesSent(env.registry.requests(), layer.result.digest) >= wantedBytes, 10_000, 'the registry\'s log of the pieces read ahead');
+    await waitFor(
+      () => blobBytesSent(env.registry.requests(), layer.result.digest) >= wantedBytes,
+      10_000,
+      "the registry's log of the pieces read ahead",
+    );
     const sent = () => blobBytesSent(env.registry.requests(), layer.result.digest);
     // A peer outside a swarm reads a range again from the registry when the pieces it stored for it
     // are not verified yet (a later request never gets unverified bytes): that, and nothing else.
@@ -80,7 +89,7 @@ describe('layers resolved ahead of their mount', () => {
     const read = await run('cat', [path.join(mountpoint, 'etc/prio.conf')]);
     assert.equal(read.stdout, (await layer.reader.readFile('etc/prio.conf')).toString('utf8'));
     const rereadBytes = (await reread()) - rereadBefore;
-    await waitFor(() => sent() >= sentBefore + rereadBytes, 10_000, 'the registry\'s log of the ranges read again');
+    await waitFor(() => sent() >= sentBefore + rereadBytes, 10_000, "the registry's log of the ranges read again");
     assert.equal(sent() - sentBefore, rereadBytes, 'the mount found every piece at the peer');
   });
 

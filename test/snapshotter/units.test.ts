@@ -15,7 +15,7 @@ const item = (over: Partial<{ name: string; parent: string; kind: string; labels
   ...over,
 });
 
-test('filters: the form containerd\'s metadata snapshotter sends after ALREADY_EXISTS', () => {
+test("filters: the form containerd's metadata snapshotter sends after ALREADY_EXISTS", () => {
   const match = compileFilters([`labels."containerd.io/snapshot.ref"==${D1},parent=="default/2/sha256:p"`]);
   assert.equal(match(item()), true);
   assert.equal(match(item({ parent: 'other' })), false);
@@ -64,9 +64,16 @@ test('labels: CRI labels work too; missing or bad labels name the reason', () =>
   });
   assert.equal(typeof cri, 'object');
   assert.equal((cri as { image: { repository: string } }).image.repository, 'library/python');
-  const base = { 'containerd.io/snapshot.ref': 'c', 'containerd.io/snapshot/remote/stargz.reference': 'r.io/a:b', 'containerd.io/snapshot/remote/stargz.digest': D1 };
+  const base = {
+    'containerd.io/snapshot.ref': 'c',
+    'containerd.io/snapshot/remote/stargz.reference': 'r.io/a:b',
+    'containerd.io/snapshot/remote/stargz.digest': D1,
+  };
   assert.match(remoteLayerFromLabels({}) as string, /snapshot\.ref/);
   assert.match(remoteLayerFromLabels(base) as string, /not an eStargz layer/);
   assert.match(remoteLayerFromLabels({ ...base, [TOC_DIGEST_LABEL]: 'sha256:short' }) as string, /TOC digest/);
-  assert.match(remoteLayerFromLabels({ ...base, 'containerd.io/snapshot/remote/stargz.digest': 'md5:x', [TOC_DIGEST_LABEL]: D2 }) as string, /not a sha256/);
+  assert.match(
+    remoteLayerFromLabels({ ...base, 'containerd.io/snapshot/remote/stargz.digest': 'md5:x', [TOC_DIGEST_LABEL]: D2 }) as string,
+    /not a sha256/,
+  );
 });

@@ -16,20 +16,44 @@ const PIECES = 16;
 const FAST = 400;
 
 function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
-  return { id, hostname: id, ip: '127.0.0.1', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0, ...extra };
+  return {
+    id,
+    hostname: id,
+    ip: '127.0.0.1',
+    uploadPort: 1,
+    labels: {},
+    seed: false,
+    uploadBandwidth: 0,
+    uploadSlots: 8,
+    uploadInUse: 0,
+    ...extra,
+  };
 }
 
 /** The engine in the adaptive shape, with a hand-driven clock and every piece's digest known. */
 function engine(config: Partial<SchedulingConfig> = {}) {
   let now = 1_000;
   const packets = new Map<string, SchedulerPacket[]>();
-  const scheduling = new Scheduling(new Resources(), { ...defaultScheduling(), shape: 'adaptive', ...config }, { now: () => now, triggerSeed: async () => undefined }, silentLogger);
+  const scheduling = new Scheduling(
+    new Resources(),
+    { ...defaultScheduling(), shape: 'adaptive', ...config },
+    { now: () => now, triggerSeed: async () => undefined },
+    silentLogger,
+  );
   const join = (id: string, info: Partial<HostInfo> = {}, held: number[] = []) => {
     scheduling.announceHost(host(id, info));
     const peerId = `${id}|${TASK}`;
     packets.set(peerId, []);
     return scheduling.register(
-      { peerId, hostId: id, taskId: TASK, contentLength: PIECES * PIECE, pieceSize: PIECE, origin: { url: 'http://registry/v2/x/blobs/d', headers: {} }, heldPieces: held },
+      {
+        peerId,
+        hostId: id,
+        taskId: TASK,
+        contentLength: PIECES * PIECE,
+        pieceSize: PIECE,
+        origin: { url: 'http://registry/v2/x/blobs/d', headers: {} },
+        heldPieces: held,
+      },
       (packet) => packets.get(peerId)!.push(packet),
     );
   };
@@ -41,7 +65,14 @@ function engine(config: Partial<SchedulingConfig> = {}) {
   /** Piece `index` is stored at `peer` now, from its first parent (or the origin). */
   const stores = (peer: Peer, index: number, costMs = FAST) => {
     const parent = peer.parents[0];
-    scheduling.pieceFinished(peer, { index, digest: parent ? '' : `sha256:${index.toString(16).padStart(64, '0')}`, parentId: parent?.id ?? '', costMs, fromOrigin: !parent, length: PIECE });
+    scheduling.pieceFinished(peer, {
+      index,
+      digest: parent ? '' : `sha256:${index.toString(16).padStart(64, '0')}`,
+      parentId: parent?.id ?? '',
+      costMs,
+      fromOrigin: !parent,
+      length: PIECE,
+    });
   };
   const lastParents = (peer: Peer) => {
     const packet = [...packets.get(peer.id)!].reverse().find((p) => p.packet === 'parents');
@@ -61,7 +92,11 @@ function chainWithMiddle(e: ReturnType<typeof engine>) {
   e.starts(s, 0);
   const c = e.join('c');
   e.starts(c, 0);
-  assert.deepEqual([a, s, c].map((p) => e.lastParents(p)), [['seed'], ['a'], ['s']], 'a pipeline of one child per peer to begin with');
+  assert.deepEqual(
+    [a, s, c].map((p) => e.lastParents(p)),
+    [['seed'], ['a'], ['s']],
+    'a pipeline of one child per peer to begin with',
+  );
   return { a, s, c };
 }
 
@@ -100,8 +135,15 @@ describe('adaptive shape: measuring from piece reports', () => {
       }
       e.scheduling.tick();
     }
-    assert.deepEqual([a, s, c].map((p) => p.host.links.cap), [undefined, undefined, undefined]);
-    assert.deepEqual([a, s, c].map((p) => e.lastParents(p)), [['seed'], ['a'], ['s']], 'nobody moved');
+    assert.deepEqual(
+      [a, s, c].map((p) => p.host.links.cap),
+      [undefined, undefined, undefined],
+    );
+    assert.deepEqual(
+      [a, s, c].map((p) => e.lastParents(p)),
+      [['seed'], ['a'], ['s']],
+      'nobody moved',
+    );
   });
 });
 
@@ -142,7 +184,7 @@ describe('adaptive shape: where slow peers go', () => {
     assert.ok(passengerCap(s) !== undefined);
   });
 
-  it('a node receiving at its own download\'s cap is not held back, however fast the fastest node is', () => {
+  it("a node receiving at its own download's cap is not held back, however fast the fastest node is", () => {
     const e = engine();
     e.join('seed', { seed: true }, all(PIECES));
     const x = e.join('x');
@@ -180,7 +222,7 @@ describe('adaptive shape: where slow peers go', () => {
 });
 
 describe('adaptive shape: a slow upload', () => {
-  it('when a child found slow does clearly better under another parent, the blame moves to the first parent\'s upload', () => {
+  it("when a child found slow does clearly better under another parent, the blame moves to the first parent's upload", () => {
     const e = engine();
     const { a, s } = chainWithMiddle(e);
     for (let k = 0; k < 3; k++) {
@@ -218,7 +260,11 @@ describe('adaptive shape: an announced upload limit', () => {
     const a = e.join('a');
     e.starts(a, 0);
     const b = e.join('b');
-    assert.deepEqual([t, a, b].map((p) => e.lastParents(p)), [['seed'], ['t'], ['a']], 'nothing measured yet: a pipeline');
+    assert.deepEqual(
+      [t, a, b].map((p) => e.lastParents(p)),
+      [['seed'], ['t'], ['a']],
+      'nothing measured yet: a pipeline',
+    );
     // t receives at a node's pace: now its limit is far below what a node receives.
     for (let k = 0; k < 4; k++) {
       e.at(1_000 + (k + 1) * FAST);

@@ -197,7 +197,10 @@ describe('BlobTask with an origin source', () => {
     const read = loaded.read.bind(loaded);
     loaded.read = async (target, position, length) => Math.min(await read(target, position, length), 1000);
     const task = new BlobTask(store, loaded, silentLogger, events);
-    await assert.rejects(within(task.whenVerified(), 5000, 'verification'), /piece 0 of sha256:[0-9a-f]{64} reads back 1000 of its 4194304 bytes/);
+    await assert.rejects(
+      within(task.whenVerified(), 5000, 'verification'),
+      /piece 0 of sha256:[0-9a-f]{64} reads back 1000 of its 4194304 bytes/,
+    );
   });
 
   it('reuses piece buffers once every holder let go, and the blob still verifies byte-exact', async () => {

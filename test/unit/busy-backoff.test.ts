@@ -5,7 +5,7 @@ import { BUSY_BACKOFF_MAX_MS, BUSY_BACKOFF_MIN_MS, busyBackoffMs } from '../../s
 describe('how long a busy parent is left alone', () => {
   const MiB = 2 ** 20;
 
-  it('waits about one of that parent\'s piece times', () => {
+  it("waits about one of that parent's piece times", () => {
     // 32 MiB at ~3 GB/s (25 Gbit/s): ~11 ms a piece.
     const rate = 3_000_000; // bytes per millisecond
     assert.equal(busyBackoffMs(32 * MiB, rate), (32 * MiB) / rate);
@@ -19,7 +19,7 @@ describe('how long a busy parent is left alone', () => {
     assert.equal(busyBackoffMs(64 * 1024, 100_000_000), BUSY_BACKOFF_MIN_MS);
   });
 
-  it('waits the longest while the parent\'s pace is unknown', () => {
+  it("waits the longest while the parent's pace is unknown", () => {
     assert.equal(busyBackoffMs(4 * MiB, 0), BUSY_BACKOFF_MAX_MS);
     assert.equal(busyBackoffMs(0, 0), BUSY_BACKOFF_MAX_MS);
     assert.equal(busyBackoffMs(4 * MiB, Number.NaN), BUSY_BACKOFF_MAX_MS);

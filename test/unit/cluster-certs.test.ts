@@ -26,9 +26,11 @@ describe('starling certs', () => {
     await mkdir(dir);
     return dir;
   };
-  const write = (dir: string, ca: CaStep = 'keep') => writeClusterCertificates(dir, { leaves: kubernetesLeafNames('starling'), days: 30, ca });
+  const write = (dir: string, ca: CaStep = 'keep') =>
+    writeClusterCertificates(dir, { leaves: kubernetesLeafNames('starling'), days: 30, ca });
   /** A component's files as it loads them (the Secret's tls.crt, tls.key and ca.crt). */
-  const load = (dir: string, component: string) => loadTls({ cert: join(dir, `${component}.crt`), key: join(dir, `${component}.key`), ca: join(dir, 'ca.crt') })!;
+  const load = (dir: string, component: string) =>
+    loadTls({ cert: join(dir, `${component}.crt`), key: join(dir, `${component}.key`), ca: join(dir, 'ca.crt') })!;
   /** A copy of what a pod holds now (its Secret is fixed while it runs). */
   const snapshot = async (dir: string, component: string): Promise<ClusterTls> => load(dir, component);
   const serial = async (file: string) => new X509Certificate(await readFile(file)).serialNumber;
@@ -52,7 +54,10 @@ describe('starling certs', () => {
     const manager = new X509Certificate(await readFile(join(dir, 'manager.crt')));
     assert.match(manager.subjectAltName ?? '', /DNS:starling-manager\.starling\.svc\b/);
     assert.match(manager.subjectAltName ?? '', /IP Address:127\.0\.0\.1/);
-    assert.match(new X509Certificate(await readFile(join(dir, 'scheduler.crt'))).subjectAltName ?? '', /DNS:\*\.starling-scheduler\.starling\.svc\b/);
+    assert.match(
+      new X509Certificate(await readFile(join(dir, 'scheduler.crt'))).subjectAltName ?? '',
+      /DNS:\*\.starling-scheduler\.starling\.svc\b/,
+    );
     assert.ok(Date.parse(manager.validTo) < Date.now() + 31 * 24 * 3600_000, 'valid for the days asked');
   });
 
@@ -89,7 +94,10 @@ describe('starling certs', () => {
     const resigned = await snapshot(dir, 'peer');
     await handshake(resigned, trustingBoth);
     await handshake(trustingBoth, resigned);
-    await assert.rejects(handshake(resigned, original), 'a pod that never trusted the new CA would refuse it: that is why step 1 rolls first');
+    await assert.rejects(
+      handshake(resigned, original),
+      'a pod that never trusted the new CA would refuse it: that is why step 1 rolls first',
+    );
 
     // 3. The old CA dropped; the pods of step 2 and 3 still talk, the old certificate no longer loads.
     const step3 = await write(dir, 'retire');
@@ -101,7 +109,10 @@ describe('starling certs', () => {
     const stale = join(dir, 'stale.crt');
     await writeFile(stale, original.cert);
     await copyFile(join(dir, 'ca.crt'), join(dir, 'now-ca.crt'));
-    assert.throws(() => loadTls({ cert: stale, key: join(dir, 'manager.key'), ca: join(dir, 'now-ca.crt') }), /not signed by the CA|does not go with/);
+    assert.throws(
+      () => loadTls({ cert: stale, key: join(dir, 'manager.key'), ca: join(dir, 'now-ca.crt') }),
+      /not signed by the CA|does not go with/,
+    );
   });
 
   it('refuses to retire the old CA while a certificate is still signed by it, naming the certificate', async () => {
@@ -123,7 +134,10 @@ describe('starling certs', () => {
 
     await copyFile(join(other, 'ca.key'), join(dir, 'ca.key'));
     await assert.rejects(write(dir), /ca\.key is not the key of the CA certificate in .*ca\.crt/);
-    await writeFile(join(dir, 'ca.key'), generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    await writeFile(
+      join(dir, 'ca.key'),
+      generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }),
+    );
     await assert.rejects(write(dir), /ca\.key is not an ECDSA P-256 key/);
     await writeFile(join(dir, 'ca.key'), 'not a key');
     await assert.rejects(write(dir), /ca\.key is not a PEM private key/);

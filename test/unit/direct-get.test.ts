@@ -33,7 +33,7 @@ async function readAll(body: BufferBody, size: number, step: number, onFill?: (f
   return out.subarray(0, at);
 }
 
-describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', () => {
+describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", () => {
   const servers: Array<net.Server | Server> = [];
   afterEach(async () => {
     for (const server of servers.splice(0)) {
@@ -68,7 +68,7 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
     const base = await httpServer(async (req, res) => {
       seenHeaders = req.headers;
       res.writeHead(200, { 'content-length': data.length, 'docker-content-digest': 'sha256:x' });
-      for (let at = 0; at < data.length; ) {
+      for (let at = 0; at < data.length;) {
         const step = 1 + Math.floor(Math.random() * 300_000);
         res.write(data.subarray(at, at + step));
         at += step;
@@ -104,7 +104,7 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
     const again = await directGet(new URL(`${base}/blob`), {});
     let waiting = false;
     const out = Buffer.alloc(data.length);
-    for (let at = 0; at < data.length; ) {
+    for (let at = 0; at < data.length;) {
       const n = await again!.body.fill(out, at, 1000, async () => {
         waiting = true;
         await sleep(0);
@@ -151,7 +151,10 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
     });
     const transport = new RegistryTransport();
     try {
-      const response = await transport.sendForBuffers(new URL(`${registry}/v2/x/blobs/y`), { headers: { authorization: 'Bearer secret' }, expectedBytes: data.length });
+      const response = await transport.sendForBuffers(new URL(`${registry}/v2/x/blobs/y`), {
+        headers: { authorization: 'Bearer secret' },
+        expectedBytes: data.length,
+      });
       assert.equal(response.url.href, `${storage}/signed?sig=1`);
       assert.ok((await readAll(response.body, data.length, 4 * 1024 * 1024)).equals(data));
       assert.equal(storageAuthorization, undefined);
@@ -178,7 +181,10 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
       socket.end(Buffer.alloc(40_000));
     });
     const response = await directGet(new URL(`${cut}/blob`), {});
-    await assert.rejects(readAll(response!.body, 100_000, 100_000), (error: Error) => error instanceof DirectGetError && /60000 body bytes still to come/.test(error.message));
+    await assert.rejects(
+      readAll(response!.body, 100_000, 100_000),
+      (error: Error) => error instanceof DirectGetError && /60000 body bytes still to come/.test(error.message),
+    );
 
     const long = await rawServer((socket) => socket.end('HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabcdef'));
     await assert.rejects(directGet(new URL(`${long}/blob`), {}), /more than its Content-Length/);
@@ -191,7 +197,10 @@ describe('direct GET (plain HTTP/1.1 bodies read into the caller\'s buffers)', (
   });
 
   it('refuses a header that would inject a line, and anything but plain HTTP', async () => {
-    await assert.rejects(directGet(new URL('http://127.0.0.1:9/x'), { authorization: 'Bearer a\r\nx-evil: 1' }), /invalid request header "authorization"/);
+    await assert.rejects(
+      directGet(new URL('http://127.0.0.1:9/x'), { authorization: 'Bearer a\r\nx-evil: 1' }),
+      /invalid request header "authorization"/,
+    );
     await assert.rejects(directGet(new URL('https://127.0.0.1:9/x'), {}), /plain HTTP only/);
   });
 

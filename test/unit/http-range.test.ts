@@ -32,7 +32,10 @@ describe('parseRange', () => {
   });
   it('refuses several ranges that ask for more bytes in all than the blob holds (64 copies of "0-")', () => {
     const overlapping = parseRange(`bytes=${Array(64).fill('0-').join(',')}`, size);
-    assert.deepEqual(overlapping, { kind: 'unsatisfiable', reason: `the ranges ask for ${64 * size} bytes in all, more than the blob's ${size}` });
+    assert.deepEqual(overlapping, {
+      kind: 'unsatisfiable',
+      reason: `the ranges ask for ${64 * size} bytes in all, more than the blob's ${size}`,
+    });
     assert.equal(parseRange('bytes=0-499,500-999', size).kind, 'ranges', 'the whole blob in two parts is fine');
     assert.equal(parseRange('bytes=0-', size).kind, 'ranges');
   });
@@ -61,8 +64,7 @@ describe('multipartLayout', () => {
       { start: 50, end: 59 },
     ];
     const layout = multipartLayout(ranges, 100, 'application/octet-stream', 'B');
-    const body =
-      layout.parts.map((part) => part.head + 'x'.repeat(part.range.end - part.range.start + 1)).join('') + layout.tail;
+    const body = layout.parts.map((part) => part.head + 'x'.repeat(part.range.end - part.range.start + 1)).join('') + layout.tail;
     assert.equal(Buffer.byteLength(body), layout.length);
     assert.match(layout.parts[1]!.head, /^\r\n--B\r\nContent-Type: application\/octet-stream\r\nContent-Range: bytes 50-59\/100\r\n\r\n$/);
     assert.equal(contentRange({ start: 50, end: 59 }, 100), 'bytes 50-59/100');

@@ -29,7 +29,7 @@ describe('HTTP/1.1 response heads, read strictly (RFC 9112)', () => {
     assert.deepEqual(head('HTTP/1.1 200 OK\r\ncontent-length: 7, 7').framing, { kind: 'length', length: 7 });
   });
 
-  it('keeps the connection by the version\'s default and its Connection field', () => {
+  it("keeps the connection by the version's default and its Connection field", () => {
     assert.equal(head('HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0').keepAlive, false);
     assert.equal(head('HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\ncontent-length: 0').keepAlive, false);
     assert.equal(head('HTTP/1.0 200 OK\r\ncontent-length: 0').keepAlive, false);
@@ -55,11 +55,18 @@ describe('HTTP/1.1 response heads, read strictly (RFC 9112)', () => {
     ['a signed Content-Length', 'HTTP/1.1 200 OK\r\ncontent-length: +5', /invalid Content-Length/],
     ['an empty Content-Length', 'HTTP/1.1 200 OK\r\ncontent-length:', /invalid Content-Length/],
     ['a Content-Length past 2^53', 'HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999', /too large/],
-    ['both Transfer-Encoding and Content-Length', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5', /both Transfer-Encoding and Content-Length/],
+    [
+      'both Transfer-Encoding and Content-Length',
+      'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5',
+      /both Transfer-Encoding and Content-Length/,
+    ],
   ];
   for (const [what, text, message] of malformed) {
     it(`refuses ${what}, naming it`, () => {
-      assert.throws(() => head(text), (error: unknown) => error instanceof Http1ResponseError && message.test(error.message));
+      assert.throws(
+        () => head(text),
+        (error: unknown) => error instanceof Http1ResponseError && message.test(error.message),
+      );
     });
   }
 
@@ -122,7 +129,7 @@ describe('the HTTP/1.1 response reader', () => {
     }
   });
 
-  it('reads a body into the caller\'s buffer, never past its Content-Length', () => {
+  it("reads a body into the caller's buffer, never past its Content-Length", () => {
     const seen = feed([Buffer.from('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n'), Buffer.from('abcdEXTRA')], 1024, 8);
     assert.equal(Buffer.concat(seen.body).toString(), 'abcd');
     assert.equal(seen.failure, 'sent bytes no request asked for'); // the rest is no answer to anything
@@ -136,9 +143,15 @@ describe('the HTTP/1.1 response reader', () => {
   });
 
   it('refuses a head over its limit, bodies longer than announced, and bodies it cannot bound', () => {
-    assert.match(feed([Buffer.from(`HTTP/1.1 200 OK\r\nx-pad: ${'p'.repeat(2000)}\r\n\r\n`)]).failure ?? '', /response head over 1024 bytes/);
+    assert.match(
+      feed([Buffer.from(`HTTP/1.1 200 OK\r\nx-pad: ${'p'.repeat(2000)}\r\n\r\n`)]).failure ?? '',
+      /response head over 1024 bytes/,
+    );
     assert.match(feed([Buffer.from('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nabc')]).failure ?? '', /more than its Content-Length/);
-    assert.match(feed([Buffer.from('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n')]).failure ?? '', /chunked body/);
+    assert.match(
+      feed([Buffer.from('HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n')]).failure ?? '',
+      /chunked body/,
+    );
     assert.match(feed([Buffer.from('HTTP/1.1 200 OK\r\n\r\nabc')]).failure ?? '', /no Content-Length/);
   });
 });
@@ -168,7 +181,10 @@ describe('both users of the reader (direct GET, piece fetcher) refuse the same m
     '/bare-cr': ['HTTP/1.1 200 OK\r\nx-a: 1\rcontent-length: 4\r\n\r\nabcd', /bare CR/],
     '/two-lengths': ['HTTP/1.1 200 OK\r\ncontent-length: 4\r\ncontent-length: 40\r\n\r\nabcd', /differing Content-Length/],
     '/hex-length': ['HTTP/1.1 200 OK\r\ncontent-length: 0x4\r\n\r\nabcd', /invalid Content-Length/],
-    '/smuggle': ['HTTP/1.1 200 OK\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n', /both Transfer-Encoding and Content-Length/],
+    '/smuggle': [
+      'HTTP/1.1 200 OK\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n',
+      /both Transfer-Encoding and Content-Length/,
+    ],
     '/huge-head': [`HTTP/1.1 200 OK\r\ncontent-length: 4\r\nx-pad: ${'p'.repeat(40_000)}\r\n\r\nabcd`, /response head over/],
   };
 
@@ -190,7 +206,10 @@ describe('both users of the reader (direct GET, piece fetcher) refuse the same m
     const port = await rawServer({ '/chunked': 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n' });
     assert.equal(await directGet(new URL(`http://127.0.0.1:${port}/chunked`), {}), undefined);
     const fetcher = new PieceFetcher('127.0.0.1', port);
-    await assert.rejects(fetcher.get('/chunked', () => ({ buffer: Buffer.alloc(4), advance: () => undefined }), AbortSignal.timeout(5_000)), /chunked body/);
+    await assert.rejects(
+      fetcher.get('/chunked', () => ({ buffer: Buffer.alloc(4), advance: () => undefined }), AbortSignal.timeout(5_000)),
+      /chunked body/,
+    );
     fetcher.close();
   });
 });

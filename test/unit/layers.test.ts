@@ -29,9 +29,11 @@ function importGraph(): Map<string, string[]> {
 /** The module specifiers a file imports or re-exports (statically or with import()), relative ones resolved against the root. */
 function importsOf(file: string): string[] {
   const text = fs.readFileSync(path.join(ROOT, file), 'utf8');
-  const specifiers = [...text.matchAll(/(?:^|\s)(?:import|export)\s[^'"`;]*?from\s*['"]([^'"]+)['"]|import\s*\(\s*['"]([^'"]+)['"]\s*\)|^import\s+['"]([^'"]+)['"]/gm)].map(
-    (m) => m[1] ?? m[2] ?? m[3] ?? '',
-  );
+  const specifiers = [
+    ...text.matchAll(
+      /(?:^|\s)(?:import|export)\s[^'"`;]*?from\s*['"]([^'"]+)['"]|import\s*\(\s*['"]([^'"]+)['"]\s*\)|^import\s+['"]([^'"]+)['"]/gm,
+    ),
+  ].map((m) => m[1] ?? m[2] ?? m[3] ?? '');
   return specifiers.map((spec) => (spec.startsWith('.') ? path.posix.normalize(path.posix.join(path.posix.dirname(file), spec)) : spec));
 }
 
@@ -93,7 +95,11 @@ const graph = importGraph();
 
 describe('layers of the tree', () => {
   it('reads the imports of every area (the check would pass on nothing otherwise)', () => {
-    for (const a of ['src', 'bench', 'sim', 'test', 'test/fixtures']) assert.ok([...graph.keys()].some((f) => area(f) === a), `no files in ${a}`);
+    for (const a of ['src', 'bench', 'sim', 'test', 'test/fixtures'])
+      assert.ok(
+        [...graph.keys()].some((f) => area(f) === a),
+        `no files in ${a}`,
+      );
     assert.ok(graph.get('sim/peer.ts')?.includes('src/peer/swarm/policy/candidate-order.js'), 'sim/peer.ts imports the policy');
   });
 
@@ -113,7 +119,7 @@ describe('layers of the tree', () => {
     assert.equal(findCycle(groupEdges(graph, area)), undefined);
   });
 
-  it('has no cycle between src/\'s folders', () => {
+  it("has no cycle between src/'s folders", () => {
     const cycle = findCycle(groupEdges(graph, (file) => (file.startsWith('src/') ? srcFolder(file) : undefined)));
     assert.equal(cycle, undefined, `a cycle of folders: ${cycle?.join('; ')}`);
   });
@@ -127,7 +133,7 @@ describe('layers of the tree', () => {
     assert.equal(findCycle(groupEdges(fake, srcFolder))?.length, 3);
   });
 
-  it('keeps the swarm\'s piece policy free of I/O: it imports nothing but its own files and types', () => {
+  it("keeps the swarm's piece policy free of I/O: it imports nothing but its own files and types", () => {
     const policy = [...graph.keys()].filter((f) => f.startsWith('src/peer/swarm/policy/'));
     assert.ok(policy.length >= 5);
     for (const file of policy) {

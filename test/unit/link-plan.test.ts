@@ -7,7 +7,11 @@ const first = (links: ReturnType<typeof planNodeLinks>) => links.map((l) => [l.s
 
 describe('node link descriptions (shared by the emulated cluster and the simulator)', () => {
   it('gives every node one rate, both ways', () => {
-    assert.deepEqual(first(planNodeLinks('10mbit', 3)), [[10e6, 10e6], [10e6, 10e6], [10e6, 10e6]]);
+    assert.deepEqual(first(planNodeLinks('10mbit', 3)), [
+      [10e6, 10e6],
+      [10e6, 10e6],
+      [10e6, 10e6],
+    ]);
   });
 
   it('deals groups out in an order drawn from the seed, with counts, shares and one group that takes the rest', () => {
@@ -18,11 +22,17 @@ describe('node link descriptions (shared by the emulated cluster and the simulat
     // The same seed deals the same way; the slow group does not sit at the end.
     assert.deepEqual(first(planNodeLinks('10mbit*2,3mbit*25%,1gbit', 8)), first(links));
     const big = planNodeLinks('10mbit*24,3mbit*8', 32);
-    assert.ok(big.slice(0, 24).some((l) => l.group === '3mbit'), 'slow nodes among n0…n23');
+    assert.ok(
+      big.slice(0, 24).some((l) => l.group === '3mbit'),
+      'slow nodes among n0…n23',
+    );
   });
 
   it('reads DOWN/UP as an asymmetric link', () => {
-    assert.deepEqual(first(planNodeLinks('20mbit/5mbit*1,10mbit', 2)), [[20e6, 5e6], [10e6, 10e6]]);
+    assert.deepEqual(first(planNodeLinks('20mbit/5mbit*1,10mbit', 2)), [
+      [20e6, 5e6],
+      [10e6, 10e6],
+    ]);
   });
 
   it('draws log-normal rates around their median, the same ones for the same seed', () => {
@@ -37,9 +47,12 @@ describe('node link descriptions (shared by the emulated cluster and the simulat
     assert.ok(a.every((l) => l.steps[0]!.down === l.steps[0]!.up));
   });
 
-  it('changes a node\'s link at a given second, to a rate or by a factor, and gives it a group of its own', () => {
+  it("changes a node's link at a given second, to a rate or by a factor, and gives it a group of its own", () => {
     const links = planNodeLinks('10mbit*4', 4, 'n2=0.1x@20s,n3=2mbit/1mbit@5s');
-    assert.deepEqual(links[2]!.steps, [{ at: 0, down: 10e6, up: 10e6 }, { at: 20, down: 1e6, up: 1e6 }]);
+    assert.deepEqual(links[2]!.steps, [
+      { at: 0, down: 10e6, up: 10e6 },
+      { at: 20, down: 1e6, up: 1e6 },
+    ]);
     assert.deepEqual(linkAt(links[3]!, 6), { at: 5, down: 2e6, up: 1e6 });
     assert.deepEqual(linkAt(links[3]!, 4.9), { at: 0, down: 10e6, up: 10e6 });
     assert.equal(new Set(links.map((l) => l.group)).size, 3);
@@ -60,10 +73,16 @@ describe('node link descriptions (shared by the emulated cluster and the simulat
   });
 });
 
-describe('each node\'s own bound', () => {
+describe("each node's own bound", () => {
   it('moves bytes at a rate that changes over time', () => {
     assert.equal(timeToMove(100, [{ at: 0, rate: 10 }]), 10);
-    assert.equal(timeToMove(100, [{ at: 0, rate: 10 }, { at: 5, rate: 1 }]), 55);
+    assert.equal(
+      timeToMove(100, [
+        { at: 0, rate: 10 },
+        { at: 5, rate: 1 },
+      ]),
+      55,
+    );
     assert.equal(timeToMove(100, [{ at: 0, rate: 0 }]), Infinity);
   });
 
@@ -81,7 +100,7 @@ describe('each node\'s own bound', () => {
     assert.equal(nodeBounds(F, 5e6, links)[fast]!.binding, 'source');
   });
 
-  it('counts a link that slows down in that node\'s own bound', () => {
+  it("counts a link that slows down in that node's own bound", () => {
     const F = 10e6; // 8 s at 10 Mbit/s
     const links = planNodeLinks('10mbit*2', 2, 'n1=0.1x@4s');
     const [steady, slowed] = nodeBounds(F, 100e6, links);
@@ -99,6 +118,12 @@ describe('each node\'s own bound', () => {
     ]);
     assert.equal(r.overall.worst, 1.5);
     assert.equal(r.overall.worstNode, 'n1');
-    assert.deepEqual(r.groups.map((g) => [g.group, g.nodes, g.median]), [['fast', 3, 1.25], ['slow', 1, 1.1]]);
+    assert.deepEqual(
+      r.groups.map((g) => [g.group, g.nodes, g.median]),
+      [
+        ['fast', 3, 1.25],
+        ['slow', 1, 1.1],
+      ],
+    );
   });
 });

@@ -18,7 +18,7 @@ async function scrape(registry: ReturnType<typeof createMetricsRegistry>): Promi
 }
 
 describe('the /metrics answer shared by the node:http servers', () => {
-  it('answers a scrape with the registry\'s metrics and its content type', async () => {
+  it("answers a scrape with the registry's metrics and its content type", async () => {
     const registry = createMetricsRegistry();
     new Counter({ name: 'starling_test_pieces_total', help: 'pieces', registers: [registry] }).inc(3);
     const answer = await scrape(registry);

@@ -45,7 +45,7 @@ describe('TOML text edits', () => {
     assert.equal(out, text.replace('"old"', '"new"'));
   });
 
-  it('adds a key at the end of its table, with the table\'s indentation', () => {
+  it("adds a key at the end of its table, with the table's indentation", () => {
     const out = setTomlValues('[a]\n    x = 1\n[b]\n  z = 3\n', [{ table: ['a'], key: 'y', value: true }], 'f');
     assert.equal(out, '[a]\n    x = 1\n    y = true\n[b]\n  z = 3\n');
   });
@@ -97,7 +97,10 @@ describe('containerd config plan', () => {
 
   it('refuses a --hosts-dir that is not the config_path already set', () => {
     const text = `version = 2\n[${CRI}.registry]\n  config_path = "/a"\n`;
-    assert.throws(() => planContainerdConfig(text, 'c.toml', { hostsDir: '/b' }), /c\.toml already sets .*config_path = "\/a", which is not --hosts-dir \/b/);
+    assert.throws(
+      () => planContainerdConfig(text, 'c.toml', { hostsDir: '/b' }),
+      /c\.toml already sets .*config_path = "\/a", which is not --hosts-dir \/b/,
+    );
   });
 
   it('adds the snapshotter for lazy pulling, and a second plan changes nothing', () => {
@@ -105,7 +108,10 @@ describe('containerd config plan', () => {
     assert.equal(first.changes.length, 5);
     const doc = parse(first.text) as Doc;
     assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
-    assert.deepEqual(doc.plugins!['io.containerd.grpc.v1.cri']!.containerd, { snapshotter: 'starling', disable_snapshot_annotations: false });
+    assert.deepEqual(doc.plugins!['io.containerd.grpc.v1.cri']!.containerd, {
+      snapshotter: 'starling',
+      disable_snapshot_annotations: false,
+    });
     const second = planContainerdConfig(first.text, 'config.toml', { lazy: { snapshotterSocket: '/run/starling/snapshotter.sock' } });
     assert.deepEqual(second.changes, []);
     assert.equal(second.text, first.text);
@@ -114,7 +120,10 @@ describe('containerd config plan', () => {
   it('replaces a snapshotter already chosen, in place', () => {
     const text = `version = 2\n[${CRI}.containerd]\n  snapshotter = "overlayfs"\n  disable_snapshot_annotations = true\n`;
     const plan = planContainerdConfig(text, 'config.toml', { lazy: { snapshotterSocket: '/s' } });
-    assert.match(plan.text, /\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\]\n {2}snapshotter = "starling"\n {2}disable_snapshot_annotations = false\n/);
+    assert.match(
+      plan.text,
+      /\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\]\n {2}snapshotter = "starling"\n {2}disable_snapshot_annotations = false\n/,
+    );
   });
 
   it('uses the containerd 2.x names for a version 3 config', () => {
@@ -127,7 +136,10 @@ describe('containerd config plan', () => {
   });
 
   it('writes a new config only when told which version', () => {
-    assert.throws(() => planContainerdConfig(undefined, '/etc/containerd/config.toml', {}), /does not exist: name the config version to write with --config-version/);
+    assert.throws(
+      () => planContainerdConfig(undefined, '/etc/containerd/config.toml', {}),
+      /does not exist: name the config version to write with --config-version/,
+    );
     assert.throws(() => planContainerdConfig('# only a comment\n', 'c.toml', {}), /c\.toml holds no settings/);
     const plan = planContainerdConfig(undefined, 'c.toml', { newConfigVersion: 2 });
     assert.equal((parse(plan.text) as { version: number }).version, 2);
@@ -140,10 +152,17 @@ describe('containerd config plan', () => {
       ['version = 1\n', /version 1 config \(version = 1\)/],
       ['version = 7\n', /c\.toml: unknown config version 7 \(expected 2/],
       ['version = "2"\n', /unknown config version "2"/],
-      [`version = 2\n[${CRI}.registry.mirrors."docker.io"]\n  endpoint = ["https://m"]\n`, /sets .*registry\.mirrors, which containerd refuses together with config_path/],
+      [
+        `version = 2\n[${CRI}.registry.mirrors."docker.io"]\n  endpoint = ["https://m"]\n`,
+        /sets .*registry\.mirrors, which containerd refuses together with config_path/,
+      ],
     ];
     for (const [text, message] of cases) {
-      assert.throws(() => planContainerdConfig(text, 'c.toml', {}), (error: Error) => error instanceof NodeSetupError && message.test(error.message), text);
+      assert.throws(
+        () => planContainerdConfig(text, 'c.toml', {}),
+        (error: Error) => error instanceof NodeSetupError && message.test(error.message),
+        text,
+      );
     }
   });
 });
@@ -152,13 +171,17 @@ describe('hosts.toml merge', () => {
   const entry = { mirrorUrl: 'http://127.0.0.1:65001', registry: 'reg.example:5000', insecure: false };
   const PRIVATE = `server = "https://reg.example:5000"\n\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n`;
 
-  it('puts the mirror before the node\'s own hosts and keeps them byte for byte', () => {
+  it("puts the mirror before the node's own hosts and keeps them byte for byte", () => {
     const merged = mergeHostsToml(PRIVATE, entry, 'hosts.toml');
     const doc = parse(merged) as { server: string; host: Record<string, { ca?: string; header?: Record<string, string> }> };
     assert.deepEqual(Object.keys(doc.host), ['http://127.0.0.1:65001', 'https://reg.example:5000']);
     assert.equal(doc.server, 'https://reg.example:5000');
     assert.equal(doc.host['http://127.0.0.1:65001']!.header!['x-starling-registry'], 'reg.example:5000');
-    assert.ok(merged.endsWith('\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n'));
+    assert.ok(
+      merged.endsWith(
+        '\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n',
+      ),
+    );
   });
 
   it('changes nothing on its own output, and follows a new mirror URL', () => {
@@ -187,7 +210,9 @@ describe('hosts.toml merge', () => {
 describe('registries.conf drop-in', () => {
   it('sends one registry to the mirror, over HTTP when the mirror is plain', () => {
     const text = renderRegistriesDropIn('http://127.0.0.1:65001', ['reg.example:5000']);
-    assert.deepEqual(parse(text), { registry: [{ prefix: 'reg.example:5000', location: 'reg.example:5000', mirror: [{ location: '127.0.0.1:65001', insecure: true }] }] });
+    assert.deepEqual(parse(text), {
+      registry: [{ prefix: 'reg.example:5000', location: 'reg.example:5000', mirror: [{ location: '127.0.0.1:65001', insecure: true }] }],
+    });
   });
 
   it('refuses several registries: the peer cannot tell them apart', () => {
@@ -211,7 +236,13 @@ describe('node-setup files and undo', () => {
     await chmod(kept, 0o600);
     const created = join(root, 'new', 'deep', 'file.toml');
     const backup = join(root, 'backup');
-    assert.deepEqual(await applyWrites(backup, [{ path: kept, content: 'one\n' }, { path: created, content: 'x\n' }]), [kept, created]);
+    assert.deepEqual(
+      await applyWrites(backup, [
+        { path: kept, content: 'one\n' },
+        { path: created, content: 'x\n' },
+      ]),
+      [kept, created],
+    );
     // A second run with other content must not replace the saved original.
     await applyWrites(backup, [{ path: kept, content: 'two\n' }]);
     assert.equal(await readFile(kept, 'utf8'), 'two\n');
@@ -243,7 +274,15 @@ describe('node-setup files and undo', () => {
     const marker = join(root, 'restarts');
     const restartCommand = ['sh', '-c', `echo restart >> ${marker}`];
     const hostsDir = join(root, 'certs.d');
-    const options = { containerdConfig: config, hostsDir, mirror: 'http://127.0.0.1:65001', registries: ['reg.example:5000'], insecureRegistries: [], restart: true, restartCommand };
+    const options = {
+      containerdConfig: config,
+      hostsDir,
+      mirror: 'http://127.0.0.1:65001',
+      registries: ['reg.example:5000'],
+      insecureRegistries: [],
+      restart: true,
+      restartCommand,
+    };
     const first = await setUpNode(options);
     assert.equal(first.restarted, true);
     const second = await setUpNode(options);
@@ -273,7 +312,10 @@ describe('node-setup files and undo', () => {
     const other = await mkdtemp('/dev/shm/starling-hosts-');
     try {
       const report = await setUpNode({ ...options, hostsDir: join(other, 'certs.d') });
-      assert.ok(report.lines.some((l) => /^warning: the hosts folder .* is not on the filesystem of .*config\.toml/.test(l)), report.lines.join('\n'));
+      assert.ok(
+        report.lines.some((l) => /^warning: the hosts folder .* is not on the filesystem of .*config\.toml/.test(l)),
+        report.lines.join('\n'),
+      );
       await undoNodeSetup({ containerdConfig: config, force: false, restart: false });
     } finally {
       await rm(other, { recursive: true, force: true });
@@ -288,7 +330,14 @@ describe('node-setup files and undo', () => {
     await mkdir(join(hostsDir, 'reg.example'), { recursive: true });
     await writeFile(join(hostsDir, 'reg.example', 'hosts.toml'), '[host."https://reg.example"\n');
     await assert.rejects(
-      setUpNode({ containerdConfig: config, hostsDir, mirror: 'http://127.0.0.1:65001', registries: ['reg.example'], insecureRegistries: [], restart: false }),
+      setUpNode({
+        containerdConfig: config,
+        hostsDir,
+        mirror: 'http://127.0.0.1:65001',
+        registries: ['reg.example'],
+        insecureRegistries: [],
+        restart: false,
+      }),
       /reg\.example\/hosts\.toml is not valid TOML \(line 1/,
     );
     assert.equal(await readFile(config, 'utf8'), DEBIAN_CONFIG);
@@ -301,7 +350,13 @@ describe('node-setup files and undo', () => {
     await mkdir(agentDir, { recursive: true });
     const rendered = `version = 2\n[${CRI}.registry]\n  config_path = "${agentDir}/certs.d"\n`;
     await writeFile(join(agentDir, 'config.toml'), rendered);
-    const options = { containerdConfig: join(agentDir, 'config.toml'), mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], lazy: { snapshotterSocket: '/s' } };
+    const options = {
+      containerdConfig: join(agentDir, 'config.toml'),
+      mirror: 'http://127.0.0.1:65001',
+      registries: [],
+      insecureRegistries: [],
+      lazy: { snapshotterSocket: '/s' },
+    };
     const report = await setUpNode({ ...options, restart: false });
     assert.ok(report.changedFiles.includes(join(agentDir, 'config.toml.tmpl')));
     assert.equal(await readFile(join(agentDir, 'config.toml'), 'utf8'), rendered, 'k3s rewrites config.toml itself');
@@ -319,7 +374,13 @@ describe('node-setup files and undo', () => {
     await writeFile(join(agentDir, 'config.toml'), 'version = 2\n');
     await writeFile(join(agentDir, 'config.toml.tmpl'), '{{ template "base" . }}\n');
     await assert.rejects(
-      setUpNode({ containerdConfig: join(agentDir, 'config.toml'), mirror: 'http://127.0.0.1:65001', registries: [], insecureRegistries: [], restart: false }),
+      setUpNode({
+        containerdConfig: join(agentDir, 'config.toml'),
+        mirror: 'http://127.0.0.1:65001',
+        registries: [],
+        insecureRegistries: [],
+        restart: false,
+      }),
       /config\.toml\.tmpl is a Go template/,
     );
   });
@@ -340,7 +401,15 @@ describe('node labels from the Kubernetes API', () => {
       if (req.headers.authorization !== 'Bearer sa-token') return void res.writeHead(401).end('{"reason":"Unauthorized"}');
       if (req.url !== '/api/v1/nodes/node-a') return void res.writeHead(403).end('{"reason":"Forbidden"}');
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ kind: 'Node', metadata: { name: 'node-a', labels: { 'topology.kubernetes.io/zone': 'z1', 'example.com/rack': 'r7', 'kubernetes.io/hostname': 'node-a' } } }));
+      res.end(
+        JSON.stringify({
+          kind: 'Node',
+          metadata: {
+            name: 'node-a',
+            labels: { 'topology.kubernetes.io/zone': 'z1', 'example.com/rack': 'r7', 'kubernetes.io/hostname': 'node-a' },
+          },
+        }),
+      );
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -352,7 +421,13 @@ describe('node labels from the Kubernetes API', () => {
   });
 
   it('fetches the node with the service account token over TLS, copies the rack label, and the peer reads the file', async () => {
-    const labels = await fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'token'), caFile, rackLabel: 'example.com/rack' });
+    const labels = await fetchNodeLabels({
+      node: 'node-a',
+      apiServer: url,
+      tokenFile: join(dir, 'token'),
+      caFile,
+      rackLabel: 'example.com/rack',
+    });
     assert.equal(labels.rack, 'r7');
     assert.equal(requests.at(-1)!.authorization, 'Bearer sa-token');
     const file = join(dir, 'labels.yaml');
@@ -367,7 +442,13 @@ describe('node labels from the Kubernetes API', () => {
       fetchNodeLabels({ node: 'node-b', apiServer: url, tokenFile: join(dir, 'token'), caFile }),
       /GET \/api\/v1\/nodes\/node-b: HTTP 403 .*the service account needs "get" on nodes/,
     );
-    await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'missing'), caFile }), /cannot read the service account token at .*missing/);
-    await assert.rejects(fetchNodeLabels({ node: 'node-a', apiServer: 'https://127.0.0.1:1', tokenFile: join(dir, 'token'), caFile }), /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:1/);
+    await assert.rejects(
+      fetchNodeLabels({ node: 'node-a', apiServer: url, tokenFile: join(dir, 'missing'), caFile }),
+      /cannot read the service account token at .*missing/,
+    );
+    await assert.rejects(
+      fetchNodeLabels({ node: 'node-a', apiServer: 'https://127.0.0.1:1', tokenFile: join(dir, 'token'), caFile }),
+      /cannot reach the Kubernetes API at https:\/\/127\.0\.0\.1:1/,
+    );
   });
 });

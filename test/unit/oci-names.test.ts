@@ -42,8 +42,18 @@ describe('repository names and tags', () => {
 
 describe('image references', () => {
   it('parses the way Docker does', () => {
-    assert.deepEqual(parseImageReference('busybox'), { registry: 'docker.io', repository: 'library/busybox', tag: 'latest', digest: undefined });
-    assert.deepEqual(parseImageReference('127.0.0.1:5000/a/b:v1'), { registry: '127.0.0.1:5000', repository: 'a/b', tag: 'v1', digest: undefined });
+    assert.deepEqual(parseImageReference('busybox'), {
+      registry: 'docker.io',
+      repository: 'library/busybox',
+      tag: 'latest',
+      digest: undefined,
+    });
+    assert.deepEqual(parseImageReference('127.0.0.1:5000/a/b:v1'), {
+      registry: '127.0.0.1:5000',
+      repository: 'a/b',
+      tag: 'v1',
+      digest: undefined,
+    });
     const d = digestOf('x');
     assert.deepEqual(parseImageReference(`localhost/x@${d}`), { registry: 'localhost', repository: 'x', tag: undefined, digest: d });
   });

@@ -13,7 +13,10 @@ describe('piece bitmaps (which pieces a parent holds, on the wire)', () => {
   });
 
   it('puts piece i at bit i % 8 of byte i / 8, and ignores bits past the count', () => {
-    assert.equal(encodeBitmap(10, (index) => index === 0 || index === 9), Buffer.from([0b0000_0001, 0b0000_0010]).toString('base64'));
+    assert.equal(
+      encodeBitmap(10, (index) => index === 0 || index === 9),
+      Buffer.from([0b0000_0001, 0b0000_0010]).toString('base64'),
+    );
     assert.deepEqual(decodeBitmap(Buffer.from([0xff]).toString('base64'), 3), new Set([0, 1, 2]));
     assert.deepEqual(decodeBitmap('', 16), new Set()); // a short bitmap holds nothing past its end
   });

@@ -62,7 +62,10 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
       assert.deepEqual(head, { status: 200, length: body.length });
       assert.ok(into.buffer.equals(body), 'the body arrives intact');
       assert.equal(into.advances.at(-1), body.length);
-      assert.ok(into.advances.every((filled, i) => i === 0 || filled > into.advances[i - 1]!), 'advances only grow');
+      assert.ok(
+        into.advances.every((filled, i) => i === 0 || filled > into.advances[i - 1]!),
+        'advances only grow',
+      );
     }
     assert.equal(seen.connections, 1, 'the connection is kept alive and reused');
     assert.deepEqual(seen.authorizations, ['Bearer sesame', 'Bearer sesame', 'Bearer sesame']);
@@ -82,12 +85,13 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
     let buffersTaken = 0;
     for (let i = 0; i < 3; i++) {
       const into = target(4);
-      heads.push(
-        await fetcher.get('/p', (head) => (head.status === 200 ? (buffersTaken++, into) : undefined), AbortSignal.timeout(5_000)),
-      );
+      heads.push(await fetcher.get('/p', (head) => (head.status === 200 ? (buffersTaken++, into) : undefined), AbortSignal.timeout(5_000)));
       if (i === 2) assert.equal(into.buffer.toString(), 'abcd');
     }
-    assert.deepEqual(heads.map((h) => h.status), [429, 404, 200]);
+    assert.deepEqual(
+      heads.map((h) => h.status),
+      [429, 404, 200],
+    );
     assert.equal(buffersTaken, 1);
     assert.equal(seen.connections, 1);
   });
@@ -101,12 +105,15 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
     const fetcher = new PieceFetcher('127.0.0.1', port);
     fetchers.push(fetcher);
     const into = target(100_000);
-    await assert.rejects(fetcher.get('/p', () => into, AbortSignal.timeout(5_000)), (error: unknown) => {
-      assert.ok(error instanceof PieceTransferError);
-      assert.equal(error.answered, true);
-      assert.equal(error.received, 30_000);
-      return true;
-    });
+    await assert.rejects(
+      fetcher.get('/p', () => into, AbortSignal.timeout(5_000)),
+      (error: unknown) => {
+        assert.ok(error instanceof PieceTransferError);
+        assert.equal(error.answered, true);
+        assert.equal(error.received, 30_000);
+        return true;
+      },
+    );
   });
 
   it('opens a fresh connection when the server closed a kept-alive one while idle', async () => {
@@ -188,11 +195,14 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
     for (const [path, message] of Object.entries(expected)) {
       const fetcher = new PieceFetcher('127.0.0.1', port);
       fetchers.push(fetcher);
-      await assert.rejects(fetcher.get(path, () => target(4), AbortSignal.timeout(5_000)), (error: unknown) => {
-        assert.ok(error instanceof PieceProtocolError, `${path}: ${String(error)}`);
-        assert.match(error.message, message, path);
-        return true;
-      });
+      await assert.rejects(
+        fetcher.get(path, () => target(4), AbortSignal.timeout(5_000)),
+        (error: unknown) => {
+          assert.ok(error instanceof PieceProtocolError, `${path}: ${String(error)}`);
+          assert.match(error.message, message, path);
+          return true;
+        },
+      );
     }
   });
 
@@ -202,10 +212,13 @@ describe('piece fetcher (HTTP/1.1 straight into piece buffers)', () => {
     await new Promise((resolve) => probe.close(resolve));
     const fetcher = new PieceFetcher('127.0.0.1', port);
     fetchers.push(fetcher);
-    await assert.rejects(fetcher.get('/p', () => target(1), AbortSignal.timeout(5_000)), (error: unknown) => {
-      assert.ok(error instanceof PieceTransferError);
-      assert.equal(error.answered, false);
-      return true;
-    });
+    await assert.rejects(
+      fetcher.get('/p', () => target(1), AbortSignal.timeout(5_000)),
+      (error: unknown) => {
+        assert.ok(error instanceof PieceTransferError);
+        assert.equal(error.answered, false);
+        return true;
+      },
+    );
   });
 });

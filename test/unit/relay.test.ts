@@ -40,7 +40,10 @@ describe('upload server relaying pieces on their way', () => {
   const data = randomBytes(2 * MIN_PIECE_SIZE);
   const digest = digestOf(data);
   /** What a child sends: the cluster token, and the blob URL its client named. */
-  const AUTH = { authorization: `Bearer ${TOKEN}`, 'x-starling-origin': `${PUBLIC_SOURCE.registry}/v2/${PUBLIC_SOURCE.repository}/blobs/${digest}` };
+  const AUTH = {
+    authorization: `Bearer ${TOKEN}`,
+    'x-starling-origin': `${PUBLIC_SOURCE.registry}/v2/${PUBLIC_SOURCE.repository}/blobs/${digest}`,
+  };
 
   beforeEach(async () => {
     dir = await mkdtemp(join(tmpdir(), 'starling-relay-'));
@@ -73,7 +76,8 @@ describe('upload server relaying pieces on their way', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const openTask = async (): Promise<BlobTask> => (await tasks.open(digest, async () => ({ size: data.length, source: PUBLIC_SOURCE }))).task;
+  const openTask = async (): Promise<BlobTask> =>
+    (await tasks.open(digest, async () => ({ size: data.length, source: PUBLIC_SOURCE }))).task;
 
   /** Reads a piece response, recording how many bytes had come when `mark` was called. */
   async function readPiece(index: number) {
@@ -98,14 +102,18 @@ describe('upload server relaying pieces on their way', () => {
     data.copy(piece.buffer, 0, MIN_PIECE_SIZE, MIN_PIECE_SIZE + half);
     piece.advance(half);
 
-    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH })).body.json()) as { bitmap: string; growing: string; version: number };
+    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH })).body.json()) as {
+      bitmap: string;
+      growing: string;
+      version: number;
+    };
     assert.deepEqual([...decodeBitmap(bitmap.growing, 2)], [1], 'the piece on its way is offered');
     assert.deepEqual([...decodeBitmap(bitmap.bitmap, 2)], [], 'but not as held');
 
     const reading = await readPiece(1);
     assert.equal(reading.status, 200);
     for (let i = 0; i < 100 && reading.received() < half; i++) await sleep(10);
-    assert.equal(reading.received(), half, "the first half came before the piece was complete");
+    assert.equal(reading.received(), half, 'the first half came before the piece was complete');
 
     data.copy(piece.buffer, half, MIN_PIECE_SIZE + half, 2 * MIN_PIECE_SIZE);
     piece.advance(MIN_PIECE_SIZE);
@@ -153,8 +161,13 @@ describe('upload server relaying pieces on their way', () => {
     const agent = new Agent({ connections: 1 });
     try {
       for (let i = 0; i < 30; i++) {
-        const { version } = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH, dispatcher: agent })).body.json()) as { version: number };
-        const waited = await request(`${base}/_starling/tasks/${digest}/pieces?known=${version}&wait=1`, { headers: AUTH, dispatcher: agent });
+        const { version } = (await (
+          await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH, dispatcher: agent })
+        ).body.json()) as { version: number };
+        const waited = await request(`${base}/_starling/tasks/${digest}/pieces?known=${version}&wait=1`, {
+          headers: AUTH,
+          dispatcher: agent,
+        });
         await waited.body.dump();
       }
       assert.ok(socket, 'the polls shared one connection');

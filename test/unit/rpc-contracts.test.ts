@@ -7,7 +7,12 @@ import { blobFetchRequestSchema, fetchStatusSchema } from '../../src/rpc/upload-
 import { parseWire, WireError } from '../../src/rpc/wire.js';
 
 const digest = `sha256:${'a'.repeat(64)}`;
-const fetchRequest = { taskId: digest, contentLength: 10, pieceSize: 4 << 20, origin: { url: `http://127.0.0.1:5000/v2/app/blobs/${digest}`, headers: {} } };
+const fetchRequest = {
+  taskId: digest,
+  contentLength: 10,
+  pieceSize: 4 << 20,
+  origin: { url: `http://127.0.0.1:5000/v2/app/blobs/${digest}`, headers: {} },
+};
 
 /** What parseWire says of `value`, or 'ok'. */
 function problem(schema: Parameters<typeof parseWire>[0], value: unknown, what: string): string {
@@ -32,8 +37,16 @@ describe('wire contracts (src/rpc/)', () => {
     ['a digest that is not sha256', { ...fetchRequest, taskId: 'md5:1' }, /taskId: must be sha256:<64 hex digits>/],
     ['a negative length', { ...fetchRequest, contentLength: -1 }, /contentLength: /],
     ['a fractional piece size', { ...fetchRequest, pieceSize: 1.5 }, /pieceSize: /],
-    ['an origin that is not http(s)', { ...fetchRequest, origin: { url: 'file:///etc/passwd', headers: {} } }, /origin\.url: must be an http\(s\) URL/],
-    ['a header value that is not a string', { ...fetchRequest, origin: { ...fetchRequest.origin, headers: { authorization: 1 } } }, /origin\.headers\.authorization: /],
+    [
+      'an origin that is not http(s)',
+      { ...fetchRequest, origin: { url: 'file:///etc/passwd', headers: {} } },
+      /origin\.url: must be an http\(s\) URL/,
+    ],
+    [
+      'a header value that is not a string',
+      { ...fetchRequest, origin: { ...fetchRequest.origin, headers: { authorization: 1 } } },
+      /origin\.headers\.authorization: /,
+    ],
     ['an unknown (misspelt) field', { ...fetchRequest, pieceSise: 4 }, /unknown key "pieceSise"/],
   ];
   for (const [what, body, message] of badRequests) {
@@ -47,21 +60,35 @@ describe('wire contracts (src/rpc/)', () => {
     assert.match(message, /^bad seed request: contentLength: .*; pieceSize: /);
   });
 
-  it('reads a peer\'s fetch status, and names what is wrong with a malformed one', () => {
-    assert.deepEqual(parseWire(fetchStatusSchema, { digest, size: 10, storedBytes: 4, complete: false }, 'preheat status'), { digest, size: 10, storedBytes: 4, complete: false });
-    assert.match(problem(fetchStatusSchema, { digest, size: 10, storedBytes: -4, complete: 'yes' }, 'preheat status'), /storedBytes: .*; complete: /);
+  it("reads a peer's fetch status, and names what is wrong with a malformed one", () => {
+    assert.deepEqual(parseWire(fetchStatusSchema, { digest, size: 10, storedBytes: 4, complete: false }, 'preheat status'), {
+      digest,
+      size: 10,
+      storedBytes: 4,
+      complete: false,
+    });
+    assert.match(
+      problem(fetchStatusSchema, { digest, size: 10, storedBytes: -4, complete: 'yes' }, 'preheat status'),
+      /storedBytes: .*; complete: /,
+    );
   });
 
   it('takes a peer keepalive with its defaults, and refuses one with a bad task report', () => {
     const keepalive = { hostId: 'h1', hostname: 'h1', ip: '127.0.0.1', uploadPort: 65002, mirrorUrl: 'http://127.0.0.1:65001' };
     assert.deepEqual(parseWire(peerKeepaliveSchema, keepalive, 'keepalive'), { ...keepalive, labels: {}, seed: false });
     const tasks = [{ digest, size: 1, complete: true, bytesFrom: { peer: 0, seed: 0, origin: 1, cache: 1 } }];
-    assert.match(problem(peerKeepaliveSchema, { ...keepalive, ip: 'localhost', tasks }, 'keepalive'), /ip: must be an IPv4 or IPv6 address; unknown key "tasks\.0\.bytesFrom\.cache"/);
+    assert.match(
+      problem(peerKeepaliveSchema, { ...keepalive, ip: 'localhost', tasks }, 'keepalive'),
+      /ip: must be an IPv4 or IPv6 address; unknown key "tasks\.0\.bytesFrom\.cache"/,
+    );
   });
 
   it('takes a scheduler keepalive, and names a bad cluster name and port', () => {
     const keepalive = { hostname: 's1', ip: '::1', port: 8002, clusterName: 'zone-a' };
     assert.deepEqual(parseWire(schedulerKeepaliveSchema, keepalive, 'keepalive'), keepalive);
-    assert.match(problem(schedulerKeepaliveSchema, { ...keepalive, port: 70000, clusterName: '-a' }, 'keepalive'), /port: .*; clusterName: must be letters, digits/);
+    assert.match(
+      problem(schedulerKeepaliveSchema, { ...keepalive, port: 70000, clusterName: '-a' }, 'keepalive'),
+      /port: .*; clusterName: must be letters, digits/,
+    );
   });
 });

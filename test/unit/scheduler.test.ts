@@ -14,7 +14,18 @@ const REGISTRY = 'http://registry';
 const PIECE = 4 * 1024 * 1024;
 
 function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
-  return { id, hostname: id, ip: '127.0.0.1', uploadPort: 1, labels: {}, seed: false, uploadBandwidth: 0, uploadSlots: 8, uploadInUse: 0, ...extra };
+  return {
+    id,
+    hostname: id,
+    ip: '127.0.0.1',
+    uploadPort: 1,
+    labels: {},
+    seed: false,
+    uploadBandwidth: 0,
+    uploadSlots: 8,
+    uploadInUse: 0,
+    ...extra,
+  };
 }
 
 /**
@@ -40,7 +51,14 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
     },
     silentLogger,
   );
-  const join = (hostId: string, info: Partial<HostInfo> = {}, pieces: number[] = [], size = 10 * PIECE, peerId?: string, origin = { url: `${REGISTRY}/v2/x/blobs/${TASK}`, public: true }) => {
+  const join = (
+    hostId: string,
+    info: Partial<HostInfo> = {},
+    pieces: number[] = [],
+    size = 10 * PIECE,
+    peerId?: string,
+    origin = { url: `${REGISTRY}/v2/x/blobs/${TASK}`, public: true },
+  ) => {
     if (!scheduling.resources.hosts.has(hostId)) scheduling.announceHost(host(hostId, info));
     const id = peerId ?? `${hostId}|${TASK}`;
     packets.set(id, []);
@@ -122,7 +140,11 @@ describe('scheduling: who reads the origin', () => {
     e.vouch();
     const full = e.join('node-1', { uploadSlots: 1 }, all(10));
     const first = e.join('node-2');
-    assert.deepEqual(first.parents.map((p) => p.id), [full.id], 'takes the one slot');
+    assert.deepEqual(
+      first.parents.map((p) => p.id),
+      [full.id],
+      'takes the one slot',
+    );
     const waiting = e.join('node-3');
     for (let round = 0; round < 10; round++) e.scheduling.tick();
     assert.equal(e.last(waiting)?.packet, 'wait', 'ten rounds with a full holder are not fruitless');
@@ -131,7 +153,7 @@ describe('scheduling: who reads the origin', () => {
     assert.equal(e.last(waiting)?.packet, 'parents', 'served once a holder has room');
   });
 
-  it('never asks a seed for a private blob: the peer holding its client\'s credentials reads the origin itself', () => {
+  it("never asks a seed for a private blob: the peer holding its client's credentials reads the origin itself", () => {
     const e = engine();
     e.scheduling.announceHost(host('seed', { seed: true }));
     const child = e.join('node-1', {}, [], 10 * PIECE, undefined, { url: `${REGISTRY}/v2/x/blobs/${TASK}`, public: false });
@@ -145,7 +167,7 @@ describe('scheduling: who reads the origin', () => {
     e.scheduling.pieceFinished(honest, { index: 0, digest: digest(0), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
     const other = e.join('node-2', {}, [], 10 * PIECE, undefined, { url: `http://elsewhere/v2/x/blobs/${TASK}`, public: true });
     assert.notEqual(other.task, honest.task);
-    assert.equal(other.task.digests.size, 0, 'the honest registry\'s digests are not handed to a reader of another registry');
+    assert.equal(other.task.digests.size, 0, "the honest registry's digests are not handed to a reader of another registry");
     assert.equal(e.scheduling.stat(TASK, 'http://elsewhere')?.registry, 'http://elsewhere');
   });
 
@@ -184,7 +206,10 @@ describe('scheduling: parent selection', () => {
     me.blocklist.add(blocked.id);
     const excluded = new Map<string, Exclusion>();
     const candidates = filterCandidates(me, meshConfig(), 0, excluded);
-    assert.deepEqual(candidates.map((p) => p.id), [good.id]);
+    assert.deepEqual(
+      candidates.map((p) => p.id),
+      [good.id],
+    );
     assert.equal(excluded.get(fresh.id), 'nothing-to-offer');
     assert.equal(excluded.get(useless.id), 'nothing-to-offer');
     assert.equal(excluded.get(blocked.id), 'blocklisted');
@@ -193,18 +218,25 @@ describe('scheduling: parent selection', () => {
     assert.equal(excluded.get(downstream.id), 'cycle');
   });
 
-  it('a child that says it is idle (a lazy reader served) gives its parent\'s upload slot to a waiting child, and gets parents again when it asks', () => {
+  it("a child that says it is idle (a lazy reader served) gives its parent's upload slot to a waiting child, and gets parents again when it asks", () => {
     const e = engine();
     const seed = holder(e, 'seed-1', { seed: true, uploadSlots: 1 });
     const reader = e.join('node-1', {}, [9]);
-    assert.deepEqual(reader.parents.map((p) => p.id), [seed.id]);
+    assert.deepEqual(
+      reader.parents.map((p) => p.id),
+      [seed.id],
+    );
     // It holds what the reader holds: only the seed, whose one slot is taken, could serve it.
     const other = e.join('node-2', {}, [9]);
-    assert.equal(e.last(other)?.packet, 'wait', 'the seed\'s one slot is taken');
+    assert.equal(e.last(other)?.packet, 'wait', "the seed's one slot is taken");
     e.scheduling.idle(reader);
     assert.equal(reader.parents.length, 0, 'the idle child holds no parent');
     assert.deepEqual(e.last(reader), { packet: 'parents', parents: { parents: [] } });
-    assert.deepEqual(other.parents.map((p) => p.id), [seed.id], 'the waiting child got the freed slot at once');
+    assert.deepEqual(
+      other.parents.map((p) => p.id),
+      [seed.id],
+      'the waiting child got the freed slot at once',
+    );
     e.scheduling.tick();
     assert.equal(reader.parents.length, 0, 'the periodic pass leaves an idle child alone');
     e.scheduling.finished(other);
@@ -247,7 +279,7 @@ describe('scheduling: parent selection', () => {
     assert.equal(excluded.get(holder.id), 'nothing-to-offer');
     assert.equal(excluded.get(relay.id), 'nothing-to-offer');
     e.advance(GROWING_TTL_MS + 1);
-    assert.deepEqual(candidates(), [holder.id], 'a start never followed by the piece goes stale (the relay\'s too)');
+    assert.deepEqual(candidates(), [holder.id], "a start never followed by the piece goes stale (the relay's too)");
     e.scheduling.pieceFinished(child, { index: 1, digest: '', parentId: holder.id, costMs: 1, fromOrigin: false, length: PIECE });
     assert.deepEqual(candidates(), [], 'the child holds what the holder has');
   });
@@ -281,7 +313,10 @@ describe('scheduling: parent selection', () => {
     const a2 = holder(e, 'a2', { labels: { zone: 'a', rack: 'r2' } });
     holder(e, 'b1', { labels: { zone: 'b', rack: 'r1' } });
     const child = e.join('a3', { labels: { zone: 'a', rack: 'r2' } }, []);
-    assert.deepEqual(child.parents.map((p) => p.id), [a2.id, a1.id]);
+    assert.deepEqual(
+      child.parents.map((p) => p.id),
+      [a2.id, a1.id],
+    );
     const lonely = e.join('c1', { labels: { zone: 'c' } }, []);
     assert.equal(lonely.parents.length, 2, 'no same-zone candidate: crossing is allowed');
   });
@@ -294,7 +329,15 @@ describe('scheduling: parent selection', () => {
     for (let index = 0; index < 10; index++) {
       e.scheduling.pieceFinished(seed, { index, digest: digest(index), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
       for (const [i, peer] of peers.entries()) {
-        if ((index + i) % 2 === 0) e.scheduling.pieceFinished(peer, { index, digest: digest(index), parentId: seed.id, costMs: 1, fromOrigin: false, length: PIECE });
+        if ((index + i) % 2 === 0)
+          e.scheduling.pieceFinished(peer, {
+            index,
+            digest: digest(index),
+            parentId: seed.id,
+            costMs: 1,
+            fromOrigin: false,
+            length: PIECE,
+          });
       }
       e.scheduling.tick();
       assert.ok(!graphHasCycle(seed.task), `no cycle after piece ${index} (checked over the whole graph)`);
@@ -331,7 +374,10 @@ describe('scheduling: parent selection', () => {
     e.advance(20_000);
     e.scheduling.announceHost(host('p2'));
     const expired = e.scheduling.expireHosts(15_000);
-    assert.deepEqual(expired.map((h) => h.id), ['p1']);
+    assert.deepEqual(
+      expired.map((h) => h.id),
+      ['p1'],
+    );
     const task = e.scheduling.resources.findTask(TASK)!;
     assert.equal(task.peers.size, 0);
     assert.equal(task.digests.size, 10, 'an empty task keeps its digests for a while');
@@ -353,7 +399,8 @@ describe('scheduling: parent selection', () => {
     const short = e.join('short', zoned('z1'), []);
     short.parents = [a];
     assert.equal(keepsItsParents(short, config, e.now()), false, 'fewer parents than the limit');
-    for (let i = 0; i < 10; i++) e.scheduling.pieceFinished(child, { index: i, digest: '', parentId: a.id, costMs: 1, fromOrigin: false, length: PIECE });
+    for (let i = 0; i < 10; i++)
+      e.scheduling.pieceFinished(child, { index: i, digest: '', parentId: a.id, costMs: 1, fromOrigin: false, length: PIECE });
     assert.equal(keepsItsParents(child, config, e.now()), false, 'its parents have nothing more for it');
     const across = e.join('across', zoned('z2'), [0]);
     across.parents = [a, b];
@@ -365,7 +412,11 @@ describe('scheduling: parent selection', () => {
     e.join('p1');
     assert.throws(() => e.join('p2', {}, [], 3 * PIECE), /is known with size/);
     assert.throws(
-      () => e.scheduling.register({ peerId: 'x', hostId: 'ghost', taskId: TASK, contentLength: 1, pieceSize: PIECE, heldPieces: [] }, () => undefined),
+      () =>
+        e.scheduling.register(
+          { peerId: 'x', hostId: 'ghost', taskId: TASK, contentLength: 1, pieceSize: PIECE, heldPieces: [] },
+          () => undefined,
+        ),
       /has not announced itself/,
     );
   });
@@ -387,7 +438,11 @@ describe('scheduling: pipeline shape', () => {
     for (const name of ['n1', 'n2', 'n3', 'n4']) {
       const peer = e.join(name, {}, []);
       const given = parentsOf(e, peer);
-      assert.deepEqual(given.map((p) => p.peerId), [chain.at(-1)!.id], `${name} hangs below the end of the chain`);
+      assert.deepEqual(
+        given.map((p) => p.peerId),
+        [chain.at(-1)!.id],
+        `${name} hangs below the end of the chain`,
+      );
       assert.equal(given[0]!.piecesAtOnce, 1);
       // Its first piece starts arriving: it can relay, so the next peer may hang below it.
       e.scheduling.pieceStarted(peer, 0);
@@ -403,21 +458,34 @@ describe('scheduling: pipeline shape', () => {
     const a = e.join('a', {}, []);
     const b = e.join('b', {}, []);
     const c = e.join('c', {}, []);
-    assert.deepEqual([a, b].map((p) => p.parents.map((q) => q.id)), [[seed.id], [seed.id]]);
+    assert.deepEqual(
+      [a, b].map((p) => p.parents.map((q) => q.id)),
+      [[seed.id], [seed.id]],
+    );
     assert.equal(e.last(c)?.packet, 'wait', 'the seed is full and nobody else holds anything');
     e.scheduling.pieceStarted(a, 0);
-    assert.deepEqual(c.parents.map((q) => q.id), [a.id], 'a new holder takes the waiting peer at once');
+    assert.deepEqual(
+      c.parents.map((q) => q.id),
+      [a.id],
+      'a new holder takes the waiting peer at once',
+    );
   });
 
-  it('hangs an orphan below its lost parent\'s parent when a peer in the middle of a chain leaves', () => {
+  it("hangs an orphan below its lost parent's parent when a peer in the middle of a chain leaves", () => {
     const e = engine(pipeline());
     e.vouch();
     const seed = e.join('seed', { seed: true }, all(10));
     const a = e.join('a', {}, [0, 1]);
     const b = e.join('b', {}, [0]);
-    assert.deepEqual(b.parents.map((p) => p.id), [a.id]);
+    assert.deepEqual(
+      b.parents.map((p) => p.id),
+      [a.id],
+    );
     e.scheduling.leave(a);
-    assert.deepEqual(b.parents.map((p) => p.id), [seed.id]);
+    assert.deepEqual(
+      b.parents.map((p) => p.id),
+      [seed.id],
+    );
   });
 
   it('says nothing about pieces at once in a mesh, and hands out several parents', () => {
@@ -443,20 +511,27 @@ describe('scheduling: pipeline shape', () => {
     e.scheduling.pieceStarted(parent, 2);
     e.scheduling.pieceStarted(child, 2);
     assert.equal(keepsItsParents(child, config, e.now()), true, 'the parent relays piece 2 as it comes and will have more');
-    assert.equal(filterCandidates(child, config, e.now()).includes(parent), false, 'though a selection would find it has nothing new right now');
+    assert.equal(
+      filterCandidates(child, config, e.now()).includes(parent),
+      false,
+      'though a selection would find it has nothing new right now',
+    );
     assert.equal(keepsItsParents(child, { ...config, shape: 'mesh', candidateParentLimit: 1 }, e.now()), false, 'a mesh looks again');
     e.scheduling.leave(parent);
     child.parents = [parent];
     assert.equal(keepsItsParents(child, config, e.now()), false, 'a parent that left is replaced');
   });
 
-  it('keeps a child in its zone when its zone\'s only holder is full: it waits rather than crossing', () => {
+  it("keeps a child in its zone when its zone's only holder is full: it waits rather than crossing", () => {
     const e = engine(pipeline());
     e.vouch();
     const zone = (name: string) => ({ labels: { zone: name } });
     const holderA = e.join('holder-a', zone('a'), all(10));
     const first = e.join('first-a', zone('a'), []);
-    assert.deepEqual(first.parents.map((p) => p.id), [holderA.id]);
+    assert.deepEqual(
+      first.parents.map((p) => p.id),
+      [holderA.id],
+    );
     const holderB = e.join('holder-b', zone('b'), all(10));
     const second = e.join('second-a', zone('a'), []);
     const excluded = new Map<string, Exclusion>();

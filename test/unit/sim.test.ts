@@ -22,10 +22,11 @@ function network(quantum = 0) {
   return { queue, net, host, flow, done, settle };
 }
 
-const close = (actual: number, expected: number, what: string) => assert.ok(Math.abs(actual - expected) < 1e-9 * Math.max(1, expected), `${what}: ${actual} ≠ ${expected}`);
+const close = (actual: number, expected: number, what: string) =>
+  assert.ok(Math.abs(actual - expected) < 1e-9 * Math.max(1, expected), `${what}: ${actual} ≠ ${expected}`);
 
 describe('sim network: max-min fair sharing', () => {
-  it('splits a sender\'s uplink equally between two unconstrained receivers', () => {
+  it("splits a sender's uplink equally between two unconstrained receivers", () => {
     const { net, host, flow } = network();
     const a = host('a', 10);
     const f1 = flow('1', a, host('b', undefined, 100), 100);
@@ -35,7 +36,7 @@ describe('sim network: max-min fair sharing', () => {
     close(f2.rate, 5, 'a→c');
   });
 
-  it('gives a flow held back by its receiver\'s downlink only that, and the rest of the uplink to the other', () => {
+  it("gives a flow held back by its receiver's downlink only that, and the rest of the uplink to the other", () => {
     const { net, host, flow } = network();
     const a = host('a', 10);
     const slow = flow('slow', a, host('b', undefined, 2), 100);
@@ -61,7 +62,7 @@ describe('sim network: max-min fair sharing', () => {
     close(bd.rate, 5, 'b→d');
   });
 
-  it('hands a finished flow\'s share to the others (completion times)', () => {
+  it("hands a finished flow's share to the others (completion times)", () => {
     // a.up 10 B/s: 10 B and 30 B to two receivers. Both at 5 B/s until t = 2, then 20 B at 10 B/s.
     const { host, flow, done, settle } = network();
     const a = host('a', 10);
@@ -133,7 +134,7 @@ describe('sim: the lower bound', () => {
     close(lb.seconds, 400 / 30, 'T*');
   });
 
-  it('matches the emulated cluster\'s T* (64 MiB, 20 Mbit/s nodes, 80 Mbit/s source)', () => {
+  it("matches the emulated cluster's T* (64 MiB, 20 Mbit/s nodes, 80 Mbit/s source)", () => {
     const r = run('direct', defaultSetup({ nodes: 8 }));
     assert.equal(r.lowerBound.binding, 'download');
     assert.equal(r.lowerBound.seconds.toFixed(2), '26.84');
@@ -143,9 +144,25 @@ describe('sim: the lower bound', () => {
 describe('sim: a tiny swarm through the real scheduler', () => {
   it('gets every piece to every node exactly once, with the registry sending one copy', () => {
     const size = 12 * 4 * 2 ** 20; // 12 pieces of 4 MiB
-    const r = run('p2p', defaultSetup({ nodes: 6, size, nodeUp: 100e6, nodeDown: 100e6, seedUp: 200e6, seedDown: 200e6, registryUp: 200e6, noise: 0.2, rngSeed: 3 }));
+    const r = run(
+      'p2p',
+      defaultSetup({
+        nodes: 6,
+        size,
+        nodeUp: 100e6,
+        nodeDown: 100e6,
+        seedUp: 200e6,
+        seedDown: 200e6,
+        registryUp: 200e6,
+        noise: 0.2,
+        rngSeed: 3,
+      }),
+    );
     assert.equal(r.pieceCount, 12);
-    assert.ok(r.ready.every((t) => Number.isFinite(t) && t > 0), 'every node ready');
+    assert.ok(
+      r.ready.every((t) => Number.isFinite(t) && t > 0),
+      'every node ready',
+    );
     // Each node stored each piece once: exactly one blob's worth written, and its bytes came
     // from the seed or from other nodes (never from the origin: the seed read it).
     assert.equal(r.writtenAtEnd, size);

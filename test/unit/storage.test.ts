@@ -42,38 +42,42 @@ describe('BlobStore', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  for (const kind of ['sha256', 'crc'] as const) it(`keeps verified pieces across a restart and drops torn ones (${kind} piece checks)`, async () => {
-    const size = 2 * MIN_PIECE_SIZE + 100;
-    const data = randomBytes(size);
-    const digest = digestOf(data);
-    let store = await BlobStore.open(dir, noQuota, silentLogger);
-    const blob = await store.create(digest, size, PUBLIC_SOURCE);
-    const layout = blob.layout;
-    for (const index of [0, 2]) {
-      const { offset, length } = pieceBounds(layout, index);
-      const piece = data.subarray(offset, offset + length);
-      await store.writePiece(blob, index, Buffer.from(piece), await pieceCheck(kind, piece));
-      if (kind === 'crc') assert.equal(blob.pieceDigest(index), undefined, 'a CRC is not a digest to hand out');
-    }
-    await store.close();
+  for (const kind of ['sha256', 'crc'] as const)
+    it(`keeps verified pieces across a restart and drops torn ones (${kind} piece checks)`, async () => {
+      const size = 2 * MIN_PIECE_SIZE + 100;
+      const data = randomBytes(size);
+      const digest = digestOf(data);
+      let store = await BlobStore.open(dir, noQuota, silentLogger);
+      const blob = await store.create(digest, size, PUBLIC_SOURCE);
+      const layout = blob.layout;
+      for (const index of [0, 2]) {
+        const { offset, length } = pieceBounds(layout, index);
+        const piece = data.subarray(offset, offset + length);
+        await store.writePiece(blob, index, Buffer.from(piece), await pieceCheck(kind, piece));
+        if (kind === 'crc') assert.equal(blob.pieceDigest(index), undefined, 'a CRC is not a digest to hand out');
+      }
+      await store.close();
 
-    // Simulate a crash that journaled piece 1 but never wrote its bytes, and tore piece 2's bytes.
-    await appendFile(join(blob.dir, 'pieces'), `1 ${await pieceCheck(kind, data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`);
-    const handle = await open(join(blob.dir, 'data'), 'r+');
-    await handle.write(Buffer.from('torn'), 0, 4, 2 * MIN_PIECE_SIZE);
-    await handle.close();
+      // Simulate a crash that journaled piece 1 but never wrote its bytes, and tore piece 2's bytes.
+      await appendFile(
+        join(blob.dir, 'pieces'),
+        `1 ${await pieceCheck(kind, data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE))}\n3 garbage\n`,
+      );
+      const handle = await open(join(blob.dir, 'data'), 'r+');
+      await handle.write(Buffer.from('torn'), 0, 4, 2 * MIN_PIECE_SIZE);
+      await handle.close();
 
-    store = await BlobStore.open(dir, noQuota, silentLogger);
-    const reloaded = store.get(digest)!;
-    assert.ok(reloaded.hasPiece(0), 'verified piece kept');
-    assert.ok(!reloaded.hasPiece(1), 'piece never written is dropped');
-    assert.ok(!reloaded.hasPiece(2), 'torn piece is dropped');
-    assert.equal(store.usedBytes, MIN_PIECE_SIZE);
-    assert.ok(!reloaded.complete);
-    await store.close();
-  });
+      store = await BlobStore.open(dir, noQuota, silentLogger);
+      const reloaded = store.get(digest)!;
+      assert.ok(reloaded.hasPiece(0), 'verified piece kept');
+      assert.ok(!reloaded.hasPiece(1), 'piece never written is dropped');
+      assert.ok(!reloaded.hasPiece(2), 'torn piece is dropped');
+      assert.equal(store.usedBytes, MIN_PIECE_SIZE);
+      assert.ok(!reloaded.complete);
+      await store.close();
+    });
 
-  it('still recognizes pieces journaled with an earlier build\'s CRC-32, and drops a CRC that does not match', async () => {
+  it("still recognizes pieces journaled with an earlier build's CRC-32, and drops a CRC that does not match", async () => {
     const size = 2 * MIN_PIECE_SIZE;
     const data = randomBytes(size);
     const digest = digestOf(data);
@@ -151,10 +155,16 @@ describe('BlobStore', () => {
 
   it('refuses a blob larger than its quota, or than the file system allows, with an error naming the size', async () => {
     const limited = await BlobStore.open(dir, { quota: 1024 * 1024, highWatermark: 0.9, lowWatermark: 0.5 }, silentLogger);
-    await assert.rejects(limited.create(digestOf('huge'), 2 ** 50, PUBLIC_SOURCE), /announced with 1125899906842624 bytes, more than this peer's disk quota of 1048576 bytes/);
+    await assert.rejects(
+      limited.create(digestOf('huge'), 2 ** 50, PUBLIC_SOURCE),
+      /announced with 1125899906842624 bytes, more than this peer's disk quota of 1048576 bytes/,
+    );
     await limited.close();
     const unlimited = await BlobStore.open(dir, noQuota, silentLogger);
-    await assert.rejects(unlimited.create(digestOf('huge'), 2 ** 52, PUBLIC_SOURCE), /announced with 4503599627370496 bytes, more than this peer's disk can hold in one file \(EFBIG\)/);
+    await assert.rejects(
+      unlimited.create(digestOf('huge'), 2 ** 52, PUBLIC_SOURCE),
+      /announced with 4503599627370496 bytes, more than this peer's disk can hold in one file \(EFBIG\)/,
+    );
     assert.equal(unlimited.blobCount, 0, 'nothing is left behind');
     await unlimited.close();
   });

@@ -3,7 +3,14 @@ import { describe, it } from 'node:test';
 import { CandidateBuckets } from '../../sim/candidate-buckets.js';
 import { rng } from '../../sim/event-queue.js';
 import { HEAD_WINDOW, orderCandidates, pieceTieBreaks, rarityClass, type Candidate } from '../../src/peer/swarm/policy/candidate-order.js';
-import { bestParentFor, parentIsFree, parentPieceLimit, stillUploading, type ParentChoice, type ParentView } from '../../src/peer/swarm/policy/parent-choice.js';
+import {
+  bestParentFor,
+  parentIsFree,
+  parentPieceLimit,
+  stillUploading,
+  type ParentChoice,
+  type ParentView,
+} from '../../src/peer/swarm/policy/parent-choice.js';
 import { ParentPace } from '../../src/peer/swarm/policy/parent-pace.js';
 import { BUSY_BACKOFF_MAX_MS } from '../../src/peer/swarm/policy/busy-backoff.js';
 import { ORIGIN_AFTER_STALLS, pieceCheckIntervalMs, stallVerdict } from '../../src/peer/swarm/policy/stall.js';
@@ -23,7 +30,7 @@ describe('swarm policy: which piece first', () => {
     assert.deepEqual(orderCandidates(candidates, ranks(0, 1), false), [1, 0]);
   });
 
-  it('asks for the rarest first, then by the download\'s random rank', () => {
+  it("asks for the rarest first, then by the download's random rank", () => {
     const candidates: Candidate[] = [
       { index: 0, holders: 3, nodeHolders: 3 },
       { index: 1, holders: 1, nodeHolders: 1 },
@@ -41,7 +48,7 @@ describe('swarm policy: which piece first', () => {
     assert.deepEqual(order.slice(HEAD_WINDOW), [3, 4, 5]); // the rest by rarity again
   });
 
-  it('ranks holder counts past the scheduler\'s parent limit alike', () => {
+  it("ranks holder counts past the scheduler's parent limit alike", () => {
     assert.equal(rarityClass(70, 70), rarityClass(63, 63));
     assert.ok(rarityClass(63, 63) < rarityClass(1, 0));
   });
@@ -54,7 +61,7 @@ describe('swarm policy: which piece first', () => {
     assert.notDeepEqual([...a], [...b]);
   });
 
-  it('is what the simulator\'s candidate buckets yield, for any holdings', () => {
+  it("is what the simulator's candidate buckets yield, for any holdings", () => {
     const random = rng(42);
     for (let round = 0; round < 50; round++) {
       const pieceCount = 1 + Math.floor(random() * 200);
@@ -78,12 +85,16 @@ describe('swarm policy: which piece first', () => {
       for (const streaming of [false, true]) {
         const visited: number[] = [];
         buckets.visit(streaming, (index) => visited.push(index) > 0);
-        assert.deepEqual(visited, orderCandidates([...candidates.values()], (index) => tieBreak[index] ?? 0, streaming), `round ${round}, streaming ${streaming}`);
+        assert.deepEqual(
+          visited,
+          orderCandidates([...candidates.values()], (index) => tieBreak[index] ?? 0, streaming),
+          `round ${round}, streaming ${streaming}`,
+        );
       }
     }
   });
 
-  it('stops the simulator\'s visit when asked to', () => {
+  it("stops the simulator's visit when asked to", () => {
     const buckets = new CandidateBuckets(Float64Array.from([0.3, 0.2, 0.1]));
     for (const index of [0, 1, 2]) buckets.set(index, rarityClass(1, 1));
     const visited: number[] = [];
@@ -153,7 +164,7 @@ describe('swarm policy: which parent', () => {
     assert.equal(bestParentFor(0, all, choice(all, 1_001))?.name, 'backing off');
   });
 
-  it('asks a seed for one piece at a time while node parents exist, else perParent; the scheduler\'s cap wins', () => {
+  it("asks a seed for one piece at a time while node parents exist, else perParent; the scheduler's cap wins", () => {
     const seed = new Parent('seed', true, new Set([0]));
     assert.equal(parentPieceLimit(seed, 3, true), 1);
     assert.equal(parentPieceLimit(seed, 3, false), 3);
@@ -175,8 +186,8 @@ describe('swarm policy: which parent', () => {
   });
 });
 
-describe('swarm policy: a parent\'s pace', () => {
-  it('starts at the first piece\'s rate and follows later pieces as a moving average', () => {
+describe("swarm policy: a parent's pace", () => {
+  it("starts at the first piece's rate and follows later pieces as a moving average", () => {
     const pace = new ParentPace();
     assert.equal(pace.busyBackoffMs(), BUSY_BACKOFF_MAX_MS); // nothing served yet
     pace.pieceServed(1_000, 10);
@@ -187,7 +198,7 @@ describe('swarm policy: a parent\'s pace', () => {
     assert.ok(Number.isFinite(pace.rate));
   });
 
-  it('waits after a 429 about one of the last piece\'s times from that parent', () => {
+  it("waits after a 429 about one of the last piece's times from that parent", () => {
     const pace = new ParentPace();
     pace.pieceServed(4_000_000, 20); // 200 kB/ms
     assert.equal(pace.busyBackoffMs(), 20);

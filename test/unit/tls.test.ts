@@ -13,7 +13,10 @@ describe('TLS files', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'starling-tls-unit-'));
     const names = { dns: ['localhost'], ips: ['127.0.0.1'] };
-    for (const [prefix, issued] of [['a', await issueClusterCertificates(names)], ['b', await issueClusterCertificates(names)]] as const) {
+    for (const [prefix, issued] of [
+      ['a', await issueClusterCertificates(names)],
+      ['b', await issueClusterCertificates(names)],
+    ] as const) {
       await writeFile(file(`${prefix}-ca.pem`), issued.ca);
       await writeFile(file(`${prefix}-cert.pem`), issued.cert);
       await writeFile(file(`${prefix}-key.pem`), issued.key);
@@ -29,8 +32,14 @@ describe('TLS files', () => {
   });
 
   it('names the file that does not fit: a key of another certificate, a certificate of another CA', () => {
-    assert.throws(() => loadTls({ cert: file('a-cert.pem'), key: file('b-key.pem'), ca: file('a-ca.pem') }), /TLS key .*b-key\.pem does not go with .*a-cert\.pem/);
-    assert.throws(() => loadTls({ cert: file('a-cert.pem'), key: file('a-key.pem'), ca: file('b-ca.pem') }), /TLS certificate .*a-cert\.pem is not signed by the CA in .*b-ca\.pem/);
+    assert.throws(
+      () => loadTls({ cert: file('a-cert.pem'), key: file('b-key.pem'), ca: file('a-ca.pem') }),
+      /TLS key .*b-key\.pem does not go with .*a-cert\.pem/,
+    );
+    assert.throws(
+      () => loadTls({ cert: file('a-cert.pem'), key: file('a-key.pem'), ca: file('b-ca.pem') }),
+      /TLS certificate .*a-cert\.pem is not signed by the CA in .*b-ca\.pem/,
+    );
     assert.throws(() => loadTls({ cert: file('a-key.pem'), key: file('a-key.pem'), ca: file('a-ca.pem') }), /is not a PEM certificate/);
   });
 

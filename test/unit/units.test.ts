@@ -20,7 +20,7 @@ describe('units: one reading of sizes and rates for the peer, the benchmarks and
     assert.equal(parseRate(5), 5);
   });
 
-  it('reads a link\'s rate in bits per second as tc does, where a bare number is bits', () => {
+  it("reads a link's rate in bits per second as tc does, where a bare number is bits", () => {
     assert.equal(parseBitRate('25mbit'), 25e6);
     assert.equal(parseBitRate('50gbit'), 50e9);
     assert.equal(parseBitRate('500kbit'), 500e3);

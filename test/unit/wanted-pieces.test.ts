@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { WantedPieces } from '../../src/peer/swarm/wanted-pieces.js';
 
-describe('a swarm download\'s wanted pieces', () => {
+describe("a swarm download's wanted pieces", () => {
   const held = new Set<number>();
   const fresh = () => {
     held.clear();

@@ -30,7 +30,8 @@ export function SourcesBar({ sources }: { sources: Sources }) {
   return (
     <div className="sources">
       <div className="sources-bar" aria-hidden="true">
-        {total > 0 && parts.map((part) => part.value > 0 && <span key={part.key} className={`source-${part.key}`} style={{ flexGrow: part.value }} />)}
+        {total > 0 &&
+          parts.map((part) => part.value > 0 && <span key={part.key} className={`source-${part.key}`} style={{ flexGrow: part.value }} />)}
       </div>
       <dl className="sources-legend">
         {parts.map((part) => (

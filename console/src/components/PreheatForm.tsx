@@ -56,7 +56,12 @@ export function PreheatForm() {
       <h2 id="preheat-title">Start a preheat</h2>
       <label>
         Image
-        <input required value={fields.image} onChange={(e) => set('image', e.target.value)} placeholder="registry.example.com/team/app:v1" />
+        <input
+          required
+          value={fields.image}
+          onChange={(e) => set('image', e.target.value)}
+          placeholder="registry.example.com/team/app:v1"
+        />
       </label>
       <label>
         Platform

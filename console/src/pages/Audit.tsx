@@ -37,7 +37,9 @@ export function Audit() {
       </form>
       <ErrorMessage error={audit.error} />
       {audit.isPending && <p className="loading">Loading…</p>}
-      {audit.isSuccess && entries.length === 0 && <p className="muted">Nothing recorded{filter.action || filter.actor ? ' that matches' : ''}.</p>}
+      {audit.isSuccess && entries.length === 0 && (
+        <p className="muted">Nothing recorded{filter.action || filter.actor ? ' that matches' : ''}.</p>
+      )}
       {entries.length > 0 && (
         <table aria-label="audit log">
           <thead>

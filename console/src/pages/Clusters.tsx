@@ -59,7 +59,8 @@ function ClusterPanel({ cluster }: { cluster: Cluster }) {
             <dd>{config.slowFactor}</dd>
             <dt>weights</dt>
             <dd>
-              free upload {config.weights.freeUpload}, pieces {config.weights.pieces}, seed {config.weights.seed}, failure {config.weights.failure}
+              free upload {config.weights.freeUpload}, pieces {config.weights.pieces}, seed {config.weights.seed}, failure{' '}
+              {config.weights.failure}
             </dd>
           </dl>
         </div>

@@ -29,15 +29,23 @@ export function Login({ notice, onLogin }: LoginProps) {
       {notice && !error && <p className="notice">{notice}</p>}
       <form onSubmit={(event) => void submit(event)}>
         <label htmlFor="token">Personal access token</label>
-        <input id="token" type="password" autoComplete="off" autoFocus value={token} onChange={(event) => setToken(event.target.value)} placeholder="paste a token" />
+        <input
+          id="token"
+          type="password"
+          autoComplete="off"
+          autoFocus
+          value={token}
+          onChange={(event) => setToken(event.target.value)}
+          placeholder="paste a token"
+        />
         <button type="submit" disabled={!token.trim() || checking}>
           {checking ? 'Checking…' : 'Log in'}
         </button>
         <ErrorMessage error={error} />
       </form>
       <p className="muted">
-        An admin's token is the one in the manager's <code>--admin-token-file</code>, or the one it printed at its first start. The token is kept in this tab
-        only.
+        An admin's token is the one in the manager's <code>--admin-token-file</code>, or the one it printed at its first start. The token is
+        kept in this tab only.
       </p>
     </main>
   );

@@ -24,7 +24,8 @@ export function Overview() {
                 {data.schedulers.active} active{data.schedulers.inactive > 0 && `, ${data.schedulers.inactive} inactive`}
               </Card>
               <Card title="Peers" to="/peers">
-                {data.peers.active} active ({data.peers.seeds} {data.peers.seeds === 1 ? 'seed' : 'seeds'}){data.peers.inactive > 0 && `, ${data.peers.inactive} inactive`}
+                {data.peers.active} active ({data.peers.seeds} {data.peers.seeds === 1 ? 'seed' : 'seeds'})
+                {data.peers.inactive > 0 && `, ${data.peers.inactive} inactive`}
               </Card>
               <Card title="Tasks" to="/tasks">
                 {data.tasks}

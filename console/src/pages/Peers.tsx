@@ -36,7 +36,9 @@ export function Peers() {
       <Async query={peers}>
         {(list) =>
           list.length === 0 ? (
-            <p className="muted">No peer matches (peers register with <code>starling peer --manager URL</code>).</p>
+            <p className="muted">
+              No peer matches (peers register with <code>starling peer --manager URL</code>).
+            </p>
           ) : (
             <table aria-label="peers">
               <thead>
@@ -76,7 +78,8 @@ export function Peers() {
                     </td>
                     <td title={dateTime(peer.lastKeepalive)}>{secondsAgo(peer.silentForSeconds)}</td>
                     <td>
-                      {peer.tasks.complete} complete{peer.tasks.count > peer.tasks.complete && `, ${peer.tasks.count - peer.tasks.complete} partial`}
+                      {peer.tasks.complete} complete
+                      {peer.tasks.count > peer.tasks.complete && `, ${peer.tasks.count - peer.tasks.complete} partial`}
                     </td>
                     <td>
                       {bytes(peer.tasks.bytesFromPeers)} / {bytes(peer.tasks.bytesFromSeeds)} / {bytes(peer.tasks.bytesFromOrigin)}

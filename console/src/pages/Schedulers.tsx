@@ -14,7 +14,9 @@ export function Schedulers() {
       <Async query={schedulers}>
         {(list) =>
           list.length === 0 ? (
-            <p className="muted">No scheduler has registered yet (start one with <code>starling scheduler --manager URL</code>).</p>
+            <p className="muted">
+              No scheduler has registered yet (start one with <code>starling scheduler --manager URL</code>).
+            </p>
           ) : (
             <table>
               <thead>

@@ -29,16 +29,23 @@ interface CertsFlags {
 export function registerCertsCommand(program: Command): void {
   program
     .command('certs')
-    .description('write a cluster CA and a certificate for each component (manager, scheduler, peer) into a folder, for the Kubernetes Secrets; run again to renew them')
-    .requiredOption('--out <dir>', 'the folder: ca.crt, ca.key, manager.crt/.key, scheduler.crt/.key, peer.crt/.key (deploy/kubernetes/base/secrets)')
+    .description(
+      'write a cluster CA and a certificate for each component (manager, scheduler, peer) into a folder, for the Kubernetes Secrets; run again to renew them',
+    )
+    .requiredOption(
+      '--out <dir>',
+      'the folder: ca.crt, ca.key, manager.crt/.key, scheduler.crt/.key, peer.crt/.key (deploy/kubernetes/base/secrets)',
+    )
     .option('--namespace <name>', 'the namespace Starling runs in (names in the certificates)', 'starling')
-    .option('--days <n>', 'how long the components\' certificates are valid', (v) => Number(v), 365)
+    .option('--days <n>', "how long the components' certificates are valid", (v) => Number(v), 365)
     .option('--new-ca', 'replace the CA, step 1: a new CA in front of ca.crt, trusted with the old one; certificates unchanged')
     .option('--retire-old-ca', 'replace the CA, step 3: drop the old CA from ca.crt once every certificate is signed by the new one')
     .action(async (options: CertsFlags) => {
       if (options.newCa && options.retireOldCa) throw new UserError('--new-ca and --retire-old-ca are steps of their own: give one');
-      if (!Number.isInteger(options.days) || options.days < 1) throw new UserError(`--days must be a whole number of days, at least 1 (got ${options.days})`);
-      if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(options.namespace)) throw new UserError(`--namespace ${options.namespace} is not a Kubernetes namespace name`);
+      if (!Number.isInteger(options.days) || options.days < 1)
+        throw new UserError(`--days must be a whole number of days, at least 1 (got ${options.days})`);
+      if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(options.namespace))
+        throw new UserError(`--namespace ${options.namespace} is not a Kubernetes namespace name`);
       const { writeClusterCertificates } = await import('../../common/tls-files.js');
       const done = await writeClusterCertificates(options.out, {
         leaves: kubernetesLeafNames(options.namespace),

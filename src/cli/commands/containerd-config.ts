@@ -15,7 +15,7 @@ interface ContainerdConfigFlags {
 export function registerContainerdConfigCommand(program: Command): void {
   program
     .command('containerd-config')
-    .description("write containerd hosts.toml files that send pulls through the local Starling peer")
+    .description('write containerd hosts.toml files that send pulls through the local Starling peer')
     .option('--hosts-dir <dir>', "containerd's registry config_path", '/etc/containerd/certs.d')
     .option('--mirror <url>', 'the peer mirror as containerd reaches it', 'http://127.0.0.1:65001')
     .option('--registry <host:port>', 'a registry to route through the mirror (repeatable)', collect, [])

@@ -35,7 +35,10 @@ export function addConversionOptions(command: Command, platformHelp: string): Co
   return command
     .option('--zstd', 'make zstd:chunked layers instead of eStargz (gzip)')
     .option('--chunk-size <bytes>', 'largest file piece per compressed member', String(DEFAULT_CHUNK_SIZE))
-    .option('--level <n>', `compression level (gzip 0-9, default ${DEFAULT_LEVEL}; zstd 1-${MAX_ZSTD_LEVEL}, default ${DEFAULT_ZSTD_LEVEL})`)
+    .option(
+      '--level <n>',
+      `compression level (gzip 0-9, default ${DEFAULT_LEVEL}; zstd 1-${MAX_ZSTD_LEVEL}, default ${DEFAULT_ZSTD_LEVEL})`,
+    )
     .option('--platform <os/arch[/variant]>', platformHelp)
     .option('--insecure-registry <host:port>', 'reach this registry over plain HTTP (repeatable)', collect, [])
     .option('--src-creds <user:password>', 'credentials for the source registry')
@@ -91,8 +94,12 @@ export function registerConvertCommand(program: Command): void {
       const dst = openStore(dstLocation, settings.hosts, settings.dstCredentials);
       try {
         const result = await convertImage(src, await sourceReference(src), dst, dst.reference ?? 'latest', {
-          ...settings.layer, prioritizedFiles, recording, platform: settings.platform,
-          allPlatforms: flags.allPlatforms, progress: new Progress(),
+          ...settings.layer,
+          prioritizedFiles,
+          recording,
+          platform: settings.platform,
+          allPlatforms: flags.allPlatforms,
+          progress: new Progress(),
         });
         if (result.missingPrioritized.length > 0) {
           console.error(`starling: warning: prioritized files found in no layer: ${result.missingPrioritized.join(', ')}`);
@@ -108,11 +115,15 @@ async function readList(path: string): Promise<string[]> {
   const text = await readFile(path, 'utf8').catch((error: Error) => {
     throw new UserError(`cannot read --prioritized-files ${path}: ${error.message}`);
   });
-  return text.split('\n').map((line) => line.trim()).filter((line) => line !== '');
+  return text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
 }
 
 export function integer(text: string, flag: string, min: number, max: number): number {
   const value = Number(text);
-  if (!/^\d+$/.test(text) || value < min || value > max) throw new UserError(`${flag} must be an integer from ${min} to ${max}, got "${text}"`);
+  if (!/^\d+$/.test(text) || value < min || value > max)
+    throw new UserError(`${flag} must be an integer from ${min} to ${max}, got "${text}"`);
   return value;
 }

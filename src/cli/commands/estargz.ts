@@ -4,8 +4,17 @@ import { readFile, rm } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { UserError } from '../../common/errors.js';
 import {
-  buildEstargz, fileSource, openEstargz, registryBlobSource, verifyEstargz, DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, DEFAULT_ZSTD_LEVEL,
-  MAX_ZSTD_LEVEL, type EstargzEntry, type RangeSource,
+  buildEstargz,
+  fileSource,
+  openEstargz,
+  registryBlobSource,
+  verifyEstargz,
+  DEFAULT_CHUNK_SIZE,
+  DEFAULT_LEVEL,
+  DEFAULT_ZSTD_LEVEL,
+  MAX_ZSTD_LEVEL,
+  type EstargzEntry,
+  type RangeSource,
 } from '../../estargz/index.js';
 import { parseCredentials, RegistryClient } from '../../oci/client.js';
 import { parseImageReference } from '../../oci/reference.js';
@@ -145,7 +154,10 @@ async function readPrioritizedList(path: string): Promise<string[]> {
   const text = await readFile(path, 'utf8').catch((error: Error) => {
     throw new UserError(`cannot read --prioritized-files ${path}: ${error.message}`);
   });
-  return text.split('\n').map((line) => line.trim()).filter((line) => line !== '');
+  return text
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
 }
 
 function positiveInteger(text: string, flag: string): number {
@@ -154,7 +166,8 @@ function positiveInteger(text: string, flag: string): number {
 
 function integerInRange(text: string, flag: string, min: number, max: number): number {
   const value = Number(text);
-  if (!/^\d+$/.test(text) || value < min || value > max) throw new UserError(`${flag} must be an integer from ${min} to ${max}, got "${text}"`);
+  if (!/^\d+$/.test(text) || value < min || value > max)
+    throw new UserError(`${flag} must be an integer from ${min} to ${max}, got "${text}"`);
   return value;
 }
 

@@ -22,13 +22,22 @@ interface ManagerFlags extends TlsFlags {
 export function registerManagerCommand(program: Command): void {
   program
     .command('manager')
-    .description('run the manager: scheduler clusters and settings, peer and scheduler registry, preheat jobs, users and tokens, web console')
+    .description(
+      'run the manager: scheduler clusters and settings, peer and scheduler registry, preheat jobs, users and tokens, web console',
+    )
     .option('--listen <host:port>', 'HTTP address of the API and console (default 127.0.0.1:8080)')
-    .option('--db <url>', 'sqlite:PATH or postgres://user:pass@host:port/db (default: $STARLING_MANAGER_DB, else sqlite:<data-dir>/manager.db); replicas share one PostgreSQL database')
+    .option(
+      '--db <url>',
+      'sqlite:PATH or postgres://user:pass@host:port/db (default: $STARLING_MANAGER_DB, else sqlite:<data-dir>/manager.db); replicas share one PostgreSQL database',
+    )
     .option('--data-dir <dir>', 'where the default SQLite database lives (default .starling/manager)')
     .option('--cluster-token-file <file>', 'token schedulers and peers present, and the manager presents to peers (required)')
     .option('--admin-token-file <file>', 'token of the initial admin user (first start only); without it one is printed once')
-    .option('--job-lease-ms <ms>', 'how long a replica holds a preheat job without renewing it: a dead replica\'s jobs are taken over this long after (default 15000)', (v) => Number(v))
+    .option(
+      '--job-lease-ms <ms>',
+      "how long a replica holds a preheat job without renewing it: a dead replica's jobs are taken over this long after (default 15000)",
+      (v) => Number(v),
+    )
     .option('--insecure-registry <host:port>', 'a registry reached over plain HTTP for preheats (repeatable)', collect, [])
     .option('--console-dir <dir>', 'built web console to serve at / (default: console/dist of the installation)')
     .option('--tls-cert <file>', 'PEM certificate the API presents (with --tls-key and --tls-ca: HTTPS, and TLS to the peers)')

@@ -41,14 +41,22 @@ export function registerNodeSetupCommand(program: Command): void {
     .option('--containerd-config <path>', "containerd's config.toml (k3s/RKE2: the rendered one; their template is edited)")
     .option('--hosts-dir <dir>', 'hosts.toml folder when config.toml sets no config_path (default /etc/containerd/certs.d)')
     .option('--mirror <url>', 'the peer mirror as the runtime reaches it', 'http://127.0.0.1:65001')
-    .option('--registry <host[:port],...>', 'registries to pull through the mirror (repeatable; default: every registry, via _default)', collect, [])
+    .option(
+      '--registry <host[:port],...>',
+      'registries to pull through the mirror (repeatable; default: every registry, via _default)',
+      collect,
+      [],
+    )
     .option('--insecure-registry <host[:port],...>', 'registries containerd falls back to over plain HTTP (repeatable)', collect, [])
     .option('--lazy', 'also add the Starling snapshotter and make the CRI plugin use it')
     .option('--snapshotter-socket <path>', "the snapshotter's gRPC socket (with --lazy)", '/run/starling/snapshotter.sock')
     .option('--registries-conf-dir <dir>', 'CRI-O/podman: write a registries.conf drop-in here (e.g. /etc/containers/registries.conf.d)')
     .option('--config-version <n>', 'version for a config.toml that is missing or empty: 2 (containerd 1.6/1.7) or 3 (2.x)')
     .option('--backup-dir <dir>', 'where the originals are kept for --undo (default: .starling-node-setup beside config.toml)')
-    .option('--restart-command <argv>', 'how to restart containerd when config.toml changed (split on spaces; default: systemctl in PID 1\'s namespaces)')
+    .option(
+      '--restart-command <argv>',
+      "how to restart containerd when config.toml changed (split on spaces; default: systemctl in PID 1's namespaces)",
+    )
     .option('--no-restart', 'never restart containerd; say when it is needed')
     .option('--undo', 'restore every file node-setup changed, byte for byte')
     .option('--force', 'with --undo: restore even files someone changed since node-setup wrote them')
@@ -90,7 +98,10 @@ export function registerNodeSetupCommand(program: Command): void {
 
 /** Repeated flags whose values may also be comma-separated lists (a ConfigMap value may be empty). */
 function splitList(values: string[]): string[] {
-  return values.flatMap((value) => value.split(',')).map((value) => value.trim()).filter(Boolean);
+  return values
+    .flatMap((value) => value.split(','))
+    .map((value) => value.trim())
+    .filter(Boolean);
 }
 
 function parseConfigVersion(value: string | undefined): 2 | 3 | undefined {
@@ -104,12 +115,12 @@ export function registerNodeLabelsCommand(program: Command): void {
   program
     .command('node-labels')
     .description("write this node's Kubernetes labels (zone, rack, …) to a file for `starling peer --labels-file`")
-    .requiredOption('--node <name>', 'the node (in a pod: the downward API\'s spec.nodeName)')
+    .requiredOption('--node <name>', "the node (in a pod: the downward API's spec.nodeName)")
     .requiredOption('--out <file>', 'where to write the labels (YAML)')
     .option('--rack-label <key>', 'the node label that names its rack; its value becomes the peer label "rack"')
     .option('--api-server <url>', 'the Kubernetes API (default: the in-cluster service)')
-    .option('--token-file <file>', 'bearer token (default: the pod\'s service account token)')
-    .option('--ca-file <file>', 'CA of the API server (default: the pod\'s service account ca.crt)')
+    .option('--token-file <file>', "bearer token (default: the pod's service account token)")
+    .option('--ca-file <file>', "CA of the API server (default: the pod's service account ca.crt)")
     .action(async (options: NodeLabelsFlags) => {
       try {
         const labels = await fetchNodeLabels({
@@ -120,7 +131,9 @@ export function registerNodeLabelsCommand(program: Command): void {
           rackLabel: options.rackLabel || undefined,
         });
         await writeNodeLabels(options.out, labels);
-        console.log(`${options.out}: ${Object.keys(labels).length} labels of node ${options.node}${labels.rack ? ` (rack ${labels.rack})` : ''}`);
+        console.log(
+          `${options.out}: ${Object.keys(labels).length} labels of node ${options.node}${labels.rack ? ` (rack ${labels.rack})` : ''}`,
+        );
       } catch (error) {
         if (error instanceof NodeSetupError) throw new UserError(error.message);
         throw error;

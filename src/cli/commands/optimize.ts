@@ -30,19 +30,22 @@ export function registerOptimizeCommand(program: Command): void {
   const command = program
     .command('optimize')
     .description(
-      'Run the image\'s workload in a sandbox (namespaces + chroot over lazily mounted layers), record the files it reads, ' +
+      "Run the image's workload in a sandbox (namespaces + chroot over lazily mounted layers), record the files it reads, " +
         'and convert the image with them prioritized; prints the new manifest digest. Needs root.',
     )
     .argument('<src>', 'source image: registry/repo[:tag|@digest] or oci:DIR[:TAG] (any layer format)')
     .argument('<dst>', 'destination: registry/repo[:tag] or oci:DIR[:TAG]')
-    .option('--entrypoint <json>', 'entrypoint replacing the image\'s, as a JSON array, e.g. \'["python3","-c","import json"]\'; the image\'s Cmd (or --args) follows it, as in ctr-remote')
-    .option('--args <json>', 'arguments replacing the image\'s Cmd, as a JSON array')
-    .option('--env <KEY=VALUE>', 'environment variable added to or replacing the image\'s (repeatable)', collect, [])
-    .option('--user <user[:group]>', 'user replacing the image\'s (names are looked up in the image)')
-    .option('--cwd <dir>', 'working directory replacing the image\'s')
+    .option(
+      '--entrypoint <json>',
+      'entrypoint replacing the image\'s, as a JSON array, e.g. \'["python3","-c","import json"]\'; the image\'s Cmd (or --args) follows it, as in ctr-remote',
+    )
+    .option('--args <json>', "arguments replacing the image's Cmd, as a JSON array")
+    .option('--env <KEY=VALUE>', "environment variable added to or replacing the image's (repeatable)", collect, [])
+    .option('--user <user[:group]>', "user replacing the image's (names are looked up in the image)")
+    .option('--cwd <dir>', "working directory replacing the image's")
     .option('--period <seconds>', 'stop the workload after this long if it has not exited', String(DEFAULT_PERIOD_MS / 1000))
-    .option('--net-host', 'share the host\'s network (default: a private network namespace with only lo)')
-    .option('--record-out <file>', 'write the record in ctr-remote\'s format (for `starling convert --record-in`)')
+    .option('--net-host', "share the host's network (default: a private network namespace with only lo)")
+    .option('--record-out <file>', "write the record in ctr-remote's format (for `starling convert --record-in`)")
     .option('--tmp-dir <dir>', 'where the work dir goes (unoptimized layers, chunk cache, overlay upper)');
   addConversionOptions(command, 'manifest to optimize from a multi-platform index (default: this host)').action(
     async (srcText: string, dstText: string, flags: OptimizeFlags) => {

@@ -44,7 +44,7 @@ export function registerPeerCommand(program: Command): void {
     .option('--manager <url>', 'the manager: it names the schedulers and sends preheat jobs')
     .option('--upload-listen <host:port>', 'where other peers fetch pieces (default 127.0.0.1:65002)')
     .option('--advertise-ip <ip>', 'the address other peers use to reach the upload server')
-    .option('--host-id <id>', 'this host\'s id in the swarm (default: hostname-ip-port)')
+    .option('--host-id <id>', "this host's id in the swarm (default: hostname-ip-port)")
     .option('--seed', 'act as a seed peer: fetch from the origin when the scheduler asks')
     .option('--label <key=value>', 'a host label such as zone=a or rack=r1 (repeatable)', collect, [])
     .option('--labels-file <file>', 'Kubernetes node labels (YAML/JSON map or a node object)')
@@ -70,7 +70,12 @@ export function registerPeerCommand(program: Command): void {
           storage: { quota: options.quota },
           download: { rateLimit: options.downloadRateLimit },
           swarm: {
-            schedulers: options.scheduler ? options.scheduler.split(',').map((s) => s.trim()).filter(Boolean) : undefined,
+            schedulers: options.scheduler
+              ? options.scheduler
+                  .split(',')
+                  .map((s) => s.trim())
+                  .filter(Boolean)
+              : undefined,
             manager: options.manager,
             uploadListen: options.uploadListen,
             advertiseIp: options.advertiseIp,

@@ -27,11 +27,18 @@ export function registerSchedulerCommand(program: Command): void {
     .description('run the scheduler: picks parents for peers, decides who reads the origin, triggers seeds')
     .option('--listen <host:port>', 'gRPC address (default 127.0.0.1:8002)')
     .option('--metrics-listen <host:port>', 'Prometheus /metrics address (default 127.0.0.1:8003)')
-    .option('--manager <url>', 'the manager: register there and take the scheduler cluster\'s settings from it')
+    .option('--manager <url>', "the manager: register there and take the scheduler cluster's settings from it")
     .option('--cluster-name <name>', 'the scheduler cluster to join in the manager')
     .option('--cluster-token-file <file>', 'token peers must present (required); also sent to seeds and the manager')
-    .option('--shape <shape>', 'parent graph: adaptive (the default: chains placed by measured link rates), mesh (several parents per peer) or pipeline (fixed chains); see the README')
-    .option('--fanout <n>', 'pipeline, adaptive: chain children each node feeds (the adaptive shape adds more where it measures room)', (v) => Number(v))
+    .option(
+      '--shape <shape>',
+      'parent graph: adaptive (the default: chains placed by measured link rates), mesh (several parents per peer) or pipeline (fixed chains); see the README',
+    )
+    .option(
+      '--fanout <n>',
+      'pipeline, adaptive: chain children each node feeds (the adaptive shape adds more where it measures room)',
+      (v) => Number(v),
+    )
     .option('--seed-fanout <n>', 'pipeline, adaptive: chain children each seed feeds (likewise)', (v) => Number(v))
     .option('--candidate-parent-limit <n>', 'mesh: parents handed to each peer', (v) => Number(v))
     .option('--back-to-source-limit <n>', 'peers per task that may read the origin at once', (v) => Number(v))

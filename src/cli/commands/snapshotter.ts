@@ -24,9 +24,9 @@ export function registerSnapshotterCommand(program: Command): void {
   program
     .command('snapshotter')
     .description('run the containerd snapshotter: eStargz layers mounted lazily through FUSE, fetched through the local peer')
-    .option('--socket <path>', 'gRPC unix socket for containerd\'s proxy plugin')
+    .option('--socket <path>', "gRPC unix socket for containerd's proxy plugin")
     .option('--root <dir>', 'snapshot metadata, overlay dirs, mountpoints and chunk caches')
-    .option('--peer <url>', 'the local peer\'s mirror (default http://127.0.0.1:65001)')
+    .option('--peer <url>', "the local peer's mirror (default http://127.0.0.1:65001)")
     .option('--metrics-listen <host:port>', 'serve Prometheus metrics here')
     .option('--no-prefetch', 'do not prefetch prioritized files before a layer is ready')
     .option('--no-background-fetch', 'fetch only what is read')
@@ -60,14 +60,15 @@ export function registerSnapshotterCommand(program: Command): void {
 export function registerFuseServerCommand(program: Command): void {
   program
     .command('fuse-server')
-    .description('serve a snapshotter\'s lazy FUSE mounts (the snapshotter starts it; it outlives snapshotter restarts)')
-    .requiredOption('--root <dir>', 'the snapshotter\'s root: the socket, pid file and log live there')
+    .description("serve a snapshotter's lazy FUSE mounts (the snapshotter starts it; it outlives snapshotter restarts)")
+    .requiredOption('--root <dir>', "the snapshotter's root: the socket, pid file and log live there")
     .option('--idle-exit <seconds>', 'exit after serving nothing, with no snapshotter connected, this long', '60')
     .option('--log-level <level>', 'trace, debug, info, warn, error', 'info')
     .action(async (options: { root: string; idleExit: string; logLevel: string }) => {
       requireFuseAddon();
       const idleExitSeconds = Number(options.idleExit);
-      if (!Number.isInteger(idleExitSeconds) || idleExitSeconds < 1) throw new UserError(`--idle-exit: expected whole seconds ≥ 1, got "${options.idleExit}"`);
+      if (!Number.isInteger(idleExitSeconds) || idleExitSeconds < 1)
+        throw new UserError(`--idle-exit: expected whole seconds ≥ 1, got "${options.idleExit}"`);
       const log = createLogger({ level: options.logLevel, name: 'fuse-server', pretty: false });
       const { startFuseServer } = await import('../../snapshotter/index.js');
       const running = await startFuseServer({ root: path.resolve(options.root), idleExitMs: idleExitSeconds * 1000, log });

@@ -40,6 +40,8 @@ export function registerStatCommand(program: Command): void {
       const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => itemAt(r, i).length)));
       for (const row of [header, ...rows]) console.log(row.map((cell, i) => cell.padEnd(itemAt(widths, i))).join('  '));
       const sum = (key: keyof TaskStatus['bytesFrom']) => tasks.reduce((total, t) => total + t.bytesFrom[key], 0);
-      console.log(`\nbytes from peers ${formatBytes(sum('peer'))}, seeds ${formatBytes(sum('seed'))}, origin ${formatBytes(sum('origin'))}`);
+      console.log(
+        `\nbytes from peers ${formatBytes(sum('peer'))}, seeds ${formatBytes(sum('seed'))}, origin ${formatBytes(sum('origin'))}`,
+      );
     });
 }

@@ -47,14 +47,22 @@ export function registerUpCommand(program: Command): void {
       const tls = await ensureTlsFiles(join(dataDir, 'tls'), { dns: ['localhost'], ips: ['127.0.0.1', '::1'] });
       const manager = await startManager(
         loadConfig(managerConfigSchema, {
-          flags: { listen: '127.0.0.1:8080', dataDir: join(dataDir, 'manager'), registries: { insecure: options.insecureRegistry }, clusterTokenFile, tls },
+          flags: {
+            listen: '127.0.0.1:8080',
+            dataDir: join(dataDir, 'manager'),
+            registries: { insecure: options.insecureRegistry },
+            clusterTokenFile,
+            tls,
+          },
         }),
         log.child({ component: 'manager' }),
       );
       let scheduler;
       try {
         scheduler = await startScheduler(
-          loadConfig(schedulerConfigSchema, { flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003', manager: manager.url, clusterTokenFile, tls } }),
+          loadConfig(schedulerConfigSchema, {
+            flags: { listen: '127.0.0.1:8002', metricsListen: '127.0.0.1:8003', manager: manager.url, clusterTokenFile, tls },
+          }),
           log.child({ component: 'scheduler' }),
         );
       } catch (error) {

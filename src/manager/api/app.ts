@@ -46,8 +46,13 @@ export function buildApi(deps: ApiDeps, metrics: ManagerMetrics, log: Logger): F
     if (error instanceof ManagerError) return reply.code(error.status).send({ error: { code: error.code, message: error.message } });
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) {
-      const message = error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error instanceof SyntaxError ? `body: not valid JSON: ${error.message}` : error.message;
-      return reply.code(status).send({ error: { code: status === 415 ? 'unsupported_media_type' : status === 413 ? 'too_large' : 'invalid_request', message } });
+      const message =
+        error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error instanceof SyntaxError
+          ? `body: not valid JSON: ${error.message}`
+          : error.message;
+      return reply
+        .code(status)
+        .send({ error: { code: status === 415 ? 'unsupported_media_type' : status === 413 ? 'too_large' : 'invalid_request', message } });
     }
     log.error({ err: error.message, stack: error.stack, url: request.url }, 'request failed');
     return reply.code(500).send({ error: { code: 'internal', message: 'internal error (see the manager log)' } });

@@ -19,7 +19,8 @@ export function openApiDocument(routes: Route[], version: string): Record<string
           : { description: 'Done, no content' },
     };
     const error = { content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
-    if (spec.body || spec.params || spec.query) responses['400'] = { description: 'Invalid request: the message names the field', ...error };
+    if (spec.body || spec.params || spec.query)
+      responses['400'] = { description: 'Invalid request: the message names the field', ...error };
     if (spec.access !== 'public') responses['401'] = { description: 'Missing or invalid token', ...error };
     if (spec.access === 'user' && spec.method !== 'GET') responses['403'] = { description: 'The token’s role may only read', ...error };
     if (spec.params) responses['404'] = { description: 'No such object', ...error };
@@ -54,7 +55,11 @@ export function openApiDocument(routes: Route[], version: string): Record<string
       schemas: { Error: jsonSchema(errorSchema, 'output') },
       securitySchemes: {
         userToken: { type: 'http', scheme: 'bearer', description: 'Personal access token (POST /api/v1/tokens)' },
-        clusterToken: { type: 'http', scheme: 'bearer', description: 'The cluster token shared by schedulers and peers (none needed when the manager has none)' },
+        clusterToken: {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'The cluster token shared by schedulers and peers (none needed when the manager has none)',
+        },
       },
     },
   };
@@ -81,7 +86,11 @@ function operationId(spec: Route): string {
   const words = spec.url
     .replace(/^\/api\/v1\//, '')
     .split('/')
-    .map((part) => (part.startsWith(':') ? 'By' + part.slice(1, 2).toUpperCase() + part.slice(2) : part.replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ?? '').toUpperCase())));
+    .map((part) =>
+      part.startsWith(':')
+        ? 'By' + part.slice(1, 2).toUpperCase() + part.slice(2)
+        : part.replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ?? '').toUpperCase()),
+    );
   const camel = words.map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
   return spec.method.toLowerCase() + camel;
 }

@@ -54,7 +54,8 @@ export interface Route<P extends Shape = Shape, Q extends Shape = Shape, B exten
 
 /** The caller of a `user` route, which its access check has found before the handler runs. */
 export function principalOf(input: { principal?: Principal }): Principal {
-  if (!input.principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
+  if (!input.principal)
+    throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
   return input.principal;
 }
 
@@ -62,7 +63,9 @@ export function principalOf(input: { principal?: Principal }): Principal {
 type NoFields = z.ZodObject<Record<never, never>>;
 
 /** Keeps the handler's input typed by the route's own schemas. */
-export function route<P extends Shape = NoFields, Q extends Shape = NoFields, B extends Shape = z.ZodUndefined>(spec: Route<P, Q, B>): Route {
+export function route<P extends Shape = NoFields, Q extends Shape = NoFields, B extends Shape = z.ZodUndefined>(
+  spec: Route<P, Q, B>,
+): Route {
   return spec;
 }
 
@@ -100,10 +103,15 @@ export function registerRoute(app: FastifyInstance, ctx: RouteContext, spec: Rou
   });
 }
 
-async function authenticateCaller(ctx: RouteContext, spec: Route, request: FastifyRequest): Promise<{ principal?: Principal; actor: Actor }> {
+async function authenticateCaller(
+  ctx: RouteContext,
+  spec: Route,
+  request: FastifyRequest,
+): Promise<{ principal?: Principal; actor: Actor }> {
   if (spec.access === 'user') {
     const principal = await authenticate(ctx.db, request.headers.authorization);
-    if (!principal) throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
+    if (!principal)
+      throw new ManagerError(401, 'unauthorized', 'a valid personal access token is required (Authorization: Bearer <token>)');
     if (spec.method !== 'GET' && principal.role !== 'admin') {
       throw new ManagerError(403, 'forbidden', `user ${principal.userName} has the ${principal.role} role, which may only read`);
     }

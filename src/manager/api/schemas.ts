@@ -51,9 +51,16 @@ export const clusterConfigPatchBody = z.record(z.string(), z.unknown());
 
 // Schedulers and peers
 
-export const schedulerKeepaliveAnswer = z.object({ clusterId: z.number().int(), config: schedulingSchema, configVersion: z.number().int() });
+export const schedulerKeepaliveAnswer = z.object({
+  clusterId: z.number().int(),
+  config: schedulingSchema,
+  configVersion: z.number().int(),
+});
 
-export const peerKeepaliveAnswer = z.object({ clusterId: z.number().int(), schedulers: z.array(z.string()).describe('ip:port of the active schedulers') });
+export const peerKeepaliveAnswer = z.object({
+  clusterId: z.number().int(),
+  schedulers: z.array(z.string()).describe('ip:port of the active schedulers'),
+});
 
 export const schedulerSchema = z.object({
   id: z.number().int(),
@@ -67,7 +74,9 @@ export const schedulerSchema = z.object({
   createdAt: time,
 });
 
-export const schedulerQuery = z.object({ clusterId: z.coerce.number().int().optional(), state: z.enum(['active', 'inactive']).optional() }).strict();
+export const schedulerQuery = z
+  .object({ clusterId: z.coerce.number().int().optional(), state: z.enum(['active', 'inactive']).optional() })
+  .strict();
 
 export const peerSchema = z.object({
   id: z.number().int(),
@@ -113,7 +122,14 @@ export const roleSchema = z.enum(['admin', 'read-only']);
 export const userSchema = z.object({ id: z.number().int(), name: z.string(), role: roleSchema, createdAt: time });
 
 export const createUserBody = z
-  .object({ name: z.string().min(1).max(100).regex(/^[A-Za-z0-9][A-Za-z0-9._@-]*$/, 'must be letters, digits, . _ @ -'), role: roleSchema })
+  .object({
+    name: z
+      .string()
+      .min(1)
+      .max(100)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._@-]*$/, 'must be letters, digits, . _ @ -'),
+    role: roleSchema,
+  })
   .strict();
 
 export const meSchema = z.object({ user: userSchema, tokenId: z.number().int() });
@@ -149,7 +165,10 @@ export const preheatBody = z
       .string()
       .regex(/^(seeds|all-peers|zone:.+)$/, 'must be "seeds", "all-peers" or "zone:<zone>"')
       .default('seeds'),
-    credentials: z.object({ username: z.string().min(1), password: z.string() }).strict().optional(),
+    credentials: z
+      .object({ username: z.string().min(1), password: z.string() })
+      .strict()
+      .optional(),
     insecure: z.boolean().optional().describe('reach the registry over plain HTTP (loopback registries always are)'),
   })
   .strict();
@@ -190,7 +209,14 @@ export const jobQuery = z.object({ state: jobState.optional(), limit: z.coerce.n
 
 // Audit and overview
 
-export const auditSchema = z.object({ id: z.number().int(), actor: z.string(), action: z.string(), target: z.string(), detail: z.record(z.string(), z.unknown()), at: time });
+export const auditSchema = z.object({
+  id: z.number().int(),
+  actor: z.string(),
+  action: z.string(),
+  target: z.string(),
+  detail: z.record(z.string(), z.unknown()),
+  at: time,
+});
 
 export const auditQuery = z
   .object({

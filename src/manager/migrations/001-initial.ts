@@ -138,7 +138,17 @@ export function initial(dialect: Dialect): Migration {
     },
     // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as up()
     async down(db: Kysely<any>): Promise<void> {
-      for (const table of ['audit_log', 'tokens', 'users', 'job_tasks', 'jobs', 'peer_tasks', 'peers', 'schedulers', 'scheduler_clusters']) {
+      for (const table of [
+        'audit_log',
+        'tokens',
+        'users',
+        'job_tasks',
+        'jobs',
+        'peer_tasks',
+        'peers',
+        'schedulers',
+        'scheduler_clusters',
+      ]) {
         await db.schema.dropTable(table).execute();
       }
     },

@@ -10,8 +10,14 @@ export const jobLeases: Migration = {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- Kysely's own advice for migrations (as 001)
   async up(db: Kysely<any>): Promise<void> {
     await db.schema.alterTable('jobs').addColumn('owner', 'text').execute();
-    await db.schema.alterTable('jobs').addColumn('lease_expires_at', 'bigint', (c) => c.notNull().defaultTo(0)).execute();
-    await db.schema.alterTable('jobs').addColumn('takeovers', 'integer', (c) => c.notNull().defaultTo(0)).execute();
+    await db.schema
+      .alterTable('jobs')
+      .addColumn('lease_expires_at', 'bigint', (c) => c.notNull().defaultTo(0))
+      .execute();
+    await db.schema
+      .alterTable('jobs')
+      .addColumn('takeovers', 'integer', (c) => c.notNull().defaultTo(0))
+      .execute();
     // Every replica looks for unfinished jobs with a run-out lease every few seconds.
     await db.schema.createIndex('jobs_state').on('jobs').column('state').execute();
   },

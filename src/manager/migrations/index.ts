@@ -23,7 +23,12 @@ class InCodeProvider implements MigrationProvider {
 }
 
 function migrator(db: Kysely<Database>, dialect: Dialect): Migrator {
-  return new Migrator({ db, provider: new InCodeProvider(dialect), migrationTableName: 'starling_migrations', migrationLockTableName: 'starling_migrations_lock' });
+  return new Migrator({
+    db,
+    provider: new InCodeProvider(dialect),
+    migrationTableName: 'starling_migrations',
+    migrationLockTableName: 'starling_migrations_lock',
+  });
 }
 
 /** Brings the database to the latest schema; returns the names applied now. */

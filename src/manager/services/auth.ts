@@ -32,7 +32,13 @@ export async function authenticate(db: Kysely<Database>, header: string | undefi
   const row = await db
     .selectFrom('tokens')
     .innerJoin('users', 'users.id', 'tokens.user_id')
-    .select(['tokens.id as tokenId', 'tokens.expires_at as expiresAt', 'users.id as userId', 'users.name as userName', 'users.role as role'])
+    .select([
+      'tokens.id as tokenId',
+      'tokens.expires_at as expiresAt',
+      'users.id as userId',
+      'users.name as userName',
+      'users.role as role',
+    ])
     .where('tokens.hash', '=', hashToken(token))
     .executeTakeFirst();
   if (!row || (row.expiresAt !== null && row.expiresAt <= Date.now())) return undefined;
@@ -48,7 +54,12 @@ export interface UserView {
   createdAt: string;
 }
 
-const toUser = (row: UserRow): UserView => ({ id: row.id, name: row.name, role: row.role, createdAt: new Date(row.created_at).toISOString() });
+const toUser = (row: UserRow): UserView => ({
+  id: row.id,
+  name: row.name,
+  role: row.role,
+  createdAt: new Date(row.created_at).toISOString(),
+});
 
 export async function listUsers(db: Kysely<Database>): Promise<UserView[]> {
   return (await db.selectFrom('users').selectAll().orderBy('id').execute()).map(toUser);
@@ -64,7 +75,11 @@ export async function createUser(db: Kysely<Database>, actor: Actor, input: { na
   return db.transaction().execute(async (trx) => {
     const existing = await trx.selectFrom('users').select('id').where('name', '=', input.name).executeTakeFirst();
     if (existing) throw new ManagerError(409, 'conflict', `name: a user named "${input.name}" already exists`);
-    const row = await trx.insertInto('users').values({ name: input.name, role: input.role, created_at: Date.now() }).returningAll().executeTakeFirstOrThrow();
+    const row = await trx
+      .insertInto('users')
+      .values({ name: input.name, role: input.role, created_at: Date.now() })
+      .returningAll()
+      .executeTakeFirstOrThrow();
     await recordAudit(trx, actor, 'user.create', `user:${row.id}`, { name: row.name, role: row.role });
     return toUser(row);
   });
@@ -101,7 +116,13 @@ export async function createToken(
     const now = Date.now();
     const row = await trx
       .insertInto('tokens')
-      .values({ user_id: user.id, name: input.name, hash: hashToken(token), created_at: now, expires_at: input.expiresInDays ? now + input.expiresInDays * 86_400_000 : null })
+      .values({
+        user_id: user.id,
+        name: input.name,
+        hash: hashToken(token),
+        created_at: now,
+        expires_at: input.expiresInDays ? now + input.expiresInDays * 86_400_000 : null,
+      })
       .returningAll()
       .executeTakeFirstOrThrow();
     await recordAudit(trx, actor, 'token.create', `token:${row.id}`, { user: user.name, name: row.name, expiresAt: row.expires_at });
@@ -110,7 +131,13 @@ export async function createToken(
 }
 
 export async function listTokens(db: Kysely<Database>): Promise<TokenView[]> {
-  const rows = await db.selectFrom('tokens').innerJoin('users', 'users.id', 'tokens.user_id').selectAll('tokens').select('users.name as userName').orderBy('tokens.id').execute();
+  const rows = await db
+    .selectFrom('tokens')
+    .innerJoin('users', 'users.id', 'tokens.user_id')
+    .selectAll('tokens')
+    .select('users.name as userName')
+    .orderBy('tokens.id')
+    .execute();
   return rows.map((row) => toToken(row, row.userName));
 }
 
@@ -128,19 +155,36 @@ export async function revokeToken(db: Kysely<Database>, actor: Actor, id: number
  * that the caller prints once. Later starts leave users alone: a token revoked through the API
  * stays revoked. Returns the generated token, if one was generated.
  */
-export async function bootstrapAdmin(db: Kysely<Database>, givenToken: string | undefined): Promise<{ generated?: string; givenTokenKnown: boolean }> {
+export async function bootstrapAdmin(
+  db: Kysely<Database>,
+  givenToken: string | undefined,
+): Promise<{ generated?: string; givenTokenKnown: boolean }> {
   return db.transaction().execute(async (trx) => {
     const anyUser = await trx.selectFrom('users').select('id').limit(1).executeTakeFirst();
     if (anyUser) {
-      const known = givenToken ? Boolean(await trx.selectFrom('tokens').select('id').where('hash', '=', hashToken(givenToken)).executeTakeFirst()) : true;
+      const known = givenToken
+        ? Boolean(await trx.selectFrom('tokens').select('id').where('hash', '=', hashToken(givenToken)).executeTakeFirst())
+        : true;
       return { givenTokenKnown: known };
     }
     const token = givenToken ?? generateToken();
     const now = Date.now();
-    const user = await trx.insertInto('users').values({ name: 'admin', role: 'admin', created_at: now }).returningAll().executeTakeFirstOrThrow();
-    const row = await trx.insertInto('tokens').values({ user_id: user.id, name: 'initial admin token', hash: hashToken(token), created_at: now, expires_at: null }).returning('id').executeTakeFirstOrThrow();
+    const user = await trx
+      .insertInto('users')
+      .values({ name: 'admin', role: 'admin', created_at: now })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    const row = await trx
+      .insertInto('tokens')
+      .values({ user_id: user.id, name: 'initial admin token', hash: hashToken(token), created_at: now, expires_at: null })
+      .returning('id')
+      .executeTakeFirstOrThrow();
     await recordAudit(trx, 'system', 'user.create', `user:${user.id}`, { name: 'admin', role: 'admin', initial: true });
-    await recordAudit(trx, 'system', 'token.create', `token:${row.id}`, { user: 'admin', name: 'initial admin token', fromFile: givenToken !== undefined });
+    await recordAudit(trx, 'system', 'token.create', `token:${row.id}`, {
+      user: 'admin',
+      name: 'initial admin token',
+      fromFile: givenToken !== undefined,
+    });
     return { generated: givenToken ? undefined : token, givenTokenKnown: true };
   });
 }

@@ -17,7 +17,6 @@ export interface Cluster {
   updatedAt: string;
 }
 
-
 export function toCluster(row: ClusterRow): Cluster {
   return {
     id: row.id,
@@ -59,7 +58,10 @@ export async function scopedClusters(db: Kysely<Database>): Promise<ScopedCluste
 
 /** A version no cluster has had: schedulers compare versions only, and one may move between clusters. */
 async function nextConfigVersion(db: Kysely<Database>): Promise<number> {
-  const row = await db.selectFrom('scheduler_clusters').select((eb) => eb.fn.max('config_version').as('max')).executeTakeFirst();
+  const row = await db
+    .selectFrom('scheduler_clusters')
+    .select((eb) => eb.fn.max('config_version').as('max'))
+    .executeTakeFirst();
   return Number(row?.max ?? 0) + 1;
 }
 
@@ -96,7 +98,12 @@ export async function createCluster(db: Kysely<Database>, actor: Actor, input: C
       .returningAll()
       .executeTakeFirstOrThrow();
     const cluster = toCluster(row);
-    await recordAudit(trx, actor, 'cluster.create', `cluster:${cluster.id}`, { name: cluster.name, config, scopes, isDefault: cluster.isDefault });
+    await recordAudit(trx, actor, 'cluster.create', `cluster:${cluster.id}`, {
+      name: cluster.name,
+      config,
+      scopes,
+      isDefault: cluster.isDefault,
+    });
     return cluster;
   });
 }
@@ -135,7 +142,12 @@ export async function updateCluster(
  * Changes some scheduling settings; the rest stay. Nested objects merge (a new `weights.pieces`
  * keeps the other weights), lists are replaced. The result must satisfy schedulingSchema.
  */
-export async function updateClusterConfig(db: Kysely<Database>, actor: Actor, id: number, patch: Record<string, unknown>): Promise<Cluster> {
+export async function updateClusterConfig(
+  db: Kysely<Database>,
+  actor: Actor,
+  id: number,
+  patch: Record<string, unknown>,
+): Promise<Cluster> {
   return db.transaction().execute(async (trx) => {
     const current = await getCluster(trx, id);
     const config = parseConfig(mergeDeep(current.config, patch));
@@ -153,7 +165,8 @@ export async function updateClusterConfig(db: Kysely<Database>, actor: Actor, id
 export async function deleteCluster(db: Kysely<Database>, actor: Actor, id: number): Promise<void> {
   await db.transaction().execute(async (trx) => {
     const current = await getCluster(trx, id);
-    if (current.isDefault) throw new ManagerError(409, 'conflict', `cluster ${id} is the default cluster; mark another one as the default first`);
+    if (current.isDefault)
+      throw new ManagerError(409, 'conflict', `cluster ${id} is the default cluster; mark another one as the default first`);
     // Peers of the cluster move to the default at their next keep-alive; until then they stay listed there.
     const fallback = await defaultCluster(trx);
     await trx.updateTable('peers').set({ cluster_id: fallback.id }).where('cluster_id', '=', id).execute();

@@ -52,7 +52,10 @@ const INDEX_TYPES = new Set<string>([MediaType.OciIndex, MediaType.DockerManifes
 
 /** Docker treats loopback registries as insecure (plain HTTP) without being told; so does the manager. */
 export function isLoopbackRegistry(registry: string): boolean {
-  const host = registry.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  const host = registry
+    .replace(/:\d+$/, '')
+    .replace(/^\[(.*)\]$/, '$1')
+    .toLowerCase();
   if (host === 'localhost') return true;
   if (isIP(host) === 4) return host.startsWith('127.');
   return host === '::1';
@@ -75,7 +78,11 @@ export async function resolveImage(
       const match = index.manifests.find((m) => platformMatches(m.platform, platform));
       if (!match) {
         const available = index.manifests.map((m) => formatPlatform(m.platform)).join(', ') || 'none';
-        throw new ManagerError(422, 'platform_not_found', `platform: image ${reference} has no ${formatPlatform(platform)} manifest (it has: ${available})`);
+        throw new ManagerError(
+          422,
+          'platform_not_found',
+          `platform: image ${reference} has no ${formatPlatform(platform)} manifest (it has: ${available})`,
+        );
       }
       manifest = await client.getManifest(ref.repository, match.digest);
       parsed = parseJson(manifest.bytes, reference);
@@ -86,11 +93,17 @@ export async function resolveImage(
       const { body } = await client.getBlob(ref.repository, image.config.digest);
       const config = check(configSchema, parseJson(Buffer.from(await readAll(body)), reference), `image ${reference}: the config`);
       if (!platformMatches(config, platform)) {
-        throw new ManagerError(422, 'platform_not_found', `platform: image ${reference} is ${formatPlatform(config)}, not ${formatPlatform(platform)}`);
+        throw new ManagerError(
+          422,
+          'platform_not_found',
+          `platform: image ${reference} is ${formatPlatform(config)}, not ${formatPlatform(platform)}`,
+        );
       }
     }
     // Foreign layers (with `urls`) are not in the registry; peers could not fetch them from it.
-    const layers = image.layers.filter((l) => !l.urls?.length).map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType ?? '' }));
+    const layers = image.layers
+      .filter((l) => !l.urls?.length)
+      .map((l) => ({ digest: l.digest, size: l.size, mediaType: l.mediaType ?? '' }));
     const [firstLayer] = layers;
     if (!firstLayer) throw new ManagerError(422, 'image_has_no_layers', `image: ${reference} has no layers to preheat`);
     const origin = await originAccess(client.baseUrl, ref, firstLayer.digest, options.credentials);
@@ -107,7 +120,11 @@ export async function resolveImage(
  * Where and how peers read an image's blobs, found again without the manifest: what a replica
  * that takes over a job needs (the job's layers are in its rows). `sampleDigest` is one of them.
  */
-export async function resolveOrigin(ref: ImageReference, sampleDigest: string, options: { credentials?: Credentials; insecure: boolean }): Promise<BlobOrigin> {
+export async function resolveOrigin(
+  ref: ImageReference,
+  sampleDigest: string,
+  options: { credentials?: Credentials; insecure: boolean },
+): Promise<BlobOrigin> {
   const hosts = new RegistryHosts(options.insecure ? [ref.registry] : []);
   try {
     return await originAccess(hosts.baseUrl(ref.registry), ref, sampleDigest, options.credentials);
@@ -116,7 +133,12 @@ export async function resolveOrigin(ref: ImageReference, sampleDigest: string, o
   }
 }
 
-async function originAccess(base: URL, ref: ImageReference, sampleDigest: string, credentials: Credentials | undefined): Promise<BlobOrigin> {
+async function originAccess(
+  base: URL,
+  ref: ImageReference,
+  sampleDigest: string,
+  credentials: Credentials | undefined,
+): Promise<BlobOrigin> {
   const blobUrl = (digest: string) => new URL(`/v2/${ref.repository}/blobs/${digest}`, base).href;
   const originHeaders = await originAuthorization(blobUrl(sampleDigest), ref.repository, credentials, formatImageReference(ref));
   return { blobUrl, originHeaders };
@@ -127,7 +149,12 @@ async function originAccess(base: URL, ref: ImageReference, sampleDigest: string
  * asking for Basic, else a pull token from the registry's token service (it lives as long as the
  * registry grants, typically minutes: peers should start at once, which they do on a preheat).
  */
-async function originAuthorization(url: string, repository: string, credentials: Credentials | undefined, reference: string): Promise<Record<string, string>> {
+async function originAuthorization(
+  url: string,
+  repository: string,
+  credentials: Credentials | undefined,
+  reference: string,
+): Promise<Record<string, string>> {
   const probe = await request(url, { method: 'HEAD', headersTimeout: 15_000 });
   await probe.body.dump();
   if (probe.statusCode !== 401) return {};
@@ -145,10 +172,20 @@ async function originAuthorization(url: string, repository: string, credentials:
     const token = body.token ?? body.access_token;
     if (res.statusCode === 200 && token) header = `Bearer ${token}`;
   }
-  if (!header) throw new ManagerError(422, 'registry_auth_refused', `credentials: the registry of ${reference} refuses to hand out its layers without credentials`);
+  if (!header)
+    throw new ManagerError(
+      422,
+      'registry_auth_refused',
+      `credentials: the registry of ${reference} refuses to hand out its layers without credentials`,
+    );
   const check = await request(url, { method: 'HEAD', headers: { authorization: header }, headersTimeout: 15_000 });
   await check.body.dump();
-  if (check.statusCode !== 200) throw new ManagerError(422, 'registry_auth_refused', `credentials: the registry of ${reference} refused them for its layers (HTTP ${check.statusCode})`);
+  if (check.statusCode !== 200)
+    throw new ManagerError(
+      422,
+      'registry_auth_refused',
+      `credentials: the registry of ${reference} refused them for its layers (HTTP ${check.statusCode})`,
+    );
   return { authorization: header };
 }
 
@@ -161,7 +198,8 @@ function asManagerError(error: unknown, reference: string): ManagerError {
     if (error.status === 404 || error.code === 'MANIFEST_UNKNOWN' || error.code === 'NAME_UNKNOWN' || error.code === 'BLOB_UNKNOWN') {
       return new ManagerError(422, 'image_not_found', `image: ${reference} was not found: ${error.message}`);
     }
-    if (error.status === 0) return new ManagerError(502, 'registry_unreachable', `image: cannot reach the registry of ${reference}: ${error.message}`);
+    if (error.status === 0)
+      return new ManagerError(502, 'registry_unreachable', `image: cannot reach the registry of ${reference}: ${error.message}`);
     return new ManagerError(502, 'registry_error', `image: ${error.message}`);
   }
   return new ManagerError(502, 'registry_unreachable', `image: cannot reach the registry of ${reference}: ${(error as Error).message}`);
@@ -179,7 +217,11 @@ function check<S extends z.ZodType>(schema: S, value: unknown, what: string): z.
   const result = schema.safeParse(value);
   if (!result.success) {
     const [issue] = result.error.issues;
-    throw new ManagerError(422, 'bad_manifest', `image: ${what} is malformed at ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'not as expected'}`);
+    throw new ManagerError(
+      422,
+      'bad_manifest',
+      `image: ${what} is malformed at ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'not as expected'}`,
+    );
   }
   return result.data;
 }

@@ -108,16 +108,31 @@ export class JobLeases {
   /** Gives these jobs up at once (a stopping replica): the next replica to look takes them over. */
   async release(ids: number[]): Promise<void> {
     if (ids.length === 0) return;
-    await this.db.updateTable('jobs').set({ lease_expires_at: 0 }).where('id', 'in', ids).where('owner', '=', this.replica).where('state', 'in', UNFINISHED).execute();
+    await this.db
+      .updateTable('jobs')
+      .set({ lease_expires_at: 0 })
+      .where('id', 'in', ids)
+      .where('owner', '=', this.replica)
+      .where('state', 'in', UNFINISHED)
+      .execute();
   }
 
   /** Changes one fetch of a job this replica holds; throws LeaseLostError when it does not. */
-  async updateFetch(jobId: number, fetchId: number, change: Partial<Pick<JobTaskRow, 'state' | 'bytes' | 'error'>>, updatedAt: number): Promise<void> {
+  async updateFetch(
+    jobId: number,
+    fetchId: number,
+    change: Partial<Pick<JobTaskRow, 'state' | 'bytes' | 'error'>>,
+    updatedAt: number,
+  ): Promise<void> {
     const result = await this.db
       .updateTable('job_tasks')
       .set({ ...change, updated_at: updatedAt })
       .where('id', '=', fetchId)
-      .where('job_id', 'in', this.db.selectFrom('jobs').select('id').where('id', '=', jobId).where('owner', '=', this.replica).where('state', 'in', UNFINISHED))
+      .where(
+        'job_id',
+        'in',
+        this.db.selectFrom('jobs').select('id').where('id', '=', jobId).where('owner', '=', this.replica).where('state', 'in', UNFINISHED),
+      )
       .executeTakeFirst();
     if (result.numUpdatedRows === 0n) throw this.lost(jobId);
   }
@@ -126,7 +141,11 @@ export class JobLeases {
    * Changes a job this replica holds, with its audit record in the same transaction; throws
    * LeaseLostError (and changes nothing) when it does not hold it. A final state ends the hold.
    */
-  async updateJob(jobId: number, change: Partial<Pick<JobRow, 'state' | 'result' | 'error'>>, audit?: { action: string; detail: Record<string, unknown> }): Promise<void> {
+  async updateJob(
+    jobId: number,
+    change: Partial<Pick<JobRow, 'state' | 'result' | 'error'>>,
+    audit?: { action: string; detail: Record<string, unknown> },
+  ): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
       const result = await trx
         .updateTable('jobs')

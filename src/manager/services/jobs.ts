@@ -160,10 +160,21 @@ export class JobEngine {
     for (const taken of await this.leases.takeOverExpired(TAKEOVERS_PER_LOOK)) {
       const lease = new HeldLease(this.options.leaseMs);
       lease.renewed(sentAt);
-      this.log.warn({ job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() }, 'took over a job whose lease had run out (its replica died, lost the database or stopped)');
+      this.log.warn(
+        { job: taken.job.id, from: taken.from, leaseExpiredAt: new Date(taken.leaseExpiredAt).toISOString() },
+        'took over a job whose lease had run out (its replica died, lost the database or stopped)',
+      );
       this.launch(taken.job.id, lease, async () => {
         const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', taken.job.id).orderBy('id').execute();
-        const run = new PreheatRun(jobStart(taken.job), rows, await this.planAfterTakeover(taken, rows), this.leases, lease, this.runOptions, this.log.child({ job: taken.job.id }));
+        const run = new PreheatRun(
+          jobStart(taken.job),
+          rows,
+          await this.planAfterTakeover(taken, rows),
+          this.leases,
+          lease,
+          this.runOptions,
+          this.log.child({ job: taken.job.id }),
+        );
         return run.run(false);
       });
     }
@@ -179,7 +190,10 @@ export class JobEngine {
     const resolved = (taken.job.result ? JSON.parse(taken.job.result) : {}) as PreheatPlan['resolved'];
     const from = taken.from ? `replica ${taken.from}` : 'the manager that started it';
     if (args.withCredentials) {
-      return { resolved, originMissing: `the job's registry credentials were only in the memory of ${from}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry` };
+      return {
+        resolved,
+        originMissing: `the job's registry credentials were only in the memory of ${from}, which stopped holding the job (credentials are never stored), so no other replica can send a peer to the registry`,
+      };
     }
     const sample = rows[0];
     if (!sample) return { resolved };
@@ -187,17 +201,26 @@ export class JobEngine {
       const origin = await resolveOrigin(parseImageReference(args.image), sample.digest, { insecure: args.insecure ?? false });
       return { resolved, origin };
     } catch (error) {
-      return { resolved, originMissing: `replica ${this.options.replica} took the job over from ${from} and could not reach the registry: ${(error as Error).message}` };
+      return {
+        resolved,
+        originMissing: `replica ${this.options.replica} took the job over from ${from} and could not reach the registry: ${(error as Error).message}`,
+      };
     }
   }
 
   private launch(jobId: number, lease: HeldLease, work: () => Promise<JobState | 'lost'>): void {
     const done = work()
       .then((outcome) => {
-        if (outcome === 'lost') this.log.info({ job: jobId, why: (lease.signal.reason as Error | undefined)?.message }, 'stopped running a job this replica no longer holds');
+        if (outcome === 'lost')
+          this.log.info(
+            { job: jobId, why: (lease.signal.reason as Error | undefined)?.message },
+            'stopped running a job this replica no longer holds',
+          );
         else this.options.onFinished?.(outcome);
       })
-      .catch((error: Error) => this.log.error({ job: jobId, err: error.message }, 'preheat job crashed; another look will take it over once its lease runs out'))
+      .catch((error: Error) =>
+        this.log.error({ job: jobId, err: error.message }, 'preheat job crashed; another look will take it over once its lease runs out'),
+      )
       .finally(() => {
         lease.end('the run ended');
         this.runs.delete(jobId);
@@ -230,13 +253,29 @@ export class JobEngine {
 
     const now = Date.now();
     // Credentials stay out of the database and the audit log.
-    const args = { image: image.reference, platform: image.platform, scope: input.scope, insecure, withCredentials: Boolean(input.credentials) };
+    const args = {
+      image: image.reference,
+      platform: image.platform,
+      scope: input.scope,
+      insecure,
+      withCredentials: Boolean(input.credentials),
+    };
     const resolved = { manifestDigest: image.manifestDigest, layers: image.layers.length };
     const sentAt = performance.now();
     const job = await this.db.transaction().execute(async (trx) => {
       const row = await trx
         .insertInto('jobs')
-        .values({ type: 'preheat', state: 'pending', args: JSON.stringify(args), result: JSON.stringify(resolved), error: null, created_by: actor, created_at: now, updated_at: now, ...this.leases.ownedFromNow() })
+        .values({
+          type: 'preheat',
+          state: 'pending',
+          args: JSON.stringify(args),
+          result: JSON.stringify(resolved),
+          error: null,
+          created_by: actor,
+          created_at: now,
+          updated_at: now,
+          ...this.leases.ownedFromNow(),
+        })
         .returningAll()
         .executeTakeFirstOrThrow();
       // The config too: after a preheat, a pull needs nothing from the registry but the manifest.
@@ -254,15 +293,33 @@ export class JobEngine {
           updated_at: now,
         })),
       );
-      for (let i = 0; i < rows.length; i += 500) await trx.insertInto('job_tasks').values(rows.slice(i, i + 500)).execute();
-      await recordAudit(trx, actor, 'job.create', `job:${row.id}`, { ...args, manifestDigest: image.manifestDigest, peers: targets.length, layers: image.layers.length, owner: this.options.replica });
+      for (let i = 0; i < rows.length; i += 500)
+        await trx
+          .insertInto('job_tasks')
+          .values(rows.slice(i, i + 500))
+          .execute();
+      await recordAudit(trx, actor, 'job.create', `job:${row.id}`, {
+        ...args,
+        manifestDigest: image.manifestDigest,
+        peers: targets.length,
+        layers: image.layers.length,
+        owner: this.options.replica,
+      });
       return row;
     });
     const lease = new HeldLease(this.options.leaseMs);
     lease.renewed(sentAt);
     this.launch(job.id, lease, async () => {
       const rows = await this.db.selectFrom('job_tasks').selectAll().where('job_id', '=', job.id).orderBy('id').execute();
-      return new PreheatRun(jobStart(job), rows, { resolved, origin: image }, this.leases, lease, this.runOptions, this.log.child({ job: job.id })).run(true);
+      return new PreheatRun(
+        jobStart(job),
+        rows,
+        { resolved, origin: image },
+        this.leases,
+        lease,
+        this.runOptions,
+        this.log.child({ job: job.id }),
+      ).run(true);
     });
     return this.get(job.id, false);
   }
@@ -272,8 +329,22 @@ export class JobEngine {
     if (filter.state) query = query.where('state', '=', filter.state);
     const jobs = await query.execute();
     if (!jobs.length) return [];
-    const tasks = await this.db.selectFrom('job_tasks').selectAll().where('job_id', 'in', jobs.map((j) => j.id)).execute();
-    return jobs.map((job) => toJobView(job, tasks.filter((t) => t.job_id === job.id), false));
+    const tasks = await this.db
+      .selectFrom('job_tasks')
+      .selectAll()
+      .where(
+        'job_id',
+        'in',
+        jobs.map((j) => j.id),
+      )
+      .execute();
+    return jobs.map((job) =>
+      toJobView(
+        job,
+        tasks.filter((t) => t.job_id === job.id),
+        false,
+      ),
+    );
   }
 
   async get(id: number, withTasks = true): Promise<JobView> {
@@ -299,7 +370,9 @@ export class JobEngine {
     const runs = [...this.runs.entries()];
     for (const [, run] of runs) run.lease.end(`replica ${this.options.replica} is stopping`);
     await Promise.allSettled(runs.map(([, run]) => run.done));
-    await this.leases.release(runs.map(([id]) => id)).catch((error: Error) => this.log.warn({ err: error.message }, 'could not give job leases up; they run out by themselves'));
+    await this.leases
+      .release(runs.map(([id]) => id))
+      .catch((error: Error) => this.log.warn({ err: error.message }, 'could not give job leases up; they run out by themselves'));
     await this.runOptions.peerDispatcher?.close();
   }
 }

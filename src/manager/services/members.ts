@@ -23,21 +23,44 @@ export async function schedulerKeepalive(
     if (!cluster) throw new ManagerError(404, 'cluster_not_found', `clusterName: no scheduler cluster is named "${input.clusterName}"`);
     const now = Date.now();
     const address = formatHostPort({ host: input.ip, port: input.port });
-    const before = await trx.selectFrom('schedulers').select(['state', 'cluster_id']).where('ip', '=', input.ip).where('port', '=', input.port).executeTakeFirst();
+    const before = await trx
+      .selectFrom('schedulers')
+      .select(['state', 'cluster_id'])
+      .where('ip', '=', input.ip)
+      .where('port', '=', input.port)
+      .executeTakeFirst();
     await trx
       .insertInto('schedulers')
-      .values({ cluster_id: cluster.id, hostname: input.hostname, ip: input.ip, port: input.port, state: 'active', last_keepalive: now, created_at: now })
-      .onConflict((oc) => oc.columns(['ip', 'port']).doUpdateSet({ cluster_id: cluster.id, hostname: input.hostname, state: 'active', last_keepalive: now }))
+      .values({
+        cluster_id: cluster.id,
+        hostname: input.hostname,
+        ip: input.ip,
+        port: input.port,
+        state: 'active',
+        last_keepalive: now,
+        created_at: now,
+      })
+      .onConflict((oc) =>
+        oc.columns(['ip', 'port']).doUpdateSet({ cluster_id: cluster.id, hostname: input.hostname, state: 'active', last_keepalive: now }),
+      )
       .execute();
-    if (!before) await recordAudit(trx, `scheduler:${address}`, 'scheduler.register', `scheduler:${address}`, { hostname: input.hostname, clusterId: cluster.id });
-    else if (before.state !== 'active') await recordAudit(trx, `scheduler:${address}`, 'scheduler.active', `scheduler:${address}`, { clusterId: cluster.id });
+    if (!before)
+      await recordAudit(trx, `scheduler:${address}`, 'scheduler.register', `scheduler:${address}`, {
+        hostname: input.hostname,
+        clusterId: cluster.id,
+      });
+    else if (before.state !== 'active')
+      await recordAudit(trx, `scheduler:${address}`, 'scheduler.active', `scheduler:${address}`, { clusterId: cluster.id });
     return { clusterId: cluster.id, config: cluster.config, configVersion: cluster.configVersion };
   });
 }
 
-
 /** Registers or refreshes a peer and answers with the active schedulers of the cluster its scopes pick. */
-export async function peerKeepalive(db: Kysely<Database>, input: PeerKeepalive, livenessMs: number): Promise<{ clusterId: number; schedulers: string[] }> {
+export async function peerKeepalive(
+  db: Kysely<Database>,
+  input: PeerKeepalive,
+  livenessMs: number,
+): Promise<{ clusterId: number; schedulers: string[] }> {
   const clusterId = matchCluster(await scopedClusters(db), input);
   if (clusterId === undefined) throw new ManagerError(500, 'no_default_cluster', 'no scheduler cluster is marked as the default');
   const now = Date.now();
@@ -73,10 +96,15 @@ export async function peerKeepalive(db: Kysely<Database>, input: PeerKeepalive, 
         updated_at: now,
       }));
       // Kept under both databases' limits on bound parameters per statement.
-      for (let i = 0; i < rows.length; i += 500) await trx.insertInto('peer_tasks').values(rows.slice(i, i + 500)).execute();
+      for (let i = 0; i < rows.length; i += 500)
+        await trx
+          .insertInto('peer_tasks')
+          .values(rows.slice(i, i + 500))
+          .execute();
     }
     const actor = `peer:${input.hostId}`;
-    if (!before) await recordAudit(trx, actor, 'peer.register', actor, { hostname: input.hostname, ip: input.ip, seed: input.seed, clusterId });
+    if (!before)
+      await recordAudit(trx, actor, 'peer.register', actor, { hostname: input.hostname, ip: input.ip, seed: input.seed, clusterId });
     else if (before.state !== 'active') await recordAudit(trx, actor, 'peer.active', actor, { clusterId });
   });
   const schedulers = await db
@@ -114,7 +142,9 @@ export async function markSilentInactive(db: Kysely<Database>, livenessMs: numbe
       .execute();
     for (const s of silentSchedulers) {
       const address = formatHostPort({ host: s.ip, port: s.port });
-      await recordAudit(trx, 'system', 'scheduler.inactive', `scheduler:${address}`, { lastKeepalive: new Date(s.last_keepalive).toISOString() });
+      await recordAudit(trx, 'system', 'scheduler.inactive', `scheduler:${address}`, {
+        lastKeepalive: new Date(s.last_keepalive).toISOString(),
+      });
     }
     for (const p of silentPeers) {
       await recordAudit(trx, 'system', 'peer.inactive', `peer:${p.host_id}`, { lastKeepalive: new Date(p.last_keepalive).toISOString() });
@@ -149,7 +179,10 @@ function toScheduler(row: SchedulerRow): SchedulerView {
   };
 }
 
-export async function listSchedulers(db: Kysely<Database>, filter: { clusterId?: number; state?: 'active' | 'inactive' }): Promise<SchedulerView[]> {
+export async function listSchedulers(
+  db: Kysely<Database>,
+  filter: { clusterId?: number; state?: 'active' | 'inactive' },
+): Promise<SchedulerView[]> {
   let query = db.selectFrom('schedulers').selectAll().orderBy('id');
   if (filter.clusterId !== undefined) query = query.where('cluster_id', '=', filter.clusterId);
   if (filter.state) query = query.where('state', '=', filter.state);
@@ -202,7 +235,11 @@ export async function listPeers(
     .filter((peer) => filter.zone === undefined || peer.labels.zone === filter.zone);
 }
 
-function toPeer(row: PeerRow, totals: { count: number; complete: number; peer: number; seed: number; origin: number } | undefined, now: number): PeerView {
+function toPeer(
+  row: PeerRow,
+  totals: { count: number; complete: number; peer: number; seed: number; origin: number } | undefined,
+  now: number,
+): PeerView {
   return {
     id: row.id,
     clusterId: row.cluster_id,
@@ -229,7 +266,12 @@ function toPeer(row: PeerRow, totals: { count: number; complete: number; peer: n
 
 /** Active peers (and recently heard from) that a preheat scope names. */
 export async function peersInScope(db: Kysely<Database>, scope: string, livenessMs: number): Promise<PeerRow[]> {
-  let query = db.selectFrom('peers').selectAll().where('state', '=', 'active').where('last_keepalive', '>=', Date.now() - livenessMs).orderBy('id');
+  let query = db
+    .selectFrom('peers')
+    .selectAll()
+    .where('state', '=', 'active')
+    .where('last_keepalive', '>=', Date.now() - livenessMs)
+    .orderBy('id');
   if (scope === 'seeds') query = query.where('type', '=', 'seed');
   const rows = await query.execute();
   if (!scope.startsWith('zone:')) return rows;

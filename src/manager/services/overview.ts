@@ -16,15 +16,42 @@ export interface Overview {
 
 export async function overview(db: Kysely<Database>): Promise<Overview> {
   const [clusters, schedulers, peers, seeds, jobs, tasks, bytes] = await Promise.all([
-    db.selectFrom('scheduler_clusters').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow(),
-    db.selectFrom('schedulers').select((eb) => ['state', eb.fn.countAll<number>().as('n')]).groupBy('state').execute(),
-    db.selectFrom('peers').select((eb) => ['state', eb.fn.countAll<number>().as('n')]).groupBy('state').execute(),
-    db.selectFrom('peers').select((eb) => eb.fn.countAll<number>().as('n')).where('type', '=', 'seed').where('state', '=', 'active').executeTakeFirstOrThrow(),
-    db.selectFrom('jobs').select((eb) => ['state', eb.fn.countAll<number>().as('n')]).groupBy('state').execute(),
-    db.selectFrom('peer_tasks').select((eb) => eb.fn.count<number>('digest').distinct().as('n')).executeTakeFirstOrThrow(),
+    db
+      .selectFrom('scheduler_clusters')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .executeTakeFirstOrThrow(),
+    db
+      .selectFrom('schedulers')
+      .select((eb) => ['state', eb.fn.countAll<number>().as('n')])
+      .groupBy('state')
+      .execute(),
+    db
+      .selectFrom('peers')
+      .select((eb) => ['state', eb.fn.countAll<number>().as('n')])
+      .groupBy('state')
+      .execute(),
+    db
+      .selectFrom('peers')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('type', '=', 'seed')
+      .where('state', '=', 'active')
+      .executeTakeFirstOrThrow(),
+    db
+      .selectFrom('jobs')
+      .select((eb) => ['state', eb.fn.countAll<number>().as('n')])
+      .groupBy('state')
+      .execute(),
     db
       .selectFrom('peer_tasks')
-      .select((eb) => [eb.fn.sum<number>('bytes_peer').as('peer'), eb.fn.sum<number>('bytes_seed').as('seed'), eb.fn.sum<number>('bytes_origin').as('origin')])
+      .select((eb) => eb.fn.count<number>('digest').distinct().as('n'))
+      .executeTakeFirstOrThrow(),
+    db
+      .selectFrom('peer_tasks')
+      .select((eb) => [
+        eb.fn.sum<number>('bytes_peer').as('peer'),
+        eb.fn.sum<number>('bytes_seed').as('seed'),
+        eb.fn.sum<number>('bytes_origin').as('origin'),
+      ])
       .executeTakeFirstOrThrow(),
   ]);
   const byState = (rows: Array<{ state: string; n: number }>, state: string) => Number(rows.find((r) => r.state === state)?.n ?? 0);
@@ -36,7 +63,12 @@ export async function overview(db: Kysely<Database>): Promise<Overview> {
     clusters: Number(clusters.n),
     schedulers: { active: byState(schedulers, 'active'), inactive: byState(schedulers, 'inactive') },
     peers: { active: byState(peers, 'active'), inactive: byState(peers, 'inactive'), seeds: Number(seeds.n) },
-    jobs: { pending: byState(jobs, 'pending'), running: byState(jobs, 'running'), succeeded: byState(jobs, 'succeeded'), failed: byState(jobs, 'failed') },
+    jobs: {
+      pending: byState(jobs, 'pending'),
+      running: byState(jobs, 'running'),
+      succeeded: byState(jobs, 'succeeded'),
+      failed: byState(jobs, 'failed'),
+    },
     tasks: Number(tasks.n),
     bytes: { fromPeers, fromSeeds, fromOrigin, p2pRatio: total > 0 ? (fromPeers + fromSeeds) / total : null },
   };

@@ -75,7 +75,9 @@ export class PreheatRun {
       const deadline = this.job.createdAt + this.options.timeoutMs;
       if (fresh) await this.eachLimited(this.open(), (f) => this.trigger(f));
       while (this.open().length && Date.now() < deadline) {
-        await sleep(Math.min(this.options.pollMs, Math.max(0, deadline - Date.now())), undefined, { signal: this.lease.signal }).catch(() => {});
+        await sleep(Math.min(this.options.pollMs, Math.max(0, deadline - Date.now())), undefined, { signal: this.lease.signal }).catch(
+          () => {},
+        );
         this.assertHeld();
         await this.eachLimited(this.open(), (f) => this.poll(f));
       }
@@ -96,7 +98,8 @@ export class PreheatRun {
   }
 
   private assertHeld(): void {
-    if (!this.lease.held) throw this.lease.signal.reason instanceof LeaseLostError ? this.lease.signal.reason : new LeaseLostError('the lease ran out');
+    if (!this.lease.held)
+      throw this.lease.signal.reason instanceof LeaseLostError ? this.lease.signal.reason : new LeaseLostError('the lease ran out');
   }
 
   private async conclude(): Promise<JobState> {
@@ -104,7 +107,11 @@ export class PreheatRun {
     const bytes = this.fetches.reduce((sum, f) => sum + f.row.bytes, 0);
     const result = { ...this.plan.resolved, peers: new Set(this.fetches.map((f) => f.row.host_id)).size, bytes };
     if (failed.length === 0) {
-      await this.leases.updateJob(this.job.id, { state: 'succeeded', result: JSON.stringify(result), error: null }, { action: 'job.succeed', detail: result });
+      await this.leases.updateJob(
+        this.job.id,
+        { state: 'succeeded', result: JSON.stringify(result), error: null },
+        { action: 'job.succeed', detail: result },
+      );
       return 'succeeded';
     }
     // One line per failing peer (the first three), so one broken peer does not hide another.
@@ -115,7 +122,11 @@ export class PreheatRun {
       return `peer ${f.row.host_id} (${f.row.peer_address}), ${fs.length > 1 ? `${fs.length} blobs, first ` : ''}blob ${f.row.digest}: ${f.row.error}`;
     });
     const error = `${failed.length} of ${this.fetches.length} blob fetches failed: ${first.join('; ')}${byPeer.size > 3 ? '; …' : ''}`;
-    await this.leases.updateJob(this.job.id, { state: 'failed', result: JSON.stringify(result), error }, { action: 'job.fail', detail: { reason: error } });
+    await this.leases.updateJob(
+      this.job.id,
+      { state: 'failed', result: JSON.stringify(result), error },
+      { action: 'job.fail', detail: { reason: error } },
+    );
     return 'failed';
   }
 
@@ -175,7 +186,8 @@ export class PreheatRun {
       // Never asked (a job taken over before its owner recorded the ask): ask now.
       if (f.row.state === 'pending') return this.trigger(f);
       // The peer has no record of the fetch (it restarted, or evicted the task): ask again.
-      if (f.retriggers++ >= MAX_TRIGGER_ATTEMPTS) return this.finish(f, 'failed', `the peer lost the fetch ${f.retriggers} times${peerMessage(text)}`);
+      if (f.retriggers++ >= MAX_TRIGGER_ATTEMPTS)
+        return this.finish(f, 'failed', `the peer lost the fetch ${f.retriggers} times${peerMessage(text)}`);
       f.lastProblem = `the peer has no record of the fetch${peerMessage(text)}`;
       return this.trigger(f);
     }

@@ -32,6 +32,7 @@ export async function checkReadiness(db: Kysely<Database>, dialect: Dialect, rep
   } finally {
     clearTimeout(timer);
   }
-  if (missing.length) return { ready: false, replica, reason: `the database schema is behind this manager: it lacks ${missing.join(', ')}` };
+  if (missing.length)
+    return { ready: false, replica, reason: `the database schema is behind this manager: it lacks ${missing.join(', ')}` };
   return { ready: true, replica };
 }

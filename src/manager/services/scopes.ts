@@ -7,13 +7,24 @@ import { z } from 'zod';
  * globs (`*` any run of characters, `?` one character).
  */
 const zones = z.array(z.string().min(1, 'must not be empty'));
-const cidrs = z.array(z.string().refine((value) => parseCidr(value) !== undefined, { message: 'must be a CIDR such as 10.1.0.0/16 or fd00::/8' }));
-const hostnames = z.array(z.string().min(1, 'must not be empty').regex(/^[A-Za-z0-9.*?_-]+$/, 'must be a hostname glob (letters, digits, . - _ * ?)'));
+const cidrs = z.array(
+  z.string().refine((value) => parseCidr(value) !== undefined, { message: 'must be a CIDR such as 10.1.0.0/16 or fd00::/8' }),
+);
+const hostnames = z.array(
+  z
+    .string()
+    .min(1, 'must not be empty')
+    .regex(/^[A-Za-z0-9.*?_-]+$/, 'must be a hostname glob (letters, digits, . - _ * ?)'),
+);
 
-export const clusterScopesSchema = z.object({ zones: zones.default([]), cidrs: cidrs.default([]), hostnames: hostnames.default([]) }).strict();
+export const clusterScopesSchema = z
+  .object({ zones: zones.default([]), cidrs: cidrs.default([]), hostnames: hostnames.default([]) })
+  .strict();
 
 /** A change of scopes: the lists given replace the current ones, the others stay. */
-export const clusterScopesPatchSchema = z.object({ zones: zones.optional(), cidrs: cidrs.optional(), hostnames: hostnames.optional() }).strict();
+export const clusterScopesPatchSchema = z
+  .object({ zones: zones.optional(), cidrs: cidrs.optional(), hostnames: hostnames.optional() })
+  .strict();
 
 export type ClusterScopes = z.output<typeof clusterScopesSchema>;
 
@@ -41,7 +52,10 @@ export function cidrContains(cidr: Cidr, ip: string): boolean {
 }
 
 export function globMatches(glob: string, hostname: string): boolean {
-  const pattern = glob.replace(/[.+^${}()|[\]\\-]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
+  const pattern = glob
+    .replace(/[.+^${}()|[\]\\-]/g, '\\$&')
+    .replace(/\*/g, '.*')
+    .replace(/\?/g, '.');
   return new RegExp(`^${pattern}$`, 'i').test(hostname);
 }
 
@@ -85,7 +99,8 @@ export function matchCluster(clusters: ScopedCluster[], peer: PeerPlace): number
   for (const cluster of [...clusters].sort((a, b) => a.id - b.id)) {
     const score = specificity(cluster.scopes, peer);
     if (!score) continue;
-    if (!chosen || score[0] > chosen.score[0] || (score[0] === chosen.score[0] && score[1] > chosen.score[1])) chosen = { id: cluster.id, score };
+    if (!chosen || score[0] > chosen.score[0] || (score[0] === chosen.score[0] && score[1] > chosen.score[1]))
+      chosen = { id: cluster.id, score };
   }
   return chosen?.id ?? clusters.find((c) => c.isDefault)?.id;
 }

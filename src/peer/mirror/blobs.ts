@@ -146,8 +146,15 @@ export class BlobService {
     const multipart = parts.length > 1 ? multipartLayout(parts, size, BLOB_CONTENT_TYPE, boundary) : undefined;
     const head = () => {
       if (whole) res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
-      else if (multipart) res.writeHead(206, { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': multipart.length });
-      else res.writeHead(206, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-range': contentRange(first, size), 'content-length': first.end - first.start + 1 });
+      else if (multipart)
+        res.writeHead(206, { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': multipart.length });
+      else
+        res.writeHead(206, {
+          ...common,
+          'content-type': BLOB_CONTENT_TYPE,
+          'content-range': contentRange(first, size),
+          'content-length': first.end - first.start + 1,
+        });
     };
     if (headOnly) {
       head();

@@ -24,12 +24,7 @@ const RELAYED_RESPONSE_HEADERS = [
  * mutable, and their answers (including 401 challenges) belong to the client. So do blob reads
  * that the store may not answer (named-registry.ts).
  */
-export async function passThrough(
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  transport: RegistryTransport,
-): Promise<void> {
+export async function passThrough(req: IncomingMessage, res: ServerResponse, url: URL, transport: RegistryTransport): Promise<void> {
   const headers: Record<string, string> = {};
   for (const name of FORWARDED_REQUEST_HEADERS) {
     const value = req.headers[name];

@@ -28,21 +28,34 @@ export interface NamedRegistryDeps {
  * and its last chunk waits for the digest check, so a registry that does not hold the blob never
  * gets a client a complete body; one that does is recorded as a further source of the blob.
  */
-export async function serveFromNamedRegistry(req: IncomingMessage, res: ServerResponse, blobUrl: URL, deps: NamedRegistryDeps): Promise<void> {
+export async function serveFromNamedRegistry(
+  req: IncomingMessage,
+  res: ServerResponse,
+  blobUrl: URL,
+  deps: NamedRegistryDeps,
+): Promise<void> {
   if (req.method === 'HEAD' || req.headers.range !== undefined) return passThrough(req, res, blobUrl, deps.transport);
   const authorization = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
   const location = parseBlobUrl(blobUrl);
   const response = await deps.transport.send(blobUrl, { headers: authorization ? { authorization } : {} });
   if (response.statusCode !== 200) {
     const text = (await response.body.text().catch(() => '')).slice(0, 4096);
-    if (response.statusCode >= 500) throw new OciError('UNAVAILABLE', `registry ${location.registry} answered ${response.statusCode}`, { status: 502 });
-    res.writeHead(response.statusCode, { ...API_VERSION_HEADER, 'content-type': 'application/json', ...relayableHeaders(response.headers), 'content-length': Buffer.byteLength(text) });
+    if (response.statusCode >= 500)
+      throw new OciError('UNAVAILABLE', `registry ${location.registry} answered ${response.statusCode}`, { status: 502 });
+    res.writeHead(response.statusCode, {
+      ...API_VERSION_HEADER,
+      'content-type': 'application/json',
+      ...relayableHeaders(response.headers),
+      'content-length': Buffer.byteLength(text),
+    });
     return void res.end(text);
   }
   const length = Number(response.headers['content-length']);
   if (!Number.isSafeInteger(length) || length < 0) {
     await response.body.dump().catch(() => undefined);
-    throw new OciError('UNAVAILABLE', `registry ${location.registry} sent blob ${location.digest} without a usable Content-Length`, { status: 502 });
+    throw new OciError('UNAVAILABLE', `registry ${location.registry} sent blob ${location.digest} without a usable Content-Length`, {
+      status: 502,
+    });
   }
   const { algorithm } = parseDigest(location.digest);
   const hash = createStreamingHash(algorithm);
@@ -69,12 +82,17 @@ export async function serveFromNamedRegistry(req: IncomingMessage, res: ServerRe
     }
   } catch (error) {
     response.body.destroy();
-    if (!(error instanceof ClientGoneError)) deps.log.warn({ url: blobUrl.href, err: (error as Error).message }, 'blob from the named registry refused');
+    if (!(error instanceof ClientGoneError))
+      deps.log.warn({ url: blobUrl.href, err: (error as Error).message }, 'blob from the named registry refused');
     throw error;
   }
   if (held) await writeChunk(res, held);
   res.end();
-  await recordSource(deps, location.digest, { registry: location.registry, repository: location.repository, public: !authorization || (await readableAnonymously(deps.transport, blobUrl)) });
+  await recordSource(deps, location.digest, {
+    registry: location.registry,
+    repository: location.repository,
+    public: !authorization || (await readableAnonymously(deps.transport, blobUrl)),
+  });
 }
 
 /** The registry delivered the blob verified: it becomes a source of the copy stored here, if there is one. */

@@ -4,7 +4,14 @@ import type { BufferBody } from '../../oci/buffer-body.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
 import type { GrowingPiece } from '../growing-piece.js';
-import { BlobSizeMismatchError, UpstreamStatusError, type PieceBuffers, type PieceRun, type PieceSink, type PieceSource } from './piece-source.js';
+import {
+  BlobSizeMismatchError,
+  UpstreamStatusError,
+  type PieceBuffers,
+  type PieceRun,
+  type PieceSink,
+  type PieceSource,
+} from './piece-source.js';
 
 /** Pieces handed to the sink but not yet stored, while reading goes on. */
 const PIPELINE_DEPTH = 2;
@@ -92,7 +99,14 @@ export class OriginSource implements PieceSource {
   }
 
   /** Reads the body into whole pieces and hands each to the sink as it completes. */
-  private async cutIntoPieces(layout: PieceLayout, body: BufferBody, bodyStart: number, bodyEnd: number, sink: PieceSink, buffers?: PieceBuffers): Promise<void> {
+  private async cutIntoPieces(
+    layout: PieceLayout,
+    body: BufferBody,
+    bodyStart: number,
+    bodyEnd: number,
+    sink: PieceSink,
+    buffers?: PieceBuffers,
+  ): Promise<void> {
     // With `buffers`, each piece is read into a buffer that others may relay from as it fills.
     let growing: GrowingPiece | undefined;
     // Pieces being hashed and written while the next ones are read from the network.
@@ -112,7 +126,8 @@ export class OriginSource implements PieceSource {
         const piece = growing?.buffer ?? Buffer.allocUnsafe(bounds.length);
         taken = 0;
         const filled = await body.fill(piece, 0, bounds.length, onFill);
-        if (filled < bounds.length) throw new Error(`origin closed the connection after ${bounds.offset + filled - bodyStart} of ${bodyEnd + 1 - bodyStart} bytes`);
+        if (filled < bounds.length)
+          throw new Error(`origin closed the connection after ${bounds.offset + filled - bodyStart} of ${bodyEnd + 1 - bodyStart} bytes`);
         const delivered = growing;
         growing = undefined;
         const stored = sink(index, piece).finally(() => delivered?.end());

@@ -32,7 +32,10 @@ export class ManagerClient {
       try {
         onSchedulers(await this.keepalive(report()));
       } catch (error) {
-        this.log.warn({ manager: this.managerUrl.origin, err: (error as Error).message }, 'manager keep-alive failed; keeping the schedulers known so far');
+        this.log.warn(
+          { manager: this.managerUrl.origin, err: (error as Error).message },
+          'manager keep-alive failed; keeping the schedulers known so far',
+        );
       }
       if (!this.stopped) {
         this.timer = setTimeout(() => void round(), KEEPALIVE_MS);

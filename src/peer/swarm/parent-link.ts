@@ -60,7 +60,9 @@ export class ParentLink implements ParentView {
     private readonly onUpdate: () => void,
     private readonly onUnreachable: (link: ParentLink, error: Error) => void,
   ) {
-    const lines = Object.entries(requestHeaders).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+    const lines = Object.entries(requestHeaders)
+      .map(([name, value]) => `${name}: ${value}\r\n`)
+      .join('');
     this.fetcher = new PieceFetcher(info.ip, info.uploadPort, lines, tls);
   }
 
@@ -137,10 +139,12 @@ export class ParentLink implements ParentView {
   private async follow(): Promise<void> {
     while (!this.closed) {
       try {
-        const response = await request(
-          `${this.base}${bitmapPath(this.taskId)}?known=${this.known}&wait=${LONG_POLL_MS}`,
-          { headers: this.requestHeaders, signal: this.stop.signal, dispatcher: this.dispatcher, headersTimeout: LONG_POLL_MS + 5_000 },
-        );
+        const response = await request(`${this.base}${bitmapPath(this.taskId)}?known=${this.known}&wait=${LONG_POLL_MS}`, {
+          headers: this.requestHeaders,
+          signal: this.stop.signal,
+          dispatcher: this.dispatcher,
+          headersTimeout: LONG_POLL_MS + 5_000,
+        });
         if (response.statusCode === 404) {
           await response.body.dump();
           continue; // the parent has nothing of the task yet; its long poll already waited

@@ -59,7 +59,13 @@ export class PiecesFromOrigin {
     for (const run of originRuns(missing, this.task.layout.pieceCount)) {
       for (let i = run.first; i <= run.last; i++) this.busy.add(i);
       void source
-        .fetchRun(this.task.layout, run, (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }), undefined, (index) => this.events.beginPiece(index))
+        .fetchRun(
+          this.task.layout,
+          run,
+          (index, bytes) => this.task.storePiece(index, bytes, { from: 'origin' }),
+          undefined,
+          (index) => this.events.beginPiece(index),
+        )
         .catch((error: Error) => {
           this.log.warn({ task: this.task.digest, err: error.message, attempt: this.failures }, 'origin fetch failed');
           // The blob's recorded size is wrong or the origin lies about it: drop the task (closing this download).

@@ -134,7 +134,12 @@ export class PiecesFromParents {
   }
 
   private parentChoice(): ParentChoice<ParentLink> {
-    return { now: Date.now(), perParent: this.settings.perParent, hasNodeParents: this.parents.hasNodeParents, uploading: (link) => this.uploadsFrom(link) };
+    return {
+      now: Date.now(),
+      perParent: this.settings.perParent,
+      hasNodeParents: this.parents.hasNodeParents,
+      uploading: (link) => this.uploadsFrom(link),
+    };
   }
 
   /** Pieces `link` is still sending to this peer (policy stillUploading: not one whose last byte alone is held back). */
@@ -235,7 +240,12 @@ export class PiecesFromParents {
       return false;
     }
     for (const other of this.attempts.get(index) ?? []) if (other !== attempt) other.controller.abort();
-    await this.task.storePiece(index, bytes, { from: link.seed ? 'seed' : 'peer', parentId: link.id, sha256, costMs: Date.now() - attempt.started });
+    await this.task.storePiece(index, bytes, {
+      from: link.seed ? 'seed' : 'peer',
+      parentId: link.id,
+      sha256,
+      costMs: Date.now() - attempt.started,
+    });
     return true;
   }
 
@@ -243,12 +253,18 @@ export class PiecesFromParents {
     const { link } = attempt;
     if (timedOut) {
       const message = `no byte of the piece for ${this.settings.pieceTimeoutMs} ms`;
-      this.events.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message } });
+      this.events.report({
+        packet: 'pieceFailed',
+        pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message },
+      });
     } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
       // Lost the endgame race, the parent is busy, or a piece it relayed was given up
       // upstream: another parent or a later pump will do.
     } else if (error instanceof PieceMissingError) {
-      this.events.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: error.message } });
+      this.events.report({
+        packet: 'pieceFailed',
+        pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PIECE_MISSING', message: error.message },
+      });
     } else if (link.pieceFailed()) {
       this.parents.drop(link, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message, index);
     }

@@ -104,7 +104,8 @@ export class SchedulerClient {
         { deadline: Date.now() + 3_000 },
         (error: grpc.ServiceError | null, response?: { keepaliveIntervalMs: number }) => {
           if (error) {
-            if (endpoint.healthy) this.log.warn({ scheduler: endpoint.address, err: error.details || error.message }, 'scheduler unreachable');
+            if (endpoint.healthy)
+              this.log.warn({ scheduler: endpoint.address, err: error.details || error.message }, 'scheduler unreachable');
             endpoint.healthy = false;
             endpoint.announced = false;
           } else {

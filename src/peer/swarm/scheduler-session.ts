@@ -56,7 +56,10 @@ export class SchedulerSession {
       try {
         stream = this.schedulers.openStream(address);
       } catch (error) {
-        this.log.warn({ task: this.task.digest, scheduler: address, err: (error as Error).message }, 'could not open a stream; trying the next scheduler');
+        this.log.warn(
+          { task: this.task.digest, scheduler: address, err: (error as Error).message },
+          'could not open a stream; trying the next scheduler',
+        );
         return next();
       }
       this.follow(address, stream, () => void next());
@@ -100,7 +103,8 @@ export class SchedulerSession {
     const pending = this.unsent.splice(0);
     for (const packet of pending) stream.write(packet);
     // Moved to another scheduler after finishing: it should know this peer holds the blob whole.
-    if (this.finished && !pending.some((p) => p.packet === 'downloadFinished')) stream.write({ packet: 'downloadFinished', downloadFinished: {} });
+    if (this.finished && !pending.some((p) => p.packet === 'downloadFinished'))
+      stream.write({ packet: 'downloadFinished', downloadFinished: {} });
   }
 
   /**

@@ -219,7 +219,8 @@ export class SwarmDownload {
     const client = this.fromOrigin.client;
     if (!client) return {};
     const headers: Record<string, string> = { [CLIENT_ORIGIN_HEADER]: client.url.href };
-    if (this.settings.tls && client.authorization && !this.task.blob.sources[0]?.public) headers[CLIENT_AUTHORIZATION_HEADER] = client.authorization;
+    if (this.settings.tls && client.authorization && !this.task.blob.sources[0]?.public)
+      headers[CLIENT_AUTHORIZATION_HEADER] = client.authorization;
     return headers;
   }
 
@@ -252,7 +253,15 @@ export class SwarmDownload {
     if (this.idleReported || this.idleTimer || this.finished) return;
     this.idleTimer = setTimeout(() => {
       this.idleTimer = undefined;
-      if (this.closed || this.finished || this.idleReported || this.mode !== 'swarm' || this.wanted.size > 0 || this.fromParents.onTheirWay > 0) return;
+      if (
+        this.closed ||
+        this.finished ||
+        this.idleReported ||
+        this.mode !== 'swarm' ||
+        this.wanted.size > 0 ||
+        this.fromParents.onTheirWay > 0
+      )
+        return;
       this.idleReported = true;
       this.session.report({ packet: 'idle', idle: {} });
     }, IDLE_AFTER_MS);

@@ -77,7 +77,9 @@ export class Swarm {
           keepaliveFromHost(
             this.hostInfo(),
             manager.mirrorUrl,
-            this.tasks.list().map((task) => ({ digest: task.digest, size: task.size, complete: task.complete, bytesFrom: { ...task.bytesBySource } })),
+            this.tasks
+              .list()
+              .map((task) => ({ digest: task.digest, size: task.size, complete: task.complete, bytesFrom: { ...task.bytesBySource } })),
           ),
         (addresses) => {
           // Flags name schedulers too; the manager's list comes on top of them.
@@ -175,7 +177,9 @@ export class Swarm {
   /** Fetches a whole task on someone else's behalf (the scheduler's seed trigger, the manager's preheat). */
   private async fetchTask(request: BlobFetchRequest, why: 'seed' | 'preheat'): Promise<void> {
     if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
-      throw new Error(`piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`);
+      throw new Error(
+        `piece size ${request.pieceSize} does not match ${pieceSizeFor(request.contentLength)} for ${request.contentLength} bytes`,
+      );
     }
     const originUrl = new URL(request.origin.url);
     const { registry, repository, digest } = parseBlobUrl(originUrl);

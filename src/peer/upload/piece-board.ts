@@ -44,6 +44,7 @@ export function encodeBitmap(pieceCount: number, has: (index: number) => boolean
 export function decodeBitmap(encoded: string, pieceCount: number): Set<number> {
   const bytes = Buffer.from(encoded, 'base64');
   const out = new Set<number>();
-  for (let index = 0; index < pieceCount && index >> 3 < bytes.length; index++) if (bytes.readUInt8(index >> 3) & (1 << (index & 7))) out.add(index);
+  for (let index = 0; index < pieceCount && index >> 3 < bytes.length; index++)
+    if (bytes.readUInt8(index >> 3) & (1 << (index & 7))) out.add(index);
   return out;
 }

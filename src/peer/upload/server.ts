@@ -45,7 +45,10 @@ export interface UploadServiceDeps {
   log: Logger;
   onUploaded(bytes: number): void;
   /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
-  onRequest?(kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status', outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused'): void;
+  onRequest?(
+    kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status',
+    outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused',
+  ): void;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (request: BlobFetchRequest) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
@@ -82,13 +85,17 @@ export class UploadService {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const [path, queryText] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
     if (path === '/healthz') return this.reply(res, 200, { ok: true });
-    if (!bearerMatches(req.headers.authorization, this.deps.clusterToken)) return this.reply(res, 401, { error: 'missing or wrong cluster token' });
+    if (!bearerMatches(req.headers.authorization, this.deps.clusterToken))
+      return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
     if (pieceDigest !== undefined && req.method === 'GET') return this.servePiece(req, res, pieceDigest, Number(pieceIndex));
     const [, bitmapDigest] = BITMAP_PATH.exec(path) ?? [];
-    if (bitmapDigest !== undefined && req.method === 'GET') return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
-    if (path === SEED_TRIGGER_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
-    if (path === PREHEAT_PATH && req.method === 'POST') return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
+    if (bitmapDigest !== undefined && req.method === 'GET')
+      return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
+    if (path === SEED_TRIGGER_PATH && req.method === 'POST')
+      return this.acceptTrigger(req, res, 'seed', this.deps.seedTrigger, 'this peer is not a seed');
+    if (path === PREHEAT_PATH && req.method === 'POST')
+      return this.acceptTrigger(req, res, 'preheat', this.deps.preheat?.start, 'preheat is not enabled');
     const [, preheatDigest] = PREHEAT_STATUS_PATH.exec(path) ?? [];
     if (preheatDigest !== undefined && req.method === 'GET' && this.deps.preheat) {
       const status = this.deps.preheat.status(preheatDigest);
@@ -151,13 +158,16 @@ export class UploadService {
     }
     const rule = ruleFor({ complete: task.complete, sources: task.blob.sources }, url?.origin ?? '');
     if (rule.kind === 'public') return undefined;
-    if (!(req.socket as TLSSocket).encrypted) return `piece of a private blob: served only over TLS, where the client's registry credentials can travel`;
+    if (!(req.socket as TLSSocket).encrypted)
+      return `piece of a private blob: served only over TLS, where the client's registry credentials can travel`;
     if (rule.kind === 'foreign' || !url) {
       return `piece of a private blob: served only to a child whose client names one of its registries (${CLIENT_ORIGIN_HEADER}: <registry>/v2/<repository>/blobs/${task.digest})`;
     }
     const authorization = req.headers[CLIENT_AUTHORIZATION_HEADER];
     const decision = await this.deps.access.check(url, typeof authorization === 'string' ? authorization : undefined);
-    return decision.allowed ? undefined : `piece of a private blob: registry ${url.origin} answered ${decision.status} for this child's client`;
+    return decision.allowed
+      ? undefined
+      : `piece of a private blob: registry ${url.origin} answered ${decision.status} for this child's client`;
   }
 
   /**
@@ -295,7 +305,6 @@ export class UploadService {
     res.end(text);
   }
 }
-
 
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {
   let size = 0;

@@ -124,7 +124,17 @@ export class FuseServerClient implements LayerMounter {
     try {
       const child = spawn(
         process.execPath,
-        [...execArgv, entry, 'fuse-server', '--root', this.options.root, '--log-level', this.options.logLevel, '--idle-exit', String(this.options.idleExitSeconds)],
+        [
+          ...execArgv,
+          entry,
+          'fuse-server',
+          '--root',
+          this.options.root,
+          '--log-level',
+          this.options.logLevel,
+          '--idle-exit',
+          String(this.options.idleExitSeconds),
+        ],
         { detached: true, stdio: ['ignore', log, log] },
       );
       child.unref();

@@ -86,12 +86,15 @@ export async function startFuseServer(options: FuseServerOptions): Promise<Runni
   await fsp.chmod(paths.socket, 0o600);
   await fsp.writeFile(paths.pidFile, `${process.pid}\n`);
 
-  const idleCheck = setInterval(() => {
-    if (clients.size === 0 && !layers?.busy && Date.now() - lastActive > options.idleExitMs) {
-      log.info('nothing served and no snapshotter connected: exiting');
-      void close();
-    }
-  }, Math.min(5_000, Math.max(100, options.idleExitMs / 2)));
+  const idleCheck = setInterval(
+    () => {
+      if (clients.size === 0 && !layers?.busy && Date.now() - lastActive > options.idleExitMs) {
+        log.info('nothing served and no snapshotter connected: exiting');
+        void close();
+      }
+    },
+    Math.min(5_000, Math.max(100, options.idleExitMs / 2)),
+  );
   idleCheck.unref();
 
   const close = (): Promise<void> => {

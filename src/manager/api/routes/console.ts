@@ -28,13 +28,18 @@ export function registerConsole(app: FastifyInstance, dir: string): void {
     if (urlPath.startsWith('/api/')) throw new ManagerError(404, 'not_found', `no route GET ${urlPath}`);
     const relative = normalize(decodeURIComponent(urlPath)).replace(/^([/\\])+/, '');
     const file = join(dir, relative);
-    if (file !== dir && !file.startsWith(dir.endsWith(sep) ? dir : dir + sep)) throw new ManagerError(404, 'not_found', `no such file ${urlPath}`);
+    if (file !== dir && !file.startsWith(dir.endsWith(sep) ? dir : dir + sep))
+      throw new ManagerError(404, 'not_found', `no such file ${urlPath}`);
     let target = (await isFile(file)) ? file : undefined;
     // Page routes have no extension; asset paths that do must exist.
     if (!target && !extname(relative)) target = (await isFile(join(dir, 'index.html'))) ? join(dir, 'index.html') : undefined;
     if (!target) {
       const built = await isFile(join(dir, 'index.html'));
-      throw new ManagerError(404, 'not_found', built ? `no such file ${urlPath}` : `the web console is not built (no ${join(dir, 'index.html')})`);
+      throw new ManagerError(
+        404,
+        'not_found',
+        built ? `no such file ${urlPath}` : `the web console is not built (no ${join(dir, 'index.html')})`,
+      );
     }
     const immutable = target.includes(`${sep}assets${sep}`);
     reply

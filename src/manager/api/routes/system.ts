@@ -7,7 +7,10 @@ import { z } from 'zod';
 export function systemRoutes({ metrics, readiness }: ApiDeps, allRoutes: () => Route[], version: string): Route[] {
   return [
     route({
-      method: 'GET', url: '/healthz', tag: 'system', access: 'public',
+      method: 'GET',
+      url: '/healthz',
+      tag: 'system',
+      access: 'public',
       // No database round trip: an unreachable database makes every replica unready, and
       // restarting them all would not bring it back.
       summary: 'Liveness: the process answers',
@@ -15,7 +18,10 @@ export function systemRoutes({ metrics, readiness }: ApiDeps, allRoutes: () => R
       handler: async () => ({ ok: true }),
     }),
     route({
-      method: 'GET', url: '/readyz', tag: 'system', access: 'public',
+      method: 'GET',
+      url: '/readyz',
+      tag: 'system',
+      access: 'public',
       summary: 'Readiness: 200 while the database answers and has the schema this replica needs, else 503 saying why',
       response: z.object({ ready: z.boolean(), replica: z.string(), reason: z.string().optional() }),
       handler: async ({ reply }) => {
@@ -25,7 +31,11 @@ export function systemRoutes({ metrics, readiness }: ApiDeps, allRoutes: () => R
       },
     }),
     route({
-      method: 'GET', url: '/metrics', tag: 'system', access: 'public', produces: 'text/plain',
+      method: 'GET',
+      url: '/metrics',
+      tag: 'system',
+      access: 'public',
+      produces: 'text/plain',
       summary: 'Prometheus metrics',
       handler: async ({ reply }) => {
         const text = await metrics.metrics();
@@ -33,7 +43,10 @@ export function systemRoutes({ metrics, readiness }: ApiDeps, allRoutes: () => R
       },
     }),
     route({
-      method: 'GET', url: '/api/v1/openapi.json', tag: 'system', access: 'public',
+      method: 'GET',
+      url: '/api/v1/openapi.json',
+      tag: 'system',
+      access: 'public',
       summary: 'This API described in OpenAPI 3.1',
       response: z.record(z.string(), z.unknown()),
       handler: async () => openApiDocument(allRoutes(), version),

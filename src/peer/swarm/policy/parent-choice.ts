@@ -70,7 +70,12 @@ export function betterParent(a: ParentView, b: ParentView, index: number): boole
 }
 
 /** The parent to ask for piece `index` now (other than `except`), or undefined when no free parent offers it. */
-export function bestParentFor<P extends ParentView>(index: number, parents: Iterable<P>, choice: ParentChoice<P>, except?: P): P | undefined {
+export function bestParentFor<P extends ParentView>(
+  index: number,
+  parents: Iterable<P>,
+  choice: ParentChoice<P>,
+  except?: P,
+): P | undefined {
   let best: P | undefined;
   for (const parent of parents) {
     if (parent === except || !parent.offers(index) || !parentIsFree(parent, choice)) continue;
