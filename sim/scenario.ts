@@ -11,7 +11,8 @@ import { defaultScheduling, type SchedulingConfig } from '../src/scheduler/confi
 import { Resources } from '../src/scheduler/resources.js';
 import { Scheduling } from '../src/scheduler/scheduling.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
-import { EventQueue, rng } from './event-queue.js';
+import { seededRandom } from '../bench/lib/random.js';
+import { EventQueue } from './event-queue.js';
 import { Network, runUntil, type Latency, type LoadSample, type NetHost } from './network.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, World, type PeerSettings, type SimDownload, type SimTask } from './peer.js';
 
@@ -166,14 +167,14 @@ export function nodeLinksOf(setup: Setup): NodeLink[] {
 /** `progress` (optional) hears a line about every 30 s of wall time on long runs. */
 export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = defaultLazy(), progress?: (line: string) => void): RunResult {
   const wallStart = performance.now();
-  const random = rng(setup.rngSeed);
+  const random = seededRandom(setup.rngSeed);
   const queue = new EventQueue();
   const net = new Network(queue, {
     efficiency: setup.efficiency,
     quantum: setup.quantum,
     latency: setup.latency,
     noise: setup.noise,
-    random: rng(setup.rngSeed * 7919 + 17),
+    random: seededRandom(setup.rngSeed * 7919 + 17),
   });
   const pieceSize = setup.pieceSize ?? pieceSizeFor(setup.size);
   const task: SimTask = {

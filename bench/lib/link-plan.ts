@@ -20,6 +20,7 @@
 // The origin and the seed are not described here: their rates are the benchmark's --origin-rate.
 
 import { formatBitRate, parseBitRate } from '../../src/common/units.js';
+import { seededRandom } from './random.js';
 
 /** A node's link from `at` seconds after the start on, in bits/s. */
 export interface LinkStep {
@@ -43,18 +44,6 @@ export interface RateChange {
   up: number;
   relative: boolean;
   text: string;
-}
-
-/** A seeded uniform [0, 1) generator (mulberry32), so a described distribution draws the same rates every run. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** A standard normal variate (Box–Muller). */

@@ -180,5 +180,5 @@ export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<
   }
 }
 
-/** A tiny deterministic PRNG (mulberry32) for the fuzz test: the simulator's. */
-export { rng as prng } from '../../sim/event-queue.js';
+/** A deterministic PRNG for the fuzz test: the benchmarks' and the simulator's. */
+export { seededRandom as prng } from '../../bench/lib/random.js';

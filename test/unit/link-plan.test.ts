@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { linkAt, planNodeLinks, seededRandom } from '../../bench/lib/link-plan.js';
+import { linkAt, planNodeLinks } from '../../bench/lib/link-plan.js';
+import { seededRandom } from '../../bench/lib/random.js';
 import { boundRatios, nodeBounds, timeToMove } from '../../bench/lib/node-bounds.js';
 
 const first = (links: ReturnType<typeof planNodeLinks>) => links.map((l) => [l.steps[0]!.down, l.steps[0]!.up]);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CandidateBuckets } from '../../sim/candidate-buckets.js';
-import { rng } from '../../sim/event-queue.js';
+import { seededRandom } from '../../bench/lib/random.js';
 import { HEAD_WINDOW, orderCandidates, pieceTieBreaks, rarityClass, type Candidate } from '../../src/peer/swarm/policy/candidate-order.js';
 import {
   bestParentFor,
@@ -54,7 +54,7 @@ describe('swarm policy: which piece first', () => {
   });
 
   it('gives each download its own fixed random rank per piece', () => {
-    const random = rng(7);
+    const random = seededRandom(7);
     const a = pieceTieBreaks(100, random);
     const b = pieceTieBreaks(100, random);
     assert.equal(a.length, 100);
@@ -62,7 +62,7 @@ describe('swarm policy: which piece first', () => {
   });
 
   it("is what the simulator's candidate buckets yield, for any holdings", () => {
-    const random = rng(42);
+    const random = seededRandom(42);
     for (let round = 0; round < 50; round++) {
       const pieceCount = 1 + Math.floor(random() * 200);
       const tieBreak = pieceTieBreaks(pieceCount, random);
