@@ -28,6 +28,7 @@ import {
   againstOwnBounds,
   boundLine,
   cpuLine,
+  curlWhole,
   reportJson,
   scenarioArgs,
   startRateChanges,
@@ -68,22 +69,9 @@ try {
   const changes = startRateChanges(c, a.links, t0, nowSeconds);
   const timings = await Promise.all(
     c.nodes.map(async (node) => {
-      const res = await c.exec(
-        node,
-        'bash',
-        [
-          '-c',
-          `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`,
-          url,
-        ],
-        { timeoutMs: 3_600_000 },
-      );
+      const { curlSeconds } = await curlWhole(c, node, url, F, sha256);
       const done = nowSeconds() - t0;
-      const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(res.stderr);
-      if (!m || Number(m[2]) !== F) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
-      const got = res.stdout.trim().split(/\s+/)[0];
-      if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
-      return { node: node.name, done, curlSeconds: Number(m[3]) } satisfies NodeTiming & { curlSeconds: number };
+      return { node: node.name, done, curlSeconds } satisfies NodeTiming & { curlSeconds: number };
     }),
   );
   const cpuReport = cpu.stop();

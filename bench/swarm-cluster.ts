@@ -25,6 +25,7 @@ import {
   againstOwnBounds,
   boundLine,
   cpuLine,
+  curlWhole,
   reportJson,
   scenarioArgs,
   startRateChanges,
@@ -98,21 +99,8 @@ try {
   const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
   const timings = await Promise.all(
     c.nodes.map(async (node) => {
-      const res = await c.exec(
-        node,
-        'bash',
-        [
-          '-c',
-          `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download}\\n' "$0" | sha256sum`,
-          url,
-        ],
-        { timeoutMs: 3_600_000 },
-      );
+      await curlWhole(c, node, url, F, sha256);
       const done = nowSeconds() - t0;
-      const m = /RESULT (\d+) (\d+)/.exec(res.stderr);
-      if (!m || Number(m[2]) !== F) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
-      const got = res.stdout.trim().split(/\s+/)[0];
-      if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
       return { node: node.name, done } satisfies NodeTiming;
     }),
   );

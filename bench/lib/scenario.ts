@@ -4,7 +4,7 @@
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { formatBitRate, parseBitRate, parseSize } from '../../src/common/units.js';
-import type { Cluster, CpuReport } from './cluster.js';
+import type { Cluster, ClusterHost, CpuReport } from './cluster.js';
 import type { LowerBound } from './lower-bound.js';
 import { formatLink, planNodeLinks, type NodeLink } from './link-plan.js';
 import { boundRatioLines, boundRatios, nodeBounds, type BoundRatios } from './node-bounds.js';
@@ -216,4 +216,32 @@ export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: 
   const { egress, ...rest } = result;
   console.log(JSON.stringify(egress ? { ...rest, egress: { ...egress, samples: undefined } } : rest));
   if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
+}
+
+/**
+ * One node downloads `url` with curl inside its namespace and hashes what arrived: a short body or a
+ * wrong digest fails the run, not just this data point. Returns curl's own transfer time.
+ */
+export async function curlWhole(
+  c: Cluster,
+  node: ClusterHost,
+  url: string,
+  size: number,
+  sha256: string,
+): Promise<{ curlSeconds: number }> {
+  const res = await c.exec(
+    node,
+    'bash',
+    [
+      '-c',
+      `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`,
+      url,
+    ],
+    { timeoutMs: 3_600_000 },
+  );
+  const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(res.stderr);
+  if (!m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
+  const got = res.stdout.trim().split(/\s+/)[0];
+  if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
+  return { curlSeconds: Number(m[3]) };
 }
