@@ -11,6 +11,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
 import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
+import { hostInfo } from '../fixtures/host-info.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
 import {
   clusterToken,
@@ -211,17 +212,7 @@ describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
     m.set('authorization', value);
     return m;
   };
-  const host = {
-    id: 'h1',
-    hostname: 'h1',
-    ip: '127.0.0.9',
-    uploadPort: 1,
-    labels: {},
-    seed: false,
-    uploadBandwidth: 0,
-    uploadSlots: 8,
-    uploadInUse: 0,
-  };
+  const host = hostInfo('h1', { ip: '127.0.0.9' });
   const announce = (body: unknown, m = metadata()) =>
     // `as`: a hostile client's body is whatever it likes, which is the point here.
     new Promise<grpc.ServiceError | null>((resolve) =>

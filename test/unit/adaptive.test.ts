@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
+import { hostInfo as host } from '../fixtures/host-info.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
 import { canTake, heldBack, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
@@ -14,21 +15,6 @@ const PIECE = 4 * 1024 * 1024;
 const PIECES = 16;
 /** A node's piece time on its link (about 10 MB/s), in ms. */
 const FAST = 400;
-
-function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
-  return {
-    id,
-    hostname: id,
-    ip: '127.0.0.1',
-    uploadPort: 1,
-    labels: {},
-    seed: false,
-    uploadBandwidth: 0,
-    uploadSlots: 8,
-    uploadInUse: 0,
-    ...extra,
-  };
-}
 
 /** The engine in the adaptive shape, with a hand-driven clock and every piece's digest known. */
 function engine(config: Partial<SchedulingConfig> = {}) {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
+import { hostInfo as host } from '../fixtures/host-info.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { formatIssues } from '../../src/common/config.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
@@ -12,21 +13,6 @@ import { filterCandidates, keepsItsParents, type Exclusion } from '../../src/sch
 const TASK = `sha256:${'a'.repeat(64)}`;
 const REGISTRY = 'http://registry';
 const PIECE = 4 * 1024 * 1024;
-
-function host(id: string, extra: Partial<HostInfo> = {}): HostInfo {
-  return {
-    id,
-    hostname: id,
-    ip: '127.0.0.1',
-    uploadPort: 1,
-    labels: {},
-    seed: false,
-    uploadBandwidth: 0,
-    uploadSlots: 8,
-    uploadInUse: 0,
-    ...extra,
-  };
-}
 
 /**
  * The mesh's configuration, which these tests were written for (the default is the adaptive

@@ -49,9 +49,8 @@ export class SchedulerSession {
       if (!address) return this.events.noScheduler();
       tried.add(address);
       if (!(await this.schedulers.ready(address))) return next();
-      if (this.closed) return;
-      // ready() awaited: the peer may have begun shutting down, or the scheduler left the list.
-      if (this.schedulers.closed) return;
+      // ready() awaited: this task or the whole peer may have been closed meanwhile.
+      if (this.closed || this.schedulers.closed) return;
       let stream: PeerStream;
       try {
         stream = this.schedulers.openStream(address);
