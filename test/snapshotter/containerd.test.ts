@@ -57,6 +57,12 @@ describe('starling snapshotter behind containerd', () => {
   /** The script reads a file from every layer: busybox, a small file of layer 1, the big chunked file of layer 2. */
   const SCRIPT = 'sha256sum /bin/busybox /etc/one.txt /data/layer1.bin';
   const expectedSums = () => [busyboxSha, sha('one\n'), image.randomFiles[1]!.sha256];
+  /** The digests the workload printed, one `sha256sum` line per file. */
+  const printedSums = (stdout: string) =>
+    stdout
+      .trim()
+      .split('\n')
+      .map((line) => line.split(/\s+/)[0]);
 
   before(async () => {
     tmp = await makeTempDir('starling-sn-e2e-');
@@ -137,13 +143,7 @@ describe('starling snapshotter behind containerd', () => {
   async function runAndCheck(ref: string, layers: Layer[], report: string[]): Promise<void> {
     const res = await runIn(ref, SCRIPT);
     assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-    assert.deepEqual(
-      res.stdout
-        .trim()
-        .split('\n')
-        .map((l) => l.split(/\s+/)[0]),
-      expectedSums(),
-    );
+    assert.deepEqual(printedSums(res.stdout), expectedSums());
     // Layer 1 was read for one small file: still far from whole.
     const fetched1 = await sn.metric('starling_snapshotter_layer_fetched_bytes', layers[1]!.digest);
     assert.ok(fetched1 < layers[1]!.size / 2, `layer 1 after the run: ${fetched1} of ${layers[1]!.size}`);
@@ -171,13 +171,7 @@ describe('starling snapshotter behind containerd', () => {
     for (const layer of await layersOf(refs.plain)) assert.ok(content.includes(layer.digest), 'containerd downloaded and unpacked it');
     const res = await runIn(refs.plain, SCRIPT);
     assert.equal(res.code, 0, res.stderr);
-    assert.deepEqual(
-      res.stdout
-        .trim()
-        .split('\n')
-        .map((l) => l.split(/\s+/)[0]),
-      expectedSums(),
-    );
+    assert.deepEqual(printedSums(res.stdout), expectedSums());
   });
 
   test('(b) a corrupt chunk in the registry: that file fails with EIO in the container, the others read fine', async () => {
@@ -252,13 +246,7 @@ describe('starling snapshotter behind containerd', () => {
       assert.equal(afterRestart.stdout.split(/\s+/)[0], image.randomFiles[1]!.sha256);
       const res = await runIn(refs.starling, SCRIPT);
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-      assert.deepEqual(
-        res.stdout
-          .trim()
-          .split('\n')
-          .map((l) => l.split(/\s+/)[0]),
-        expectedSums(),
-      );
+      assert.deepEqual(printedSums(res.stdout), expectedSums());
     });
   });
 
@@ -281,13 +269,7 @@ describe('starling snapshotter behind containerd', () => {
       for (const m of after) assert.equal(await fuseMountHealth(m), 'alive', `${m} answers`);
       const res = await runIn(refs.starling, SCRIPT);
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
-      assert.deepEqual(
-        res.stdout
-          .trim()
-          .split('\n')
-          .map((l) => l.split(/\s+/)[0]),
-        expectedSums(),
-      );
+      assert.deepEqual(printedSums(res.stdout), expectedSums());
       // The old container's overlay still holds the superblocks of the killed FUSE sessions: report what it sees.
       const old = await execIn(id, ['cat', '/etc/two.txt']);
       console.log(
