@@ -7,6 +7,7 @@ import {
   PostgresDialect,
   SqliteDialect,
   SqliteDriver,
+  sql,
   type DatabaseConnection,
   type Driver,
   type SqliteDialectConfig,
@@ -59,12 +60,31 @@ const CONNECT_TIMEOUT_MS = 5_000;
 export async function openStore(url: string): Promise<Store> {
   const store = url.startsWith('sqlite:') ? openSqlite(url.slice('sqlite:'.length)) : openPostgres(url);
   try {
-    store.migrationsApplied = await store.exclusive(() => migrateToLatest(store.db, store.dialect));
+    const migrate = () => migrateToLatest(store.db, store.dialect);
+    store.migrationsApplied = await store.exclusive(store.dialect === 'sqlite' ? () => underSqliteWriteLock(store.db, migrate) : migrate);
   } catch (error) {
     await store.close();
     throw new UserError(`${store.where}: ${(error as Error).message}`);
   }
   return store;
+}
+
+/**
+ * Kysely runs SQLite migrations outside any transaction (SQLite's DDL is not transactional to it), so
+ * two processes on one empty file could both see no schema and both create it: the whole migration
+ * runs under the write lock (`BEGIN IMMEDIATE`; the others wait busy_timeout for it). Its statements
+ * use the same single connection, so they run inside this transaction.
+ */
+async function underSqliteWriteLock<T>(db: Kysely<Database>, work: () => Promise<T>): Promise<T> {
+  await sql`begin immediate`.execute(db);
+  try {
+    const result = await work();
+    await sql`commit`.execute(db);
+    return result;
+  } catch (error) {
+    await sql`rollback`.execute(db).catch(() => undefined);
+    throw error;
+  }
 }
 
 function openSqlite(path: string): Store {
