@@ -73,6 +73,8 @@ export class Peer {
     readonly send: (packet: SchedulerPacket) => void,
     /** When it registered for the task. */
     readonly joinedAt = 0,
+    /** Ends the peer's stream when the scheduler drops it unasked, so that it registers again. */
+    readonly disconnect: (reason: string) => void = () => undefined,
   ) {
     this.pieces = new PieceSet(task.pieceCount);
     this.arriving = new PieceSet(task.pieceCount);

@@ -53,10 +53,19 @@ export class Scheduling {
   }
 
   /** Drops hosts silent for longer than `timeoutMs`, with their peers. */
+  /**
+   * Drops hosts silent for `timeoutMs`. Their peers' streams are ended: a host that was only slow
+   * (a paused process, announcements past their deadline) announces itself again and its peers
+   * register again, rather than keep reporting on streams the scheduler no longer reads.
+   */
   expireHosts(timeoutMs: number): Host[] {
     const now = this.hooks.now();
     const expired = [...this.resources.hosts.values()].filter((host) => now - host.lastSeen > timeoutMs);
-    for (const host of expired) this.removeHost(host);
+    for (const host of expired) {
+      const peers = [...host.peers];
+      this.removeHost(host);
+      for (const peer of peers) peer.disconnect(`host ${host.id} sent no keep-alive for ${timeoutMs} ms; announce it again`);
+    }
     return expired;
   }
 
@@ -65,7 +74,7 @@ export class Scheduling {
     this.resources.hosts.delete(host.id);
   }
 
-  register(request: RegisterPeer, send: (packet: SchedulerPacket) => void): Peer {
+  register(request: RegisterPeer, send: (packet: SchedulerPacket) => void, disconnect?: (reason: string) => void): Peer {
     const host = this.resources.hosts.get(request.hostId);
     if (!host) throw new Error(`host ${request.hostId} has not announced itself`);
     if (!request.taskId) throw new Error('register names no task');
@@ -80,7 +89,7 @@ export class Scheduling {
     if (request.origin?.url) task.origin = { url: request.origin.url, public: Boolean(request.origin.public) };
     const previous = task.peers.get(request.peerId);
     if (previous) this.leave(previous);
-    const peer = new Peer(request.peerId, host, task, send, now);
+    const peer = new Peer(request.peerId, host, task, send, now, disconnect);
     for (const index of request.heldPieces ?? []) if (index >= 0 && index < task.pieceCount) peer.pieces.add(index);
     task.peers.set(peer.id, peer);
     host.peers.add(peer);

@@ -71,7 +71,7 @@ export function schedulerHandlers(
         try {
           if (!peer) {
             if (packet.packet !== 'register') return fail(grpc.status.FAILED_PRECONDITION, 'the first packet must be register');
-            peer = scheduling.register(checkRegister(packet.register), send);
+            peer = scheduling.register(checkRegister(packet.register), send, (reason) => fail(grpc.status.UNAVAILABLE, reason));
             return;
           }
           checkPeerPacket(packet);

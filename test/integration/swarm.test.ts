@@ -30,6 +30,19 @@ async function taskStat(scheduler: RunningSchedulerProcess, digest: string): Pro
   return (await response.body.json()) as TaskStat;
 }
 
+/** Waits until the scheduler knows a peer that holds the whole blob (peers register on streams of their own). */
+async function waitForHolder(scheduler: RunningSchedulerProcess, digest: string, what: string): Promise<void> {
+  await waitFor(
+    async () => {
+      const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${digest}`));
+      if (response.statusCode !== 200) return (await response.body.dump(), false);
+      return ((await response.body.json()) as TaskStat).peers.some((peer) => peer.finished);
+    },
+    30_000,
+    what,
+  );
+}
+
 async function registryCopies(registry: Registry, blob: PushedBlob): Promise<number> {
   await waitFor(() => blobRequests(registry.requests(), blob.digest).length > 0, 5000, 'registry access log');
   return blobBytesSent(registry.requests(), blob.digest) / blob.size;
@@ -264,20 +277,31 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     running.push(restarted);
     // The restarted peer registers what it kept on a stream it opens after start-up; under load the
     // next pull's register could come first and be sent to the origin: wait for the scheduler to know it.
-    await waitFor(
-      async () => {
-        const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${blob.digest}`));
-        if (response.statusCode !== 200) return (await response.body.dump(), false);
-        return ((await response.body.json()) as TaskStat).peers.some((peer) => peer.finished);
-      },
-      30_000,
-      'the restarted peer offering its blob',
-    );
+    await waitForHolder(scheduler, blob.digest, 'the restarted peer offering its blob');
     const result = await pullThrough(second, registry, 'swarm/restart', blob.digest);
     assert.equal(result.digest, blob.digest);
     // Once in bytes: the first pull's seedless origin read takes the last piece on a request of its own.
     assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');
     assert.equal(await second.metric('starling_peer_downloaded_bytes_total', { source: 'peer' }), blob.size);
+  });
+
+  it('a peer holding a blob registers it again when its only scheduler restarts', async () => {
+    const { scheduler, peers } = await cluster(2, { seeds: [] });
+    const blob = await pushRandomBlob(registry, 'swarm/scheduler-restart', 20 * MB);
+    const [first, second] = peers as [RunningPeerProcess, RunningPeerProcess];
+    assert.equal((await pullThrough(first, registry, 'swarm/scheduler-restart', blob.digest)).digest, blob.digest);
+    await waitForHolder(scheduler, blob.digest, 'the first peer holding the blob');
+    // A restarted scheduler knows nothing: the holder's stream ended, and it had no other scheduler.
+    await scheduler.stop();
+    const restarted = await scheduler.restart();
+    running.push(restarted);
+    await waitForHolder(restarted, blob.digest, 'the holder registering again with the restarted scheduler');
+    // The restarted scheduler trusts no piece digest until a peer it sends to the origin reports them:
+    // the next pull reads the registry once more, and the two holders serve every later one.
+    assert.equal((await pullThrough(second, registry, 'swarm/scheduler-restart', blob.digest)).digest, blob.digest);
+    const stat = await taskStat(restarted, blob.digest);
+    assert.deepEqual(stat.peers.map((peer) => peer.finished).sort(), [true, true]);
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), 2 * blob.size, 'the registry sent one copy per scheduler memory');
   });
 
   it("a lazy reader whose reads are served gives its parent's upload slot back, so a reader of another blob gets the seed at once", async () => {

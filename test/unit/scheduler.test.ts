@@ -25,6 +25,7 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
   let now = 1_000;
   const packets = new Map<string, SchedulerPacket[]>();
   const triggers: string[] = [];
+  const disconnected: Array<{ peer: string; reason: string }> = [];
   const scheduling = new Scheduling(
     new Resources(),
     { ...meshConfig(), ...config },
@@ -51,6 +52,7 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
     return scheduling.register(
       { peerId: id, hostId, taskId: TASK, contentLength: size, pieceSize: PIECE, origin, heldPieces: pieces },
       (packet) => packets.get(id)!.push(packet),
+      (reason) => disconnected.push({ peer: id, reason }),
     );
   };
   const last = (peer: Peer) => packets.get(peer.id)!.at(-1);
@@ -59,7 +61,7 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
     const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now, REGISTRY);
     for (let index = 0; index < pieces; index++) scheduling.learnDigest(task, index, digest(index));
   };
-  return { scheduling, join, last, packets, triggers, vouch, now: () => now, advance: (ms: number) => (now += ms) };
+  return { scheduling, join, last, packets, disconnected, triggers, vouch, now: () => now, advance: (ms: number) => (now += ms) };
 }
 
 const all = (n: number) => [...Array(n).keys()];
@@ -354,16 +356,23 @@ describe('scheduling: parent selection', () => {
     assert.deepEqual(child.parents, [other]);
   });
 
-  it('drops hosts that stop announcing themselves', () => {
+  it("drops hosts that stop announcing themselves, and ends their peers' streams so that they register again", () => {
     const e = engine();
-    holder(e, 'p1');
+    const silent = holder(e, 'p1');
     e.advance(20_000);
-    e.scheduling.announceHost(host('p2'));
+    const live = holder(e, 'p2');
     const expired = e.scheduling.expireHosts(15_000);
     assert.deepEqual(
       expired.map((h) => h.id),
       ['p1'],
     );
+    assert.deepEqual(
+      e.disconnected.map((d) => d.peer),
+      [silent.id],
+      'only the silent host is told',
+    );
+    assert.match(e.disconnected[0]!.reason, /p1 sent no keep-alive for 15000 ms/);
+    e.scheduling.leave(live);
     const task = e.scheduling.resources.findTask(TASK)!;
     assert.equal(task.peers.size, 0);
     assert.equal(task.digests.size, 10, 'an empty task keeps its digests for a while');

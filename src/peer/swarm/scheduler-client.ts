@@ -26,6 +26,8 @@ export class SchedulerClient {
   private keepalive?: NodeJS.Timeout;
   private intervalMs = 5_000;
   private shutDown = false;
+  /** Called once each, the next time a scheduler accepts an announcement after it had not. */
+  private readonly reachableWaiters = new Set<() => void>();
 
   constructor(
     addresses: string[],
@@ -109,15 +111,37 @@ export class SchedulerClient {
             endpoint.healthy = false;
             endpoint.announced = false;
           } else {
+            const wasAnnounced = endpoint.announced;
             endpoint.announced = true;
             if (!endpoint.healthy) this.log.info({ scheduler: endpoint.address }, 'scheduler reachable again');
             endpoint.healthy = true;
             if (response?.keepaliveIntervalMs) this.intervalMs = Math.max(100, Math.floor(response.keepaliveIntervalMs / 2));
+            if (!wasAnnounced) this.notifyReachable();
           }
           resolve();
         },
       );
     });
+  }
+
+  /** Some scheduler has accepted this host's latest announcement. */
+  get anyReachable(): boolean {
+    return this.endpoints.some((endpoint) => endpoint.announced);
+  }
+
+  /**
+   * Calls `waiter` once, when a scheduler next accepts an announcement it had not (one came back, or
+   * was added). Returns a function that cancels the wait.
+   */
+  whenReachable(waiter: () => void): () => void {
+    this.reachableWaiters.add(waiter);
+    return () => this.reachableWaiters.delete(waiter);
+  }
+
+  private notifyReachable(): void {
+    const waiters = [...this.reachableWaiters];
+    this.reachableWaiters.clear();
+    for (const waiter of waiters) waiter();
   }
 
   /** Schedulers for a task, best first: rendezvous hashing, healthy ones before the others. */
@@ -163,6 +187,7 @@ export class SchedulerClient {
 
   close(): void {
     this.shutDown = true;
+    this.reachableWaiters.clear();
     if (this.keepalive) clearTimeout(this.keepalive);
     for (const endpoint of this.endpoints) endpoint.client.close();
   }

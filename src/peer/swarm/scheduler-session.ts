@@ -4,6 +4,9 @@ import type { OriginRequest, PeerPacket, SchedulerPacket } from '../../rpc/sched
 import type { BlobTask } from '../blob-task.js';
 import type { PeerStream, SchedulerClient } from './scheduler-client.js';
 
+/** The least time between a session giving up on every scheduler and trying them again. */
+const REJOIN_PAUSE_MS = 1_000;
+
 export interface SessionEvents {
   /** A packet from the scheduler. */
   packet(packet: SchedulerPacket): void;
@@ -21,6 +24,10 @@ export interface SessionEvents {
 export class SchedulerSession {
   private stream?: PeerStream;
   private opened = false;
+  /** Looking for a scheduler: between open (or a lost stream) and the next stream or giving up. */
+  private connecting = false;
+  /** Waiting for a scheduler to come back, to register again as a holder. */
+  private stopRejoinWait?: () => void;
   private queueing = true;
   private readonly unsent: PeerPacket[] = [];
   private finished = false;
@@ -43,10 +50,20 @@ export class SchedulerSession {
   open(): void {
     if (this.opened) return;
     this.opened = true;
+    this.connect();
+  }
+
+  /** Tries each scheduler for the task once, in order, moving on when a stream is lost. */
+  private connect(): void {
+    this.connecting = true;
     const tried = new Set<string>();
     const next = async (): Promise<void> => {
       const address = this.schedulers.schedulersFor(this.task.digest).find((a) => !tried.has(a));
-      if (!address) return this.events.noScheduler();
+      if (!address) {
+        this.connecting = false;
+        this.events.noScheduler();
+        return this.rejoinLater();
+      }
       tried.add(address);
       if (!(await this.schedulers.ready(address))) return next();
       // ready() awaited: this task or the whole peer may have been closed meanwhile.
@@ -61,9 +78,36 @@ export class SchedulerSession {
         );
         return next();
       }
-      this.follow(address, stream, () => void next());
+      this.connecting = false;
+      this.follow(address, stream, () => {
+        this.connecting = true;
+        void next();
+      });
     };
     void next();
+  }
+
+  /**
+   * A peer holding the whole blob, left with no scheduler (each restarted or unreachable), registers
+   * again once one is back: otherwise a scheduler's restart, or a peer's own start-up while the
+   * scheduler is away, would leave the blob unknown to the swarm for as long as the peer runs.
+   */
+  private rejoinLater(): void {
+    if (!this.finished || this.closed || this.stream || this.connecting || this.stopRejoinWait || this.schedulers.closed) return;
+    const retry = () => {
+      this.stopRejoinWait = undefined;
+      if (this.closed || this.stream || this.connecting) return;
+      this.log.info({ task: this.task.digest }, 'a scheduler is reachable again; registering the blob held');
+      this.connect();
+    };
+    // One is reachable already (announced since this session gave up): try it after a pause, not at once.
+    if (this.schedulers.anyReachable) {
+      const timer = setTimeout(retry, REJOIN_PAUSE_MS);
+      timer.unref();
+      this.stopRejoinWait = () => clearTimeout(timer);
+    } else {
+      this.stopRejoinWait = this.schedulers.whenReachable(retry);
+    }
   }
 
   private follow(address: string, stream: PeerStream, lost: () => void): void {
@@ -130,11 +174,14 @@ export class SchedulerSession {
   finish(): void {
     this.finished = true;
     this.report({ packet: 'downloadFinished', downloadFinished: {} });
+    // Finished from the origin after every scheduler was lost: offer the blob once one is back.
+    if (this.opened) this.rejoinLater();
   }
 
   /** Leaves the task; `failure` is told to the scheduler unless the download finished. */
   close(failure: string): void {
     this.closed = true;
+    this.stopRejoinWait?.();
     if (!this.stream) return;
     if (!this.finished) this.report({ packet: 'downloadFailed', downloadFailed: { message: failure } });
     this.stream.end();
