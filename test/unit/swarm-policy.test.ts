@@ -211,13 +211,17 @@ describe('swarm policy: when a stalled download asks for help', () => {
     assert.equal(stallVerdict(100 * stallMs, stallMs, 1), 'wait');
   });
 
-  it('asks for new parents after stallMs and reads the origin after ORIGIN_AFTER_STALLS × stallMs', () => {
+  it('asks for new parents after stallMs and reads the origin after ORIGIN_AFTER_STALLS × stallMs, or after stallMs with no scheduler to ask', () => {
     assert.equal(ORIGIN_AFTER_STALLS, 6);
     assert.equal(stallVerdict(stallMs, stallMs, 0), 'wait');
     assert.equal(stallVerdict(stallMs + 1, stallMs, 0), 'reschedule');
     assert.equal(stallVerdict(2 * stallMs + 1, stallMs, 0), 'reschedule'); // not at 2× (the rule before 5a46877)
     assert.equal(stallVerdict(6 * stallMs, stallMs, 0), 'reschedule');
     assert.equal(stallVerdict(6 * stallMs + 1, stallMs, 0), 'origin');
+    // No scheduler to ask for parents: the origin as soon as the stall is seen.
+    assert.equal(stallVerdict(stallMs, stallMs, 0, false), 'wait');
+    assert.equal(stallVerdict(stallMs + 1, stallMs, 0, false), 'origin');
+    assert.equal(stallVerdict(100 * stallMs, stallMs, 1, false), 'wait');
   });
 
   it('checks a piece on its way for new bytes at least every second, four times per piece timeout', () => {

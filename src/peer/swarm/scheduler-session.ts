@@ -46,6 +46,11 @@ export class SchedulerSession {
     return this.opened;
   }
 
+  /** A stream to a scheduler is open (or being looked for): there is someone to ask for parents. */
+  get connected(): boolean {
+    return this.stream !== undefined || this.connecting;
+  }
+
   /** Opens the stream (once): to the first scheduler for the task that is ready, then the next if it fails. */
   open(): void {
     if (this.opened) return;
@@ -88,16 +93,17 @@ export class SchedulerSession {
   }
 
   /**
-   * A peer holding the whole blob, left with no scheduler (each restarted or unreachable), registers
-   * again once one is back: otherwise a scheduler's restart, or a peer's own start-up while the
-   * scheduler is away, would leave the blob unknown to the swarm for as long as the peer runs.
+   * A session left with no scheduler (each restarted or unreachable) registers again once one is
+   * back, with the pieces it holds: otherwise a scheduler's restart, or a peer's own start-up while
+   * the scheduler is away, would leave its pieces unknown to the swarm for as long as the peer runs,
+   * and a download going on with its old parents would never be given new ones.
    */
   private rejoinLater(): void {
-    if (!this.finished || this.closed || this.stream || this.connecting || this.stopRejoinWait || this.schedulers.closed) return;
+    if (this.closed || this.stream || this.connecting || this.stopRejoinWait || this.schedulers.closed) return;
     const retry = () => {
       this.stopRejoinWait = undefined;
       if (this.closed || this.stream || this.connecting) return;
-      this.log.info({ task: this.task.digest }, 'a scheduler is reachable again; registering the blob held');
+      this.log.info({ task: this.task.digest, finished: this.finished }, 'a scheduler is reachable again; registering again');
       this.connect();
     };
     // One is reachable already (announced since this session gave up): try it after a pause, not at once.
@@ -174,8 +180,6 @@ export class SchedulerSession {
   finish(): void {
     this.finished = true;
     this.report({ packet: 'downloadFinished', downloadFinished: {} });
-    // Finished from the origin after every scheduler was lost: offer the blob once one is back.
-    if (this.opened) this.rejoinLater();
   }
 
   /** Leaves the task; `failure` is told to the scheduler unless the download finished. */

@@ -78,7 +78,12 @@ export class SwarmDownload {
       packet: (packet) => this.onPacket(packet),
       registered: () => (this.idleReported = false), // a new scheduler schedules this peer afresh
       noScheduler: () => {
-        if (!this.finished) this.goToOrigin('no scheduler reachable');
+        if (this.finished) return;
+        // Mid-download, the parents held still serve, and the pieces' digests are known: going on
+        // with them (the origin once they stall) spares the registry a copy per peer when the only
+        // scheduler restarts. With no answer yet there is nothing to go on.
+        if (this.mode === 'swarm') this.log.info({ task: this.task.digest }, 'every scheduler lost; going on with the parents held');
+        else this.goToOrigin('no scheduler reachable');
       },
     });
     this.parents = new ParentSet(task.digest, task.layout.pieceCount, dispatcher, settings, () => this.clientHeaders(), log, {
@@ -273,7 +278,7 @@ export class SwarmDownload {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.pump();
     const idle = Date.now() - this.lastProgress;
-    const verdict = stallVerdict(idle, this.settings.stallMs, this.fromParents.onTheirWay);
+    const verdict = stallVerdict(idle, this.settings.stallMs, this.fromParents.onTheirWay, this.session.connected);
     if (verdict === 'origin') this.goToOrigin(`nothing stored for ${idle} ms`);
     else if (verdict === 'reschedule') this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
   }

@@ -28,11 +28,13 @@ export type StallVerdict = 'wait' | 'reschedule' | 'origin';
 /**
  * What a download does after `idleMs` with nothing stored: wait while pieces are on their way;
  * ask for new parents after `stallMs`; read the origin after ORIGIN_AFTER_STALLS × `stallMs`.
+ * With no scheduler to ask (every one lost mid-download, the peer going on with the parents it
+ * had), there is no one to give new parents: the origin after `stallMs`.
  */
-export function stallVerdict(idleMs: number, stallMs: number, piecesOnTheirWay: number): StallVerdict {
+export function stallVerdict(idleMs: number, stallMs: number, piecesOnTheirWay: number, schedulerReachable = true): StallVerdict {
   if (piecesOnTheirWay > 0) return 'wait';
   if (idleMs > ORIGIN_AFTER_STALLS * stallMs) return 'origin';
-  if (idleMs > stallMs) return 'reschedule';
+  if (idleMs > stallMs) return schedulerReachable ? 'reschedule' : 'origin';
   return 'wait';
 }
 
