@@ -19,7 +19,9 @@ import { makeTempDir, mountsUnder, run, waitFor, type TempDir } from '../fixture
 import { startRegistry, type Registry } from '../fixtures/registry.js';
 
 const MAIN = path.resolve(import.meta.dirname, '../../src/cli/main.ts');
-const WORKLOAD = '["sh","-c","cat /data/a /data/c"]';
+// The pause after the reads: ctr-remote stops its fanotify monitor when the container exits, and on
+// a busy machine the last reads' events were then lost (its record held only bin/busybox).
+const WORKLOAD = '["sh","-c","cat /data/a /data/c; sleep 1"]';
 
 let registry: Registry;
 let tmp: TempDir;
