@@ -61,6 +61,7 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
   let sweeper: NodeJS.Timeout | undefined;
   let jobs: JobEngine | undefined;
   let app: FastifyInstance | undefined;
+  const stopWatchingToken = clusterToken.watch(log);
   try {
     // One replica at a time: of replicas started together on an empty database, one creates the admin.
     const admin = await store.exclusive(() => bootstrapAdmin(store.db, adminToken));
@@ -121,6 +122,7 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
       jobs,
       app,
       async close() {
+        stopWatchingToken();
         clearInterval(sweeper);
         await running.jobs.close();
         await closeGracefully(running.app);
@@ -129,6 +131,7 @@ export async function startManager(config: ManagerConfig, log: Logger): Promise<
     };
     return running;
   } catch (error) {
+    stopWatchingToken();
     clearInterval(sweeper);
     await jobs?.close();
     await app?.close();

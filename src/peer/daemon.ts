@@ -53,6 +53,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
   }
   const dataDir = resolve(config.dataDir);
   await mkdir(dataDir, { recursive: true });
+  const stopWatchingToken = clusterToken?.watch(log);
   const metricsRegistry = createMetricsRegistry();
   let store: BlobStore | undefined;
   const metrics = createPeerMetrics(metricsRegistry, () => store);
@@ -204,6 +205,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     mirrorAddress,
     uploadAddress,
     async close() {
+      stopWatchingToken?.();
       await closeHttp(mirror.server);
       for (const close of closers) await close().catch((error: Error) => log.warn({ err: error.message }, 'error while closing'));
       await transport.close();

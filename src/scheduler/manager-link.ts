@@ -4,6 +4,7 @@ import { clientTlsOptions, type ClientTls } from '../common/tls.js';
 import type { Logger } from '../common/log.js';
 import { SCHEDULER_KEEPALIVE_PATH, type SchedulerKeepalive } from '../rpc/manager-api.js';
 import { schedulingSchema, type SchedulingConfig } from './config.js';
+import type { ClusterToken } from '../common/token.js';
 
 const KEEPALIVE_MS = 5_000;
 
@@ -20,7 +21,7 @@ export class ManagerLink {
   constructor(
     private readonly managerUrl: URL,
     private readonly self: { ip: string; port: number; clusterName?: string },
-    private readonly clusterToken: string,
+    private readonly clusterToken: ClusterToken,
     tls: ClientTls | undefined,
     private readonly apply: (config: SchedulingConfig) => void,
     private readonly log: Logger,
@@ -54,7 +55,7 @@ export class ManagerLink {
     };
     const response = await request(new URL(SCHEDULER_KEEPALIVE_PATH, this.managerUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
+      headers: { 'content-type': 'application/json', authorization: this.clusterToken.authorization },
       body: JSON.stringify(keepalive),
       headersTimeout: 5_000,
       bodyTimeout: 5_000,

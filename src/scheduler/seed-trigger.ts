@@ -1,4 +1,5 @@
 import { Agent, request } from 'undici';
+import type { ClusterToken } from '../common/token.js';
 import { clientTlsOptions, httpScheme, type ClientTls } from '../common/tls.js';
 import { SEED_TRIGGER_PATH, type BlobFetchRequest } from '../rpc/upload-api.js';
 import type { Host, Task } from './resources.js';
@@ -8,7 +9,7 @@ export class SeedTrigger {
   private readonly dispatcher?: Agent;
 
   constructor(
-    private readonly clusterToken: string,
+    private readonly clusterToken: ClusterToken,
     private readonly tls: ClientTls | undefined,
   ) {
     if (tls) this.dispatcher = new Agent({ connect: clientTlsOptions(tls) });
@@ -25,7 +26,7 @@ export class SeedTrigger {
     const host = seed.info.ip.includes(':') ? `[${seed.info.ip}]` : seed.info.ip;
     const response = await request(`${httpScheme(this.tls)}://${host}:${seed.info.uploadPort}${SEED_TRIGGER_PATH}`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
+      headers: { 'content-type': 'application/json', authorization: this.clusterToken.authorization },
       body: JSON.stringify(body),
       headersTimeout: 10_000,
       bodyTimeout: 10_000,

@@ -29,6 +29,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
   if (!clusterToken) {
     throw new UserError('the scheduler needs the cluster token (--cluster-token-file, or clusterTokenFile): every peer must present it');
   }
+  const stopWatchingToken = clusterToken.watch(log);
   const tls = loadTls(config.tls);
   const resources = new Resources();
   const registry = createMetricsRegistry();
@@ -114,6 +115,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     metricsAddress: metricsServer.address,
     scheduling,
     async close() {
+      stopWatchingToken();
       managerLink?.stop();
       for (const timer of timers) clearInterval(timer);
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));

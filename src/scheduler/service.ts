@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../common/log.js';
-import { bearerMatches } from '../common/token.js';
+import type { ClusterToken } from '../common/token.js';
 import { checkHost, checkPeerPacket, checkRegister } from '../rpc/scheduler-checks.js';
 import type {
   AnnounceHostRequest,
@@ -16,10 +16,10 @@ import type { Scheduling } from './scheduling.js';
 import type { SchedulerMetrics } from './metrics.js';
 
 /** Checks the cluster token that every call must carry, in constant time. */
-export function authorized(metadata: grpc.Metadata, token: string | undefined): boolean {
+export function authorized(metadata: grpc.Metadata, token: ClusterToken | undefined): boolean {
   if (!token) return true;
   const value = metadata.get('authorization')[0];
-  return bearerMatches(typeof value === 'string' ? value : undefined, token);
+  return token.accepts(typeof value === 'string' ? value : undefined);
 }
 
 const unauthenticated = { code: grpc.status.UNAUTHENTICATED, details: 'missing or wrong cluster token' };
@@ -27,7 +27,7 @@ const unauthenticated = { code: grpc.status.UNAUTHENTICATED, details: 'missing o
 /** The gRPC face of the scheduling engine. */
 export function schedulerHandlers(
   scheduling: Scheduling,
-  options: { keepaliveIntervalMs: number; clusterToken?: string; metrics: SchedulerMetrics; log: Logger },
+  options: { keepaliveIntervalMs: number; clusterToken?: ClusterToken; metrics: SchedulerMetrics; log: Logger },
 ): grpc.UntypedServiceImplementation {
   const { log, metrics, clusterToken } = options;
   return {

@@ -19,6 +19,7 @@ import { decodeBitmap, PieceBoard } from '../../src/peer/upload/piece-board.js';
 import { UploadService } from '../../src/peer/upload/server.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
+import { ClusterToken } from '../../src/common/token.js';
 
 const TOKEN = 'relay-test-cluster-token-0123456789';
 
@@ -60,7 +61,7 @@ describe('upload server relaying pieces on their way', () => {
       board,
       limiter: new RateLimiter(0),
       slots: 4,
-      clusterToken: TOKEN,
+      clusterToken: ClusterToken.of(TOKEN),
       access: new AccessChecker(new RegistryTransport(), silentLogger),
       log: silentLogger,
       onUploaded: () => undefined,

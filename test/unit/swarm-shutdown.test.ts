@@ -6,6 +6,7 @@ import { silentLogger } from '../../src/common/log.js';
 import type { BlobTask } from '../../src/peer/blob-task.js';
 import type { PeerStream, SchedulerClient } from '../../src/peer/swarm/scheduler-client.js';
 import { SwarmDownload } from '../../src/peer/swarm/swarm-download.js';
+import { ClusterToken } from '../../src/common/token.js';
 
 // A blob verified while the peer shuts down announced itself on a scheduler channel closed
 // meanwhile: grpc-js throws from createCall, and the rejection ended `starling up` with a crash
@@ -60,7 +61,14 @@ function standInClient(addresses: string[], refuse: Set<string>, onReady: (state
 }
 
 function download(client: SchedulerClient, dispatcher: Agent): SwarmDownload {
-  const settings = { hostId: 'h1', clusterToken: 't', parallelism: 4, perParent: 1, pieceTimeoutMs: 5_000, stallMs: 5_000 };
+  const settings = {
+    hostId: 'h1',
+    clusterToken: ClusterToken.of('a-token-of-16-chars'),
+    parallelism: 4,
+    perParent: 1,
+    pieceTimeoutMs: 5_000,
+    stallMs: 5_000,
+  };
   return new SwarmDownload(wholeTask(), client, dispatcher, settings, silentLogger, () => undefined);
 }
 

@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import type { Database } from '../db/schema.js';
 import type { JobEngine } from '../services/jobs.js';
 import type { Readiness } from '../services/readiness.js';
+import type { ClusterToken } from '../../common/token.js';
 
 /** What route modules need from the running manager. */
 export interface ApiDeps {
@@ -12,7 +13,7 @@ export interface ApiDeps {
   metrics: Registry;
   /** Schedulers and peers silent longer than this are inactive. */
   livenessMs: number;
-  clusterToken: string;
+  clusterToken: ClusterToken;
   /** HTTPS with the cluster's certificate, when the cluster uses TLS. */
   tls?: ClusterTls;
   /** Built web console, served at / when present. */

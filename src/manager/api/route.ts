@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { bearerMatches } from '../../common/token.js';
+import type { ClusterToken } from '../../common/token.js';
 import type { Kysely } from 'kysely';
 import { z } from 'zod';
 import type { Database } from '../db/schema.js';
@@ -71,7 +71,7 @@ export function route<P extends Shape = NoFields, Q extends Shape = NoFields, B 
 
 export interface RouteContext {
   db: Kysely<Database>;
-  clusterToken: string;
+  clusterToken: ClusterToken;
 }
 
 /** Bodies larger than this are refused before a byte of them is read; a route may allow more. */
@@ -117,7 +117,7 @@ async function authenticateCaller(
     }
     return { principal, actor: actorOf(principal) };
   }
-  if (spec.access === 'cluster' && !bearerMatches(request.headers.authorization, ctx.clusterToken)) {
+  if (spec.access === 'cluster' && !ctx.clusterToken.accepts(request.headers.authorization)) {
     throw new ManagerError(401, 'unauthorized', 'the cluster token is missing or wrong (Authorization: Bearer <cluster token>)');
   }
   return { actor: 'anonymous' };

@@ -13,6 +13,7 @@ import { isLoopbackRegistry, resolveImage, resolveOrigin } from './images.js';
 import { HeldLease, JobLeases, type TakenOver } from './job-leases.js';
 import { peersInScope } from './members.js';
 import { PreheatRun, type PreheatPlan, type PreheatRunOptions } from './preheat-run.js';
+import type { ClusterToken } from '../../common/token.js';
 
 /*
  * Preheat jobs: created through any manager replica, run by one at a time (job-leases.ts). The
@@ -36,7 +37,7 @@ export interface JobEngineOptions {
   /** Peers silent longer than this are not targets. */
   livenessMs: number;
   insecureRegistries: string[];
-  clusterToken?: string;
+  clusterToken?: ClusterToken;
   /** Reach the peers' upload ports over TLS (a preheat carries the job's registry credentials). */
   tls?: ClientTls;
   /** This replica's name in the jobs it holds: unique per process. */

@@ -9,6 +9,7 @@ import { pieceSizeFor } from '../../storage/piece-plan.js';
 import type { JobState, JobTaskRow } from '../db/schema.js';
 import type { BlobOrigin } from './images.js';
 import { LeaseLostError, type HeldLease, type JobLeases } from './job-leases.js';
+import type { ClusterToken } from '../../common/token.js';
 
 /*
  * One preheat job, run by the replica that holds it: ask every target peer to fetch every blob
@@ -32,7 +33,7 @@ export interface PreheatRunOptions {
   /** From the job's creation, whoever runs it. */
   timeoutMs: number;
   concurrency: number;
-  clusterToken?: string;
+  clusterToken?: ClusterToken;
   /** With TLS, the peers' upload ports are reached through this (checked against the cluster CA). */
   tls?: ClientTls;
   peerDispatcher?: Dispatcher;
@@ -228,7 +229,7 @@ export class PreheatRun {
   private headers(): Record<string, string> {
     return {
       'user-agent': `starling-manager (replica ${this.leases.replica})`,
-      ...(this.options.clusterToken ? { authorization: `Bearer ${this.options.clusterToken}` } : {}),
+      ...(this.options.clusterToken ? { authorization: this.options.clusterToken.authorization } : {}),
     };
   }
 

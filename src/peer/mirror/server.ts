@@ -4,7 +4,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/log.js';
 import { serveMetrics } from '../../common/metrics.js';
 import { isLoopbackAddress } from '../../common/net.js';
-import { bearerMatches } from '../../common/token.js';
+import type { ClusterToken } from '../../common/token.js';
 import { parseDigest, DigestError } from '../../oci/digest.js';
 import { OciError } from '../../oci/errors.js';
 import { explainBadRepositoryName, isTag } from '../../oci/names.js';
@@ -25,7 +25,7 @@ export interface MirrorDeps {
   /** Extra read-only endpoints under /_starling/ (task listing for `starling stat`). */
   status: () => unknown;
   /** Lets a client from another host list the tasks (the local host always may). */
-  clusterToken?: string;
+  clusterToken?: ClusterToken;
 }
 
 type Route =
@@ -98,7 +98,7 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
       routeName = 'status';
       // The digests held here, private ones included: for this host, or a holder of the cluster token.
       const fromThisHost = isLoopbackAddress(req.socket.remoteAddress) || req.socket.remoteAddress === req.socket.localAddress;
-      if (!fromThisHost && !(deps.clusterToken && bearerMatches(req.headers.authorization, deps.clusterToken))) {
+      if (!fromThisHost && !deps.clusterToken?.accepts(req.headers.authorization)) {
         throw new OciError('DENIED', 'the task list is only for the local host or a holder of the cluster token', { status: 403 });
       }
       const body = JSON.stringify(deps.status());

@@ -4,6 +4,7 @@ import type { Logger } from '../../common/log.js';
 import { clientTlsOptions, type ClientTls } from '../../common/tls.js';
 import { PEER_KEEPALIVE_PATH, type PeerKeepalive, type PeerTaskReport } from '../../rpc/manager-api.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
+import type { ClusterToken } from '../../common/token.js';
 
 const KEEPALIVE_MS = 5_000;
 
@@ -19,7 +20,7 @@ export class ManagerClient {
 
   constructor(
     private readonly managerUrl: URL,
-    private readonly clusterToken: string,
+    private readonly clusterToken: ClusterToken,
     tls: ClientTls | undefined,
     private readonly log: Logger,
   ) {
@@ -48,7 +49,7 @@ export class ManagerClient {
   private async keepalive(body: PeerKeepalive): Promise<string[]> {
     const response = await request(new URL(PEER_KEEPALIVE_PATH, this.managerUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${this.clusterToken}` },
+      headers: { 'content-type': 'application/json', authorization: this.clusterToken.authorization },
       body: JSON.stringify(body),
       headersTimeout: 5_000,
       bodyTimeout: 5_000,

@@ -3,10 +3,11 @@ import type { Logger } from '../../common/log.js';
 import type { ClientTls } from '../../common/tls.js';
 import type { FailureReason, ParentInfo } from '../../rpc/scheduler-api.js';
 import { ParentLink } from './parent-link.js';
+import type { ClusterToken } from '../../common/token.js';
 
 export interface ParentSetSettings {
   hostId: string;
-  clusterToken: string;
+  clusterToken: ClusterToken;
   tls?: ClientTls;
 }
 
@@ -68,7 +69,7 @@ export class ParentSet implements Iterable<ParentLink> {
         this.taskId,
         this.pieceCount,
         this.dispatcher,
-        { authorization: `Bearer ${this.settings.clusterToken}`, ...this.clientHeaders() },
+        { authorization: this.settings.clusterToken.authorization, ...this.clientHeaders() },
         this.settings.tls,
         this.log,
         () => this.events.news(),

@@ -2,6 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { createHash } from 'node:crypto';
 import type { Logger } from '../../common/log.js';
 import type { ClientTls } from '../../common/tls.js';
+import type { ClusterToken } from '../../common/token.js';
 import { SchedulerClientClass, schedulerCredentials } from '../../rpc/proto.js';
 import type { HostInfo, PeerPacket, SchedulerPacket, SchedulerServiceClient } from '../../rpc/scheduler-api.js';
 
@@ -31,7 +32,7 @@ export class SchedulerClient {
 
   constructor(
     addresses: string[],
-    private readonly clusterToken: string,
+    private readonly clusterToken: ClusterToken,
     private readonly tls: ClientTls | undefined,
     private readonly log: Logger,
   ) {
@@ -69,7 +70,7 @@ export class SchedulerClient {
 
   private metadata(): grpc.Metadata {
     const metadata = new grpc.Metadata();
-    metadata.set('authorization', `Bearer ${this.clusterToken}`);
+    metadata.set('authorization', this.clusterToken.authorization);
     return metadata;
   }
 

@@ -1,6 +1,7 @@
 import type { Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import type { ClientTls } from '../../common/tls.js';
+import type { ClusterToken } from '../../common/token.js';
 import type { FailureReason, SchedulerPacket } from '../../rpc/scheduler-api.js';
 import { CLIENT_AUTHORIZATION_HEADER, CLIENT_ORIGIN_HEADER } from '../../rpc/upload-api.js';
 import type { BlobTask } from '../blob-task.js';
@@ -17,7 +18,7 @@ import { WantedPieces } from './wanted-pieces.js';
 
 export interface SwarmSettings {
   hostId: string;
-  clusterToken: string;
+  clusterToken: ClusterToken;
   /** How to reach other peers' upload servers over TLS, when the cluster uses it. */
   tls?: ClientTls;
   /** Pieces fetched from parents at once for one task. */

@@ -3,7 +3,7 @@ import type { TLSSocket } from 'node:tls';
 import type { Logger } from '../../common/log.js';
 import type { RateLimiter } from '../../common/rate-limiter.js';
 import { sendFileRange } from '../../common/sendfile.js';
-import { bearerMatches } from '../../common/token.js';
+import type { ClusterToken } from '../../common/token.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import {
   BITMAP_PATH,
@@ -39,7 +39,7 @@ export interface UploadServiceDeps {
   limiter: RateLimiter;
   slots: number;
   /** Every request but /healthz must carry it. */
-  clusterToken: string;
+  clusterToken: ClusterToken;
   /** Asks a private blob's registry whether a child's client may read it. */
   access: AccessChecker;
   log: Logger;
@@ -85,7 +85,7 @@ export class UploadService {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const [path, queryText] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
     if (path === '/healthz') return this.reply(res, 200, { ok: true });
-    if (!bearerMatches(req.headers.authorization, this.deps.clusterToken))
+    if (!this.deps.clusterToken.accepts(req.headers.authorization))
       return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
     if (pieceDigest !== undefined && req.method === 'GET') return this.servePiece(req, res, pieceDigest, Number(pieceIndex));
