@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/policy/endgame.js';
+import { dropsWithRetiredParent, ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/policy/endgame.js';
 
 describe('endgame: when a piece on its way gets a second parent', () => {
   const fastParent = 1_000; // bytes per millisecond (~8 Mbit/s)
@@ -25,5 +25,26 @@ describe('endgame: when a piece on its way gets a second parent', () => {
   it('does not ask a parent whose rate is unknown (nothing served yet)', () => {
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, 0), false);
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, Number.NaN), false);
+  });
+});
+
+describe('a piece on its way from a parent the scheduler replaced', () => {
+  const servedBefore = 1_176; // bytes per millisecond: 4 MiB pieces in 3.57 s (10 Mbit/s)
+
+  it('is given up when the parent slowed down under it', () => {
+    // A node cut to a tenth of its rate 0.4 s into a piece, moved off 5.25 s later: 1.1 MB in 5.65 s.
+    const slowed = { receivedBytes: 0.4 * servedBefore * 1_000 + 5.25 * (servedBefore / 10) * 1_000, elapsedMs: 5_650 };
+    assert.equal(dropsWithRetiredParent(slowed, servedBefore), true);
+  });
+
+  it('finishes when it arrives at the pace the parent served before (a chain split, not a slowdown)', () => {
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 2_000 * servedBefore, elapsedMs: 2_000 }, servedBefore), false);
+    // Half the usual pace is a busy link, not a parent to leave mid-piece.
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 1_000 * servedBefore, elapsedMs: 2_000 }, servedBefore), false);
+  });
+
+  it('finishes when nothing says it is late: just begun, or a parent that served nothing before', () => {
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: ENDGAME_AFTER_MS - 1 }, servedBefore), false);
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: 30_000 }, 0), false);
   });
 });

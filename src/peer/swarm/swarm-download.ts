@@ -196,6 +196,7 @@ export class SwarmDownload {
       case 'parents':
         this.useParents();
         this.parents.follow(packet.parents.parents ?? []);
+        this.fromParents.parentsRetired();
         break;
       case 'wait':
         this.useParents();

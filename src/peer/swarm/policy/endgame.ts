@@ -25,3 +25,18 @@ export function wantsSecondParent(attempt: { receivedBytes: number; elapsedMs: n
   if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(otherParentRate > 0)) return false;
   return (attempt.receivedBytes / attempt.elapsedMs) * ENDGAME_SLOWER < otherParentRate;
 }
+
+/**
+ * Whether a piece on its way from a parent the scheduler has just replaced is given up, to be
+ * asked of the new parents. The scheduler moves a child off a parent that slowed down; a piece
+ * left to finish from it arrives at the slowed pace, and in a chain every peer below relays that
+ * same piece, one at a time: the simulator showed 8 peers below a node cut to a tenth of its
+ * rate waiting 45 s on one 4 MiB piece after their chain had been moved (docs/benchmarks.md,
+ * "Uneven clusters"). Yes after ENDGAME_AFTER_MS if the bytes so far come ENDGAME_SLOWER times
+ * slower than the retired parent served its earlier pieces (bytes per millisecond; 0 while it
+ * served none, and then no: nothing says the piece is late). A piece arriving at the parent's
+ * usual pace finishes: cutting it would throw its bytes away for nothing.
+ */
+export function dropsWithRetiredParent(attempt: { receivedBytes: number; elapsedMs: number }, retiredParentRate: number): boolean {
+  return wantsSecondParent(attempt, retiredParentRate);
+}
