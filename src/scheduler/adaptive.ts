@@ -171,7 +171,8 @@ function slowAgainstParent(
   const size = child.task.pieceSize;
   let found: { since: number; rate: number } | undefined;
   for (const [index, start] of arriving) {
-    if (now <= start) continue;
+    // Begun while the parent fed another child as well: it says nothing of the child's download.
+    if (now <= start || start < parent.childLeftAt) continue;
     const parentStored = parent.pace.storedAt.get(index);
     let late: boolean;
     if (parentStored !== undefined && parentStored > start) {
