@@ -98,17 +98,21 @@ export class PiecesFromParents {
    * The scheduler replaced some parents (their links are retired, not dropped): a piece on its way
    * from one of them that arrives far slower than that parent served before is given up
    * (policy dropsWithRetiredParent), and its relays to this peer's children end with it, so that
-   * they and it ask the piece of the new parents. The others finish.
+   * they and it ask the piece of the new parents. The others finish. Returns the pieces given up.
    */
-  parentsRetired(): void {
+  parentsRetired(): number[] {
     const now = Date.now();
-    for (const attempts of this.attempts.values()) {
+    const given: number[] = [];
+    for (const [index, attempts] of this.attempts) {
       for (const attempt of attempts) {
         if (!attempt.link.closed || attempt.controller.signal.aborted) continue;
         const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started };
-        if (dropsWithRetiredParent(progress, attempt.link.rate)) attempt.controller.abort();
+        if (!dropsWithRetiredParent(progress, attempt.link.rate)) continue;
+        attempt.controller.abort();
+        given.push(index);
       }
     }
+    return given;
   }
 
   /** Fills the free fetch slots with the best pieces from the best parents; at the tail, the endgame. */
