@@ -171,8 +171,7 @@ function slowAgainstParent(
   const size = child.task.pieceSize;
   let found: { since: number; rate: number } | undefined;
   for (const [index, start] of arriving) {
-    // Begun while the parent fed another child as well: it says nothing of the child's download.
-    if (now <= start || start < parent.childLeftAt) continue;
+    if (now <= start) continue;
     const parentStored = parent.pace.storedAt.get(index);
     let late: boolean;
     if (parentStored !== undefined && parentStored > start) {

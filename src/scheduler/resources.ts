@@ -65,8 +65,6 @@ export class Peer {
   readonly pace = new PeerPace();
   /** When its parent set last changed: a piece started before was asked of another parent. */
   parentsSince = 0;
-  /** When a child last left it: a piece it sent before shared its upload with that child. */
-  childLeftAt = -Infinity;
 
   constructor(
     readonly id: string,

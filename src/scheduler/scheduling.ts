@@ -346,11 +346,7 @@ export class Scheduling {
   private setParents(peer: Peer, parents: Peer[]): void {
     const before = peer.parents;
     const same = before.length === parents.length && before.every((p, i) => p === parents[i]);
-    for (const old of before) {
-      if (parents.includes(old)) continue;
-      old.children.delete(peer);
-      old.childLeftAt = this.hooks.now();
-    }
+    for (const old of before) if (!parents.includes(old)) old.children.delete(peer);
     for (const parent of parents) parent.children.add(peer);
     peer.parents = parents;
     if (!same) {

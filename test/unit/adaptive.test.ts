@@ -133,32 +133,6 @@ describe('adaptive shape: measuring from piece reports', () => {
   });
 });
 
-describe('adaptive shape: a shared upload is not a slow download', () => {
-  it('judges no piece begun while its parent fed another child that has left since', () => {
-    const e = engine({ pipeline: { fanout: 1, seedFanout: 2 } });
-    // The seed's link carries two children at a node's full rate each.
-    e.join('seed', { seed: true, uploadBandwidth: ((2 * PIECE) / FAST) * 1000 }, all(PIECES));
-    const a = e.join('a');
-    const b = e.join('b');
-    e.starts(a, 0);
-    e.starts(b, 0);
-    assert.deepEqual([e.lastParents(a), e.lastParents(b)], [['seed'], ['seed']]);
-    // b leaves the seed (a lazy reader gone idle): a now has the seed's link to itself...
-    e.at(1_000 + FAST / 2);
-    e.scheduling.idle(b);
-    // ...but its piece 0, half of it sent beside b's, is slow against the whole link.
-    e.at(1_000 + 1.3 * FAST);
-    e.scheduling.tick();
-    assert.equal(a.host.links.downCap, undefined, "a's download is not slow: it shared the seed's link");
-    e.stores(a, 0);
-    e.starts(a, 1);
-    // A piece begun after b left is judged (against what the seed was seen to deliver: piece 0's pace).
-    e.at(1_000 + 3.8 * FAST);
-    e.scheduling.tick();
-    assert.ok(a.host.links.downCap !== undefined, 'a piece of its own taking twice as long as piece 0 shows a slow download');
-  });
-});
-
 describe('adaptive shape: where slow peers go', () => {
   /** The chain of chainWithMiddle with s found slow (a 4 times faster than it). */
   function slowMiddle() {
