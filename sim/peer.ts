@@ -480,6 +480,7 @@ export class SimDownload {
         const progress = {
           receivedBytes: attempt.flow ? this.world.net.delivered(attempt.flow) : 0,
           elapsedMs: (this.now - attempt.started) * 1000,
+          length: pieceLength(this.task, attempt.index),
         };
         if (attempt.flow && dropsWithRetiredParent(progress, link.rate)) this.abort(attempt);
       }

@@ -106,7 +106,7 @@ export class PiecesFromParents {
     for (const [index, attempts] of this.attempts) {
       for (const attempt of attempts) {
         if (!attempt.link.closed || attempt.controller.signal.aborted) continue;
-        const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started };
+        const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started, length: attempt.length };
         if (!dropsWithRetiredParent(progress, attempt.link.rate)) continue;
         attempt.controller.abort();
         given.push(index);

@@ -32,11 +32,18 @@ export function wantsSecondParent(attempt: { receivedBytes: number; elapsedMs: n
  * left to finish from it arrives at the slowed pace, and in a chain every peer below relays that
  * same piece, one at a time: the simulator showed 8 peers below a node cut to a tenth of its
  * rate waiting 45 s on one 4 MiB piece after their chain had been moved (docs/benchmarks.md,
- * "Uneven clusters"). Yes after ENDGAME_AFTER_MS if the bytes so far come ENDGAME_SLOWER times
- * slower than the retired parent served its earlier pieces (bytes per millisecond; 0 while it
- * served none, and then no: nothing says the piece is late). A piece arriving at the parent's
- * usual pace finishes: cutting it would throw its bytes away for nothing.
+ * "Uneven clusters"). Yes, after ENDGAME_AFTER_MS, when the rest of the piece at its pace so far
+ * would take longer than the whole piece at the pace the retired parent served before (bytes per
+ * millisecond; 0 while it served none, and then no: nothing says the piece is late). A piece
+ * arriving at the parent's usual pace, or nearly done, finishes: cutting it would throw its bytes
+ * away for nothing.
  */
-export function dropsWithRetiredParent(attempt: { receivedBytes: number; elapsedMs: number }, retiredParentRate: number): boolean {
-  return wantsSecondParent(attempt, retiredParentRate);
+export function dropsWithRetiredParent(
+  attempt: { receivedBytes: number; elapsedMs: number; length: number },
+  retiredParentRate: number,
+): boolean {
+  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(retiredParentRate > 0)) return false;
+  const rest = Math.max(0, attempt.length - attempt.receivedBytes);
+  // rest / pace > length / retiredParentRate, with pace = receivedBytes / elapsedMs (0 allowed).
+  return rest * attempt.elapsedMs * retiredParentRate > attempt.length * attempt.receivedBytes;
 }
