@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { dropsWithRetiredParent, ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/policy/endgame.js';
+import {
+  dropsWithRetiredParent,
+  ENDGAME_AFTER_MS,
+  ENDGAME_SLOWER,
+  RETIRED_SLOWER,
+  wantsSecondParent,
+} from '../../src/peer/swarm/policy/endgame.js';
 
 describe('endgame: when a piece on its way gets a second parent', () => {
   const fastParent = 1_000; // bytes per millisecond (~8 Mbit/s)
@@ -49,6 +55,13 @@ describe('a piece on its way from a parent the scheduler replaced', () => {
       dropsWithRetiredParent({ receivedBytes: length / 2, elapsedMs: (1.5 * length) / 2 / servedBefore, length }, servedBefore),
       false,
     );
+  });
+
+  it('finishes when it comes less than RETIRED_SLOWER times slower, though the rest would take longer than a fresh piece', () => {
+    // A fifth of the way in at 0.7 of the usual pace (a busy machine's dip): the rest would take 1.14 piece times.
+    const dip = { receivedBytes: length / 5, elapsedMs: length / 5 / (0.7 * servedBefore), length };
+    assert.equal(dropsWithRetiredParent(dip, servedBefore), false);
+    assert.equal(dropsWithRetiredParent({ ...dip, elapsedMs: (dip.elapsedMs * 0.7 * RETIRED_SLOWER) / 0.99 }, servedBefore), true);
   });
 
   it('finishes when nearly done, however slowly it came', () => {
