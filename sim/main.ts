@@ -66,6 +66,7 @@ const options = {
   'upload-slots': { type: 'string', default: '8' },
   'seed-upload-slots': { type: 'string', default: '8' },
   noise: { type: 'string', default: '0' },
+  'scheduler-log': { type: 'string', default: '' },
   quantum: { type: 'string', default: 'auto' },
   'start-spread': { type: 'string', default: '0' },
   runs: { type: 'string', default: '1' },
@@ -115,6 +116,8 @@ lazy start (scenario lazy)
   --lazy-fraction F (0.062)  --lazy-toc S (4MiB)  --lazy-background (fetch the rest after the start)
 model
   --noise S        TCP share noise: flow weights exp(S·Z), Z ~ N(0,1); 0 = exact max-min fairness
+  --scheduler-log L  the real scheduler's log at level L (debug: moves; trace: every parent change) on stderr,
+                   one JSON line each, "t" in simulated seconds
   --quantum T|auto rate recomputation coalescing (auto: exact up to 128 nodes, else piece time / 20)
   --start-spread T nodes start at uniform random moments in [0, T]
   --old-endgame    the peer's endgame before its first fix (re-asked for pieces just stored)
@@ -205,6 +208,7 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     rngSeed: integer('rng-seed', 0),
     startSpread: parseDuration(str('start-spread')),
     noise: Number(args.noise),
+    schedulerLog: str('scheduler-log') || undefined,
     ...overrides,
   });
   if (!(setup.noise >= 0)) throw new Error(`--noise must be ≥ 0, got ${args.noise}`);

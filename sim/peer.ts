@@ -39,7 +39,7 @@
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
 import { pieceTieBreaks, rarityClass } from '../src/peer/swarm/policy/candidate-order.js';
-import { ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/policy/endgame.js';
+import { dropsWithRetiredParent, ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/policy/endgame.js';
 import { contiguousRuns, lastPieceFirst } from '../src/peer/swarm/policy/origin-runs.js';
 import { bestParentFor, parentIsFree, stillUploading, type ParentChoice, type ParentView } from '../src/peer/swarm/policy/parent-choice.js';
 import { ParentPace } from '../src/peer/swarm/policy/parent-pace.js';
@@ -430,7 +430,7 @@ export class SimDownload {
 
   private setParents(parents: ParentInfo[]): void {
     const keep = new Set(parents.map((p) => p.peerId));
-    for (const [id, link] of this.links) if (!keep.has(id)) this.closeLink(link);
+    for (const [id, link] of this.links) if (!keep.has(id)) this.retireLink(link);
     for (const info of parents) {
       if (this.links.has(info.peerId) || this.blocked.has(info.peerId) || info.hostId === this.host.id) continue;
       const parent = this.world.downloads.get(info.peerId);
@@ -466,6 +466,25 @@ export class SimDownload {
         if (!link.closed && snapshot.length) this.pump();
       });
     });
+  }
+
+  /**
+   * parent-set.ts follow(): a parent no longer named retires; its pieces on the way finish,
+   * unless one arrives far slower than it served before (dropsWithRetiredParent).
+   */
+  private retireLink(link: SimLink): void {
+    this.closeLink(link);
+    for (const attempts of [...this.attempts.values()]) {
+      for (const attempt of attempts) {
+        if (attempt.link !== link || attempt.done) continue;
+        const progress = {
+          receivedBytes: attempt.flow ? this.world.net.delivered(attempt.flow) : 0,
+          elapsedMs: (this.now - attempt.started) * 1000,
+          length: pieceLength(this.task, attempt.index),
+        };
+        if (attempt.flow && dropsWithRetiredParent(progress, link.rate)) this.abort(attempt);
+      }
+    }
   }
 
   private closeLink(link: SimLink): void {

@@ -8,6 +8,7 @@ import { boundRatios, nodeBounds, type BoundRatios } from '../bench/lib/node-bou
 import { silentLogger } from '../src/common/log.js';
 import type { HostInfo } from '../src/rpc/scheduler-api.js';
 import { defaultScheduling, type SchedulingConfig } from '../src/scheduler/config.js';
+import { pino } from 'pino';
 import { Resources } from '../src/scheduler/resources.js';
 import { Scheduling } from '../src/scheduler/scheduling.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
@@ -62,6 +63,8 @@ export interface Setup {
   startSpread: number;
   /** Unequal TCP shares: see NetworkOptions.noise (0: exact max-min fairness). */
   noise: number;
+  /** The scheduler's log level (JSON lines on stderr, `t` in simulated seconds); silent when unset. */
+  schedulerLog?: string;
 }
 
 export interface LazyOptions {
@@ -220,7 +223,9 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
       now: () => queue.now * 1000,
       triggerSeed: async (seed) => world.triggerSeed(seed.id, task),
     },
-    silentLogger,
+    setup.schedulerLog
+      ? pino({ level: setup.schedulerLog, timestamp: () => `,"t":${queue.now.toFixed(3)}`, base: undefined }, pino.destination(2))
+      : silentLogger,
   );
   world.scheduling = scheduling;
   const info = (net: NetHost, seed: boolean): HostInfo => ({

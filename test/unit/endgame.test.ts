@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ENDGAME_AFTER_MS, ENDGAME_SLOWER, wantsSecondParent } from '../../src/peer/swarm/policy/endgame.js';
+import {
+  dropsWithRetiredParent,
+  ENDGAME_AFTER_MS,
+  ENDGAME_SLOWER,
+  RETIRED_SLOWER,
+  wantsSecondParent,
+} from '../../src/peer/swarm/policy/endgame.js';
 
 describe('endgame: when a piece on its way gets a second parent', () => {
   const fastParent = 1_000; // bytes per millisecond (~8 Mbit/s)
@@ -25,5 +31,45 @@ describe('endgame: when a piece on its way gets a second parent', () => {
   it('does not ask a parent whose rate is unknown (nothing served yet)', () => {
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, 0), false);
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, Number.NaN), false);
+  });
+});
+
+describe('a piece on its way from a parent the scheduler replaced', () => {
+  const servedBefore = 1_176; // bytes per millisecond: 4 MiB pieces in 3.57 s (10 Mbit/s)
+  const length = 4 * 1024 * 1024;
+
+  it('is given up when the parent slowed down under it', () => {
+    // A node cut to a tenth of its rate 0.4 s into a piece, moved off 5.25 s later: 1.1 MB in 5.65 s.
+    const slowed = { receivedBytes: 0.4 * servedBefore * 1_000 + 5.25 * (servedBefore / 10) * 1_000, elapsedMs: 5_650, length };
+    assert.equal(dropsWithRetiredParent(slowed, servedBefore), true);
+    // Cut to a fifth 1 s into the piece, moved off 5 s later: only 3 times slower on average, but
+    // the rest (1.8 MB at that pace, 4.7 s) takes longer than the whole piece anew (3.6 s).
+    const fifth = { receivedBytes: 1 * servedBefore * 1_000 + 5 * (servedBefore / 5) * 1_000, elapsedMs: 6_000, length };
+    assert.equal(dropsWithRetiredParent(fifth, servedBefore), true);
+  });
+
+  it('finishes when it arrives at the pace the parent served before (a chain split, not a slowdown)', () => {
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 2_000 * servedBefore, elapsedMs: 2_000, length }, servedBefore), false);
+    // Half done at two thirds of the usual pace: the rest takes less than the piece anew.
+    assert.equal(
+      dropsWithRetiredParent({ receivedBytes: length / 2, elapsedMs: (1.5 * length) / 2 / servedBefore, length }, servedBefore),
+      false,
+    );
+  });
+
+  it('finishes when it comes less than RETIRED_SLOWER times slower, though the rest would take longer than a fresh piece', () => {
+    // A fifth of the way in at 0.7 of the usual pace (a busy machine's dip): the rest would take 1.14 piece times.
+    const dip = { receivedBytes: length / 5, elapsedMs: length / 5 / (0.7 * servedBefore), length };
+    assert.equal(dropsWithRetiredParent(dip, servedBefore), false);
+    assert.equal(dropsWithRetiredParent({ ...dip, elapsedMs: (dip.elapsedMs * 0.7 * RETIRED_SLOWER) / 0.99 }, servedBefore), true);
+  });
+
+  it('finishes when nearly done, however slowly it came', () => {
+    assert.equal(dropsWithRetiredParent({ receivedBytes: length - 1_000, elapsedMs: 30_000, length }, servedBefore), false);
+  });
+
+  it('finishes when nothing says it is late: just begun, or a parent that served nothing before', () => {
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: ENDGAME_AFTER_MS - 1, length }, servedBefore), false);
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: 30_000, length }, 0), false);
   });
 });

@@ -6,7 +6,7 @@ import type { GrowingPiece } from '../growing-piece.js';
 import { ParentBusyError, PieceCutShortError, PieceMissingError, type ParentLink } from './parent-link.js';
 import type { ParentSet } from './parent-set.js';
 import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
-import { wantsSecondParent } from './policy/endgame.js';
+import { dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
 import { bestParentFor, stillUploading, type ParentChoice } from './policy/parent-choice.js';
 import { pieceCheckIntervalMs, RETRY_AFTER_FAILED_PIECE_MS } from './policy/stall.js';
 import type { WantedPieces } from './wanted-pieces.js';
@@ -92,6 +92,27 @@ export class PiecesFromParents {
     this.running = false;
     this.stopped = true;
     for (const attempts of this.attempts.values()) for (const attempt of attempts) attempt.controller.abort();
+  }
+
+  /**
+   * The scheduler replaced some parents (their links are retired, not dropped): a piece on its way
+   * from one of them that arrives far slower than that parent served before is given up
+   * (policy dropsWithRetiredParent), and its relays to this peer's children end with it, so that
+   * they and it ask the piece of the new parents. The others finish. Returns the pieces given up.
+   */
+  parentsRetired(): number[] {
+    const now = Date.now();
+    const given: number[] = [];
+    for (const [index, attempts] of this.attempts) {
+      for (const attempt of attempts) {
+        if (!attempt.link.closed || attempt.controller.signal.aborted) continue;
+        const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started, length: attempt.length };
+        if (!dropsWithRetiredParent(progress, attempt.link.rate)) continue;
+        attempt.controller.abort();
+        given.push(index);
+      }
+    }
+    return given;
   }
 
   /** Fills the free fetch slots with the best pieces from the best parents; at the tail, the endgame. */

@@ -196,6 +196,12 @@ export class SwarmDownload {
       case 'parents':
         this.useParents();
         this.parents.follow(packet.parents.parents ?? []);
+        for (const index of this.fromParents.parentsRetired()) {
+          this.log.info(
+            { task: this.task.digest, index },
+            'piece on its way from a replaced parent arrives far slower than it served: asked anew',
+          );
+        }
         break;
       case 'wait':
         this.useParents();

@@ -25,3 +25,36 @@ export function wantsSecondParent(attempt: { receivedBytes: number; elapsedMs: n
   if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(otherParentRate > 0)) return false;
   return (attempt.receivedBytes / attempt.elapsedMs) * ENDGAME_SLOWER < otherParentRate;
 }
+
+/**
+ * A piece from a replaced parent is given up only when it also arrives at least this many times
+ * slower than that parent served: the test on the time left alone gives up a piece that came at
+ * 0.7 of the usual pace a third of the way in, and emulated chains, whose rates dip while the
+ * machine is busy, lost such pieces down the chain (one run of set-up S: 1.58 / 1.80 of the own
+ * bound against 1.25 / 1.32 under a 4-times-slower rule; docs/benchmarks.md, "Uneven clusters").
+ */
+export const RETIRED_SLOWER = 2;
+
+/**
+ * Whether a piece on its way from a parent the scheduler has just replaced is given up, to be
+ * asked of the new parents. The scheduler moves a child off a parent that slowed down; a piece
+ * left to finish from it arrives at the slowed pace, and in a chain every peer below relays that
+ * same piece, one at a time: the simulator showed 8 peers below a node cut to a tenth of its
+ * rate waiting 45 s on one 4 MiB piece after their chain had been moved (docs/benchmarks.md,
+ * "Uneven clusters"). Yes, after ENDGAME_AFTER_MS, when the rest of the piece at its pace so far
+ * would take longer than the whole piece at the pace the retired parent served before, and the
+ * piece comes RETIRED_SLOWER times slower than that pace (bytes per millisecond; 0 while it served
+ * none, and then no: nothing says the piece is late). A piece
+ * arriving at the parent's usual pace, or nearly done, finishes: cutting it would throw its bytes
+ * away for nothing.
+ */
+export function dropsWithRetiredParent(
+  attempt: { receivedBytes: number; elapsedMs: number; length: number },
+  retiredParentRate: number,
+): boolean {
+  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(retiredParentRate > 0)) return false;
+  if (attempt.receivedBytes * RETIRED_SLOWER > retiredParentRate * attempt.elapsedMs) return false;
+  const rest = Math.max(0, attempt.length - attempt.receivedBytes);
+  // rest / pace > length / retiredParentRate, with pace = receivedBytes / elapsedMs (0 allowed).
+  return rest * attempt.elapsedMs * retiredParentRate > attempt.length * attempt.receivedBytes;
+}
