@@ -117,6 +117,9 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
       onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
       seedTrigger: config.swarm.seed ? (request) => joinedSwarm().seedTask(request) : undefined,
+      onDemand: config.swarm.seed
+        ? { offers: (digest) => swarm?.offersOnDemand(digest) ?? false, fetch: (task, index) => swarm?.fetchForChild(task, index) ?? false }
+        : undefined,
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
     // Children keep connections to their parents per task (a long poll and pieces): room for many.

@@ -14,9 +14,11 @@ import {
   type RunningPeerProcess,
   type RunningSchedulerProcess,
 } from '../fixtures/peer.js';
-import { waitFor } from '../fixtures/processes.js';
+import { freePort, waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
+import { PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest, type FetchStatus } from '../../src/rpc/upload-api.js';
+import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 
 const MB = 1000 * 1000;
 
@@ -330,26 +332,67 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
-  it('a seed fetching a whole blob brings its last piece first, where a lazy puller reads the footer', async () => {
-    const { peers } = await cluster(1);
-    const blob = await pushRandomBlob(registry, 'swarm/tail-first', 30 * MB);
+  it('a seed triggered for a lazy reader reads from the registry only the pieces the reader asks for, in its order', async () => {
+    const { seeds, peers } = await cluster(1);
+    const blob = await pushRandomBlob(registry, 'swarm/on-demand', 30 * MB);
     const bytes = readFileSync(blob.path);
-    // A lazy mount's first read: the footer, in the blob's last piece.
-    const response = await request(`${peers[0]!.url}/v2/swarm/tail-first/blobs/${blob.digest}?ns=${registry.host}`, {
-      headers: { range: `bytes=-51` },
-    });
-    assert.equal(response.statusCode, 206);
-    assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(bytes.length - 51)));
-    // The seed asked the registry for the last piece on its own, then for the rest.
-    const lastPiece = blob.size % (4 * 1024 * 1024);
+    const read = async (range: string, first: number, end: number) => {
+      const response = await request(`${peers[0]!.url}/v2/swarm/on-demand/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${range}` },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${range}`);
+    };
+    // A lazy mount's reads: the footer (in the blob's last piece), then a file in piece 2.
+    const piece = 4 * 1024 * 1024;
+    await read('-51', blob.size - 51, blob.size);
+    await read(`${2 * piece + 10}-${2 * piece + 99}`, 2 * piece + 10, 2 * piece + 100);
+    // The seed read those two pieces, one request each, in the reader's order, and nothing else
+    // (a seed reading the whole blob would have sent its other 5 pieces through the registry's link).
+    const lastPiece = blob.size - 7 * piece;
     await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 30_000, 'both origin reads');
-    const sizes = blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten);
-    assert.ok(sizes.includes(lastPiece), `no origin read of just the last piece (${lastPiece} bytes) among ${sizes.join(', ')}`);
-    assert.equal(
-      sizes.reduce((a, b) => a + b, 0),
-      blob.size,
-      'the registry still sent one copy',
+    assert.deepEqual(
+      blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten),
+      [lastPiece, piece],
+      'the registry sent the two pieces asked for',
     );
+    assert.equal(await seeds[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), lastPiece + piece);
+    assert.equal(
+      await peers[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }),
+      0,
+      'the reader got them from the seed',
+    );
+    assert.equal(await seeds[0]!.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
+  });
+
+  it('a preheat still reads the whole blob, on a seed as on any peer', async () => {
+    const scheduler = await startScheduler({ ip: ip() });
+    running.push(scheduler);
+    const seedIp = ip();
+    const uploadPort = await freePort(seedIp);
+    const seed = await startPeer({ ip: seedIp, uploadPort, schedulers: [scheduler.address], seed: true, insecure: [registry.host] });
+    running.push(seed);
+    const blob = await pushRandomBlob(registry, 'swarm/preheat-whole', 20 * MB);
+    const { token } = await clusterToken();
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const base = `http://${seedIp}:${uploadPort}`;
+    const body: BlobFetchRequest = {
+      taskId: blob.digest,
+      contentLength: blob.size,
+      pieceSize: pieceSizeFor(blob.size),
+      origin: { url: `http://${registry.host}/v2/swarm/preheat-whole/blobs/${blob.digest}`, headers: {} },
+    };
+    const accepted = await request(`${base}${PREHEAT_PATH}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    assert.equal(accepted.statusCode, 202, await accepted.body.text());
+    await waitFor(
+      async () => {
+        const response = await request(`${base}${preheatStatusPath(blob.digest)}`, { headers });
+        return response.statusCode === 200 && ((await response.body.json()) as FetchStatus).complete;
+      },
+      30_000,
+      'the preheat to complete',
+    );
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent one whole copy');
   });
 
   for (const { shape, schedulerArgs } of shapes) {

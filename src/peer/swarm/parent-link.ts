@@ -37,6 +37,8 @@ export class ParentLink implements ParentView {
   readonly pieces = new Set<number>();
   /** Pieces on their way to the parent, which it relays as they arrive. */
   readonly growing = new Set<number>();
+  /** The parent fetches any piece this child asks for (a seed the scheduler triggered), and relays it as it arrives. */
+  onDemand = false;
   private attempts = 0;
   /** Failures in a row, of bitmap requests or of pieces (a success resets it). */
   private consecutiveFailures = 0;
@@ -150,13 +152,20 @@ export class ParentLink implements ParentView {
           continue; // the parent has nothing of the task yet; its long poll already waited
         }
         if (response.statusCode !== 200) throw new Error(`bitmap request answered ${response.statusCode}`);
-        const body = (await response.body.json()) as { version: number; bitmap: string; growing?: string; complete: boolean };
+        const body = (await response.body.json()) as {
+          version: number;
+          bitmap: string;
+          growing?: string;
+          onDemand?: boolean;
+          complete: boolean;
+        };
         this.consecutiveFailures = 0;
         this.known = body.version;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
         const growing = body.growing ? decodeBitmap(body.growing, this.pieceCount) : new Set<number>();
         this.log.debug({ parent: this.id, version: body.version, complete: body.complete }, 'parent bitmap');
-        let changed = false;
+        let changed = this.onDemand !== (body.onDemand === true);
+        this.onDemand = body.onDemand === true;
         for (const index of held) {
           this.growing.delete(index);
           if (!this.pieces.has(index)) {
@@ -187,9 +196,9 @@ export class ParentLink implements ParentView {
     }
   }
 
-  /** The parent holds the piece or is receiving it. */
+  /** The parent holds the piece, is receiving it, or fetches it when asked. */
   offers(index: number): boolean {
-    return this.pieces.has(index) || this.growing.has(index);
+    return this.onDemand || this.pieces.has(index) || this.growing.has(index);
   }
 
   /** The parent holds the piece stored and verified. */
@@ -233,6 +242,7 @@ export class ParentLink implements ParentView {
     if (head.status === 404) {
       this.pieces.delete(index);
       this.growing.delete(index);
+      this.onDemand = false; // until its next bitmap says so again
       throw new PieceMissingError(`parent ${this.id} does not hold piece ${index}`);
     }
     if (head.status !== 200 || !into) throw new Error(`parent ${this.id} answered ${head.status} for piece ${index}`);

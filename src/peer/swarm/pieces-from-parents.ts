@@ -29,6 +29,19 @@ export interface ParentFetchEvents {
   settled(index: number): void;
 }
 
+/**
+ * How long a piece from a parent that fetched it on demand waits for its digest. The seed reports
+ * the digest to the scheduler as it stores the piece, the moment it sends the piece's last byte;
+ * the scheduler passes it on within milliseconds. A digest that never comes (the report lost with
+ * a scheduler) fails the attempt, softly: the piece is asked for again.
+ */
+const DIGEST_WAIT_MS = 10_000;
+
+/** A piece fetched on demand arrived, and no digest to check it against came in DIGEST_WAIT_MS. */
+class DigestNotVouchedError extends Error {
+  override name = 'DigestNotVouchedError';
+}
+
 interface Attempt {
   link: ParentLink;
   controller: AbortController;
@@ -49,6 +62,8 @@ export class PiecesFromParents {
   private readonly attempts = new Map<number, Attempt[]>();
   /** Piece digests the scheduler vouched for (from the peer that read the origin). */
   private readonly digests = new Map<number, string>();
+  /** Checks waiting for a piece's digest (a piece a parent fetched on demand, vouched for as it was stored there). */
+  private readonly digestWaiters = new Map<number, Set<() => void>>();
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
   private running = false;
@@ -74,7 +89,35 @@ export class PiecesFromParents {
   }
 
   vouch(digests: Record<string, string>): void {
-    for (const [index, digest] of Object.entries(digests)) this.digests.set(Number(index), digest);
+    for (const [key, digest] of Object.entries(digests)) {
+      const index = Number(key);
+      this.digests.set(index, digest);
+      const waiters = this.digestWaiters.get(index);
+      this.digestWaiters.delete(index);
+      for (const wake of waiters ?? []) wake();
+    }
+  }
+
+  /** The piece's vouched digest, waiting up to DIGEST_WAIT_MS for it (or until the attempt is aborted). */
+  private async vouchedDigest(index: number, signal: AbortSignal): Promise<string> {
+    const known = this.digests.get(index);
+    if (known) return known;
+    await new Promise<void>((resolve) => {
+      const waiters = this.digestWaiters.get(index) ?? new Set<() => void>();
+      this.digestWaiters.set(index, waiters);
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, DIGEST_WAIT_MS);
+      signal.addEventListener('abort', done);
+      waiters.add(done);
+    });
+    const digest = this.digests.get(index);
+    if (!digest) throw new DigestNotVouchedError(`no digest vouched for piece ${index} within ${DIGEST_WAIT_MS} ms of its bytes`);
+    return digest;
   }
 
   /** Starts fetching (the scheduler named parents or said wait); stop() ends it for good. */
@@ -134,18 +177,20 @@ export class PiecesFromParents {
   /**
    * Wanted pieces that can be fetched now, best first (policy/candidate-order.ts). A piece still
    * arriving at a parent counts: the parent relays it as it comes. Only pieces whose digest the
-   * scheduler has vouched for are asked for: a digest that never comes (its report lost with a
-   * scheduler) would keep an attempt waiting, and a peer with attempts on their way never falls
-   * back to the origin.
+   * scheduler has vouched for are asked for, or that a parent fetches on demand (a seed: it reads
+   * the origin for the piece, and the scheduler vouches for the digest it reports as it stores
+   * it): a digest that never comes otherwise (its report lost with a scheduler) would keep
+   * attempts waiting, and a peer with attempts on their way never falls back to the origin.
    */
   private candidateOrder(): number[] {
     const available: Candidate[] = [];
     for (const index of this.wanted) {
-      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
+      if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
+      const vouched = this.digests.has(index);
       let holders = 0;
       let nodeHolders = 0;
       for (const link of this.parents) {
-        if (!link.offers(index)) continue;
+        if (!link.offers(index) || !(vouched || link.onDemand)) continue;
         holders++;
         if (!link.seed) nodeHolders++;
       }
@@ -255,8 +300,9 @@ export class PiecesFromParents {
   /** Stores the piece if it matches its vouched digest (the other attempts at it are aborted); a mismatch drops the parent. */
   private async checkAndStore(index: number, attempt: Attempt, bytes: Buffer): Promise<boolean> {
     const { link } = attempt;
-    const sha256 = await sha256Hex(bytes);
-    if (`sha256:${sha256}` !== this.digests.get(index)) {
+    const [sha256, vouched] = await Promise.all([sha256Hex(bytes), this.vouchedDigest(index, attempt.controller.signal)]);
+    if (attempt.controller.signal.aborted) return false; // another parent's copy won meanwhile
+    if (`sha256:${sha256}` !== vouched) {
       this.parents.drop(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
       return false;
     }
@@ -278,9 +324,14 @@ export class PiecesFromParents {
         packet: 'pieceFailed',
         pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message },
       });
-    } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
-      // Lost the endgame race, the parent is busy, or a piece it relayed was given up
-      // upstream: another parent or a later pump will do.
+    } else if (
+      attempt.controller.signal.aborted ||
+      error instanceof ParentBusyError ||
+      error instanceof PieceCutShortError ||
+      error instanceof DigestNotVouchedError
+    ) {
+      // Lost the endgame race, the parent is busy, a piece it relayed was given up upstream, or
+      // no digest came for a piece fetched on demand: another parent or a later pump will do.
     } else if (error instanceof PieceMissingError) {
       this.events.report({
         packet: 'pieceFailed',

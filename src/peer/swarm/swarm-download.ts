@@ -150,6 +150,16 @@ export class SwarmDownload {
     });
   }
 
+  /**
+   * A seed serving the task's pieces as children ask (Swarm.fetchForChild): registered now,
+   * wanting nothing yet, so the scheduler sends it to the origin and names it as a parent.
+   */
+  serveOnDemand(origin: OriginSource): void {
+    if (this.wanted.failed || this.finished) return;
+    this.fromOrigin.use(origin);
+    if (!this.session.started) this.start();
+  }
+
   /** Registers a blob this peer already holds whole (after a restart), so others can fetch from it. */
   announceHolding(): void {
     if (this.session.started || this.finished) return;

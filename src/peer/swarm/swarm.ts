@@ -138,6 +138,7 @@ export class Swarm {
   }
 
   verified(task: BlobTask): void {
+    this.onDemand.delete(task.digest);
     const download = this.downloads.get(task.digest);
     // No download: a blob verified from disk after start-up; offer it like the others.
     if (download) download.completed();
@@ -145,10 +146,11 @@ export class Swarm {
   }
 
   forget(digest: string, reason: string): void {
+    this.onDemand.delete(digest);
     this.downloads.get(digest)?.close(reason);
   }
 
-  /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm. */
+  /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm, each piece as a child asks for it. */
   async seedTask(request: BlobFetchRequest): Promise<void> {
     if (!this.options.seed) throw new Error('this peer is not a seed');
     await this.fetchTask(request, 'seed');
@@ -174,7 +176,10 @@ export class Swarm {
 
   private readonly fetchErrors = new Map<string, string>();
 
-  /** Fetches a whole task on someone else's behalf (the scheduler's seed trigger, the manager's preheat). */
+  /**
+   * Fetches a task on someone else's behalf: the whole of it for the manager's preheat, the pieces
+   * children ask for on the scheduler's seed trigger.
+   */
   private async fetchTask(request: BlobFetchRequest, why: 'seed' | 'preheat'): Promise<void> {
     if (request.pieceSize !== pieceSizeFor(request.contentLength)) {
       throw new Error(
@@ -197,6 +202,16 @@ export class Swarm {
     this.fetchErrors.delete(task.digest);
     const origin = new OriginSource(new URL(request.origin.url), request.origin.headers, this.transport, this.downloadLimiter, this.log);
     this.log.info({ task: task.digest, origin: new URL(request.origin.url).host, why }, 'fetching task for the swarm');
+    if (why === 'seed') {
+      // Piece by piece as children ask (fetchForChild): they ask for every piece of a blob they
+      // download whole, so the registry still sends it once, and for a lazily read one only what
+      // its readers read. Measured end to end (8 nodes starting a 390 MB image that reads 26 MB),
+      // a seed reading whole blobs made the registry send 13.2 copies of the bytes needed.
+      this.onDemand.set(task.digest, this.sourceFor(task, origin));
+      this.downloadFor(task).serveOnDemand(origin);
+      lease.release();
+      return;
+    }
     task.request(0, task.layout.pieceCount - 1, this.sourceFor(task, origin));
     task
       .whenPersisted()
@@ -211,6 +226,22 @@ export class Swarm {
         if (!task.hasPiece(index)) this.fetchErrors.set(task.digest, error.message);
       });
     }
+  }
+
+  /** Tasks this seed fetches piece by piece as children ask for them, each with the source it fetches through. */
+  private readonly onDemand = new Map<string, PieceSource>();
+
+  /** This peer fetches any piece of the task a child asks for (a seed the scheduler triggered for it). */
+  offersOnDemand(digest: string): boolean {
+    return this.onDemand.has(digest) && !this.closing;
+  }
+
+  /** A child asked for piece `index`: fetch it (once, whoever asks) if this peer seeds the task on demand. */
+  fetchForChild(task: BlobTask, index: number): boolean {
+    const source = this.onDemand.get(task.digest);
+    if (!source || this.closing) return false;
+    task.request(index, index, source);
+    return true;
   }
 
   private downloadFor(task: BlobTask): SwarmDownload {
