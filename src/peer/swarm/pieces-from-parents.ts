@@ -64,6 +64,13 @@ export class PiecesFromParents {
   private readonly digests = new Map<number, string>();
   /** Checks waiting for a piece's digest (a piece a parent fetched on demand, vouched for as it was stored there). */
   private readonly digestWaiters = new Map<number, Set<() => void>>();
+  /**
+   * Whether pieces not vouched for yet may be asked of a parent that fetches them on demand: not
+   * while no scheduler is there to vouch for them, nor after a digest failed to come, until the
+   * next one does. Else the attempts would keep the peer from ever falling back to the origin.
+   */
+  private unvouchedAllowed = true;
+  private schedulerLost = false;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
   private running = false;
@@ -89,6 +96,7 @@ export class PiecesFromParents {
   }
 
   vouch(digests: Record<string, string>): void {
+    this.unvouchedAllowed = true;
     for (const [key, digest] of Object.entries(digests)) {
       const index = Number(key);
       this.digests.set(index, digest);
@@ -118,6 +126,11 @@ export class PiecesFromParents {
     const digest = this.digests.get(index);
     if (!digest) throw new DigestNotVouchedError(`no digest vouched for piece ${index} within ${DIGEST_WAIT_MS} ms of its bytes`);
     return digest;
+  }
+
+  /** Every scheduler was lost (or one is back): no digest can be vouched for meanwhile. */
+  schedulerGone(gone: boolean): void {
+    this.schedulerLost = gone;
   }
 
   /** Starts fetching (the scheduler named parents or said wait); stop() ends it for good. */
@@ -187,10 +200,11 @@ export class PiecesFromParents {
     for (const index of this.wanted) {
       if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
       const vouched = this.digests.has(index);
+      const onDemand = !vouched && this.unvouchedAllowed && !this.schedulerLost;
       let holders = 0;
       let nodeHolders = 0;
       for (const link of this.parents) {
-        if (!link.offers(index) || !(vouched || link.onDemand)) continue;
+        if (!link.offers(index) || !(vouched || (onDemand && link.onDemand))) continue;
         holders++;
         if (!link.seed) nodeHolders++;
       }
@@ -324,14 +338,11 @@ export class PiecesFromParents {
         packet: 'pieceFailed',
         pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message },
       });
-    } else if (
-      attempt.controller.signal.aborted ||
-      error instanceof ParentBusyError ||
-      error instanceof PieceCutShortError ||
-      error instanceof DigestNotVouchedError
-    ) {
-      // Lost the endgame race, the parent is busy, a piece it relayed was given up upstream, or
-      // no digest came for a piece fetched on demand: another parent or a later pump will do.
+    } else if (error instanceof DigestNotVouchedError) {
+      this.unvouchedAllowed = false; // until the next digest comes
+    } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
+      // Lost the endgame race, the parent is busy, or a piece it relayed was given up
+      // upstream: another parent or a later pump will do.
     } else if (error instanceof PieceMissingError) {
       this.events.report({
         packet: 'pieceFailed',

@@ -77,9 +77,13 @@ export class SwarmDownload {
     this.wanted = new WantedPieces((index) => task.hasPiece(index));
     this.session = new SchedulerSession(task, this.peerId, settings.hostId, schedulers, log, {
       packet: (packet) => this.onPacket(packet),
-      registered: () => (this.idleReported = false), // a new scheduler schedules this peer afresh
+      registered: () => {
+        this.idleReported = false; // a new scheduler schedules this peer afresh
+        this.fromParents.schedulerGone(false);
+      },
       noScheduler: () => {
         if (this.finished) return;
+        this.fromParents.schedulerGone(true);
         // Mid-download, the parents held still serve, and the pieces' digests are known: going on
         // with them (the origin once they stall) spares the registry a copy per peer when the only
         // scheduler restarts. With no answer yet there is nothing to go on.
