@@ -118,7 +118,10 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
       seedTrigger: config.swarm.seed ? (request) => joinedSwarm().seedTask(request) : undefined,
       onDemand: config.swarm.seed
-        ? { offers: (digest) => swarm?.offersOnDemand(digest) ?? false, fetch: (task, index) => swarm?.fetchForChild(task, index) ?? false }
+        ? {
+            offers: (digest) => swarm?.offersOnDemand(digest) ?? false,
+            fetch: (task, index, whole) => swarm?.fetchForChild(task, index, whole) ?? false,
+          }
         : undefined,
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });

@@ -19,6 +19,11 @@ export const PREHEAT_PATH = '/_starling/preheat';
 export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 
 export const piecePath = (digest: string, index: number): string => `/_starling/pieces/${digest}/${index}`;
+/**
+ * Added to a piece request (`?whole`) by a child that wants every piece it lacks: a seed fetching
+ * on demand then reads the rest of the blob at once, as a whole download needs.
+ */
+export const WHOLE_BLOB_QUERY = 'whole';
 export const bitmapPath = (digest: string): string => `/_starling/tasks/${digest}/pieces`;
 export const preheatStatusPath = (digest: string): string => `${PREHEAT_PATH}/${digest}`;
 

@@ -68,7 +68,7 @@ describe('upload server relaying pieces on their way', () => {
       access: new AccessChecker(new RegistryTransport(), silentLogger),
       log: silentLogger,
       onUploaded: () => undefined,
-      onDemand: { offers: (d) => demand?.offers(d) ?? false, fetch: (task, index) => demand?.fetch(task, index) ?? false },
+      onDemand: { offers: (d) => demand?.offers(d) ?? false, fetch: (task, index, whole) => demand?.fetch(task, index, whole) ?? false },
     });
     demand = undefined;
     server = createServer(uploads.handle);

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import { httpScheme, type ClientTls } from '../../common/tls.js';
-import { bitmapPath, piecePath } from '../../rpc/upload-api.js';
+import { bitmapPath, piecePath, WHOLE_BLOB_QUERY } from '../../rpc/upload-api.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
@@ -212,13 +212,14 @@ export class ParentLink implements ParentView {
    * missing answer costs no buffer and announces nothing). Throws ParentBusyError (429) or
    * PieceMissingError (404) when told so, PieceCutShortError when a piece ends early.
    */
-  async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal): Promise<Buffer> {
+  async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal, wholeBlob = false): Promise<Buffer> {
     const started = performance.now();
     let into: GrowingPiece | undefined;
     let head: PieceHead;
     try {
       head = await this.fetcher.get(
-        piecePath(this.taskId, index),
+        // A parent fetching on demand reads the rest of the blob too for a child that wants all of it.
+        `${piecePath(this.taskId, index)}${wholeBlob && this.onDemand ? `?${WHOLE_BLOB_QUERY}` : ''}`,
         (answer) => {
           if (answer.status !== 200) return undefined;
           const growing = begin();

@@ -213,6 +213,11 @@ export class PiecesFromParents {
     return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
   }
 
+  /** Every piece not held is wanted: a download of the whole blob (a lazy reader wants a few). */
+  private wantsWholeBlob(): boolean {
+    return this.wanted.size + this.task.blob.storedPieceCount >= this.task.layout.pieceCount;
+  }
+
   private parentChoice(): ParentChoice<ParentLink> {
     return {
       now: Date.now(),
@@ -260,7 +265,7 @@ export class PiecesFromParents {
     const stall = this.watchForStall(attempt);
     let stored = false;
     void link
-      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal)
+      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, this.wantsWholeBlob())
       .then(async (bytes) => {
         stored = await this.checkAndStore(index, attempt, bytes);
       })

@@ -236,11 +236,18 @@ export class Swarm {
     return this.onDemand.has(digest) && !this.closing;
   }
 
-  /** A child asked for piece `index`: fetch it (once, whoever asks) if this peer seeds the task on demand. */
-  fetchForChild(task: BlobTask, index: number): boolean {
+  /**
+   * A child asked for piece `index`: fetch it (once, whoever asks) if this peer seeds the task on
+   * demand, and the rest of the blob after it when the child downloads the whole blob. Then the
+   * seed stays ahead of its children and reports every piece's digest early, as a seed reading
+   * whole blobs did: children that lose every scheduler go on with their parents, which they can
+   * do only for pieces already vouched for (test 'completes every pull when the scheduler dies').
+   */
+  fetchForChild(task: BlobTask, index: number, wholeBlob: boolean): boolean {
     const source = this.onDemand.get(task.digest);
     if (!source || this.closing) return false;
     task.request(index, index, source);
+    if (wholeBlob) task.request(0, task.layout.pieceCount - 1, source);
     return true;
   }
 

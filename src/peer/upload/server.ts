@@ -13,6 +13,7 @@ import {
   PREHEAT_PATH,
   PREHEAT_STATUS_PATH,
   SEED_TRIGGER_PATH,
+  WHOLE_BLOB_QUERY,
   blobFetchRequestSchema,
   type BlobFetchRequest,
   type FetchStatus,
@@ -68,8 +69,11 @@ export interface UploadServiceDeps {
 export interface PiecesOnDemand {
   /** This peer fetches any piece of the task a child asks for. */
   offers(digest: string): boolean;
-  /** Starts fetching piece `index` for a child, once whoever asks; false when this peer does not fetch the task on demand. */
-  fetch(task: BlobTask, index: number): boolean;
+  /**
+   * Starts fetching piece `index` for a child, once whoever asks, and the rest of the blob too
+   * when the child wants all of it; false when this peer does not fetch the task on demand.
+   */
+  fetch(task: BlobTask, index: number, wholeBlob: boolean): boolean;
 }
 
 /** A relayed piece's fetch gave up before the piece was stored: the response is cut short. */
@@ -102,7 +106,10 @@ export class UploadService {
     if (!this.deps.clusterToken.accepts(req.headers.authorization))
       return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
-    if (pieceDigest !== undefined && req.method === 'GET') return this.servePiece(req, res, pieceDigest, Number(pieceIndex));
+    if (pieceDigest !== undefined && req.method === 'GET') {
+      const wholeBlob = new URLSearchParams(queryText ?? '').has(WHOLE_BLOB_QUERY);
+      return this.servePiece(req, res, pieceDigest, Number(pieceIndex), wholeBlob);
+    }
     const [, bitmapDigest] = BITMAP_PATH.exec(path) ?? [];
     if (bitmapDigest !== undefined && req.method === 'GET')
       return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
@@ -119,7 +126,7 @@ export class UploadService {
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
 
-  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number): Promise<void> {
+  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number, wholeBlob: boolean): Promise<void> {
     const lease = this.deps.tasks.lease(digest);
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
@@ -144,7 +151,7 @@ export class UploadService {
         const fetched = !here(index);
         if (fetched) {
           // The slot is the child's while the origin answers: the piece's bytes follow at once.
-          if (!this.deps.onDemand?.fetch(task, index)) {
+          if (!this.deps.onDemand?.fetch(task, index, wholeBlob)) {
             this.deps.onRequest?.('piece', 'missing');
             return this.reply(res, 404, { error: `piece ${index} is not here` });
           }
