@@ -95,6 +95,14 @@ export class PiecesFromParents {
     return this.attempts.has(index);
   }
 
+  /** Whether every piece the task lacks has a vouched digest, so parents alone can bring the rest. */
+  canCheckEveryMissingPiece(): boolean {
+    for (let index = 0; index < this.task.layout.pieceCount; index++) {
+      if (!this.task.hasPiece(index) && !this.digests.has(index)) return false;
+    }
+    return true;
+  }
+
   vouch(digests: Record<string, string>): void {
     this.unvouchedAllowed = true;
     for (const [key, digest] of Object.entries(digests)) {

@@ -84,11 +84,13 @@ export class SwarmDownload {
       noScheduler: () => {
         if (this.finished) return;
         this.fromParents.schedulerGone(true);
-        // Mid-download, the parents held still serve, and the pieces' digests are known: going on
-        // with them (the origin once they stall) spares the registry a copy per peer when the only
-        // scheduler restarts. With no answer yet there is nothing to go on.
-        if (this.mode === 'swarm') this.log.info({ task: this.task.digest }, 'every scheduler lost; going on with the parents held');
-        else this.goToOrigin('no scheduler reachable');
+        // Mid-download with every missing piece's digest known, the parents held can bring the rest:
+        // going on with them (the origin once they stall) spares the registry a copy per peer when
+        // the only scheduler restarts. A piece with no digest yet could be checked by no one (the
+        // scheduler passes them on), and with no answer yet there is nothing to go on: the origin.
+        if (this.mode === 'swarm' && this.fromParents.canCheckEveryMissingPiece())
+          this.log.info({ task: this.task.digest }, 'every scheduler lost; going on with the parents held');
+        else this.goToOrigin(this.mode === 'swarm' ? 'no scheduler reachable, and pieces without a digest' : 'no scheduler reachable');
       },
     });
     this.parents = new ParentSet(task.digest, task.layout.pieceCount, dispatcher, settings, () => this.clientHeaders(), log, {
