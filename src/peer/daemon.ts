@@ -120,7 +120,8 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       onDemand: config.swarm.seed
         ? {
             offers: (digest) => swarm?.offersOnDemand(digest) ?? false,
-            fetch: (task, index, whole) => swarm?.fetchForChild(task, index, whole) ?? false,
+            demanded: () => swarm?.pieceDemanded(),
+            fetch: (task, index, wish) => swarm?.fetchForChild(task, index, wish) ?? 'not-offered',
           }
         : undefined,
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },

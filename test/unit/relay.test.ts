@@ -21,6 +21,7 @@ import { UploadService, type PiecesOnDemand } from '../../src/peer/upload/server
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
 import { ClusterToken } from '../../src/common/token.js';
+import { pieceRequestPath, type PieceWish } from '../../src/rpc/upload-api.js';
 
 const TOKEN = 'relay-test-cluster-token-0123456789';
 
@@ -68,7 +69,11 @@ describe('upload server relaying pieces on their way', () => {
       access: new AccessChecker(new RegistryTransport(), silentLogger),
       log: silentLogger,
       onUploaded: () => undefined,
-      onDemand: { offers: (d) => demand?.offers(d) ?? false, fetch: (task, index, whole) => demand?.fetch(task, index, whole) ?? false },
+      onDemand: {
+        offers: (d) => demand?.offers(d) ?? false,
+        demanded: () => demand?.demanded(),
+        fetch: (task, index, wish) => demand?.fetch(task, index, wish) ?? 'not-offered',
+      },
     });
     demand = undefined;
     server = createServer(uploads.handle);
@@ -210,14 +215,20 @@ describe('upload server relaying pieces on their way', () => {
   }
 
   /** The peer seeds the task on demand through `source`, as Swarm.fetchForChild does. */
-  const seedOnDemand = (source: PieceSource): void => {
+  const seedOnDemand = (source: PieceSource, putOff = false): { wishes: PieceWish[]; demanded: () => number } => {
+    const wishes: PieceWish[] = [];
+    let demanded = 0;
     demand = {
       offers: (d) => d === digest,
-      fetch: (task, index) => {
+      demanded: () => void demanded++,
+      fetch: (task, index, wish) => {
+        wishes.push(wish);
+        if (putOff && wish.background) return 'put-off';
         task.request(index, index, source);
-        return true;
+        return 'fetching';
       },
     };
+    return { wishes, demanded: () => demanded };
   };
 
   it('on demand: a piece not held is fetched when a child asks, once for two children, and relayed as it arrives', async () => {
@@ -242,6 +253,26 @@ describe('upload server relaying pieces on their way', () => {
     assert.ok((await first.done).equals(expected));
     assert.ok((await second.done).equals(expected));
     assert.deepEqual(reads, [1], 'one fetch of the piece for both children, none of the other piece');
+  });
+
+  it("on demand: a background piece put off answers 503 and fetches nothing; the child's wish reaches the seed", async () => {
+    await openTask();
+    const { source, reads, release } = slowSource();
+    const seed = seedOnDemand(source, true);
+    const putOff = await request(`${base}${pieceRequestPath(digest, 0, { wholeBlob: false, background: true })}`, { headers: AUTH });
+    assert.equal(putOff.statusCode, 503);
+    assert.match(((await putOff.body.json()) as { error: string }).error, /background piece 0 put off/);
+    assert.deepEqual(reads, [], 'nothing was fetched for a piece put off');
+    assert.equal(seed.demanded(), 0, 'a background request is not a read a workload waits for');
+    release();
+    const wanted = await request(`${base}${pieceRequestPath(digest, 1, { wholeBlob: true, background: false })}`, { headers: AUTH });
+    assert.equal(wanted.statusCode, 200);
+    assert.ok(Buffer.from(await wanted.body.arrayBuffer()).equals(data.subarray(MIN_PIECE_SIZE)));
+    assert.deepEqual(seed.wishes, [
+      { wholeBlob: false, background: true },
+      { wholeBlob: true, background: false },
+    ]);
+    assert.equal(seed.demanded(), 1);
   });
 
   it('on demand: a fetch that fails answers 502 naming why; a peer not seeding on demand answers 404', async () => {

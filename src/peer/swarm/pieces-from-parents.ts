@@ -3,7 +3,7 @@ import type { PeerPacket } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
-import { ParentBusyError, PieceCutShortError, PieceMissingError, type ParentLink } from './parent-link.js';
+import { ParentBusyError, PieceCutShortError, PieceDeferredError, PieceMissingError, type ParentLink } from './parent-link.js';
 import type { ParentSet } from './parent-set.js';
 import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
 import { dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
@@ -27,6 +27,8 @@ export interface ParentFetchEvents {
   beginPiece(index: number): GrowingPiece;
   /** An attempt at piece `index` ended, whatever came of it. */
   settled(index: number): void;
+  /** A seed put a background piece off: the download is waiting on purpose, not stalled. */
+  putOff(): void;
 }
 
 /**
@@ -36,6 +38,13 @@ export interface ParentFetchEvents {
  * a scheduler) fails the attempt, softly: the piece is asked for again.
  */
 const DIGEST_WAIT_MS = 10_000;
+
+/**
+ * After a seed put a background piece off, how long background pieces are not asked of it again.
+ * The seed serves them once no child has asked it for a piece a workload waits for in a while
+ * (policy/background-put-off.ts): a retry every half second costs one small request.
+ */
+const BACKGROUND_RETRY_MS = 500;
 
 /** A piece fetched on demand arrived, and no digest to check it against came in DIGEST_WAIT_MS. */
 class DigestNotVouchedError extends Error {
@@ -70,6 +79,8 @@ export class PiecesFromParents {
    * next one does. Else the attempts would keep the peer from ever falling back to the origin.
    */
   private unvouchedAllowed = true;
+  /** Until then, pieces only background readers want are not asked of a seed that put one off. */
+  private backgroundPutOffUntil = 0;
   private schedulerLost = false;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
@@ -187,7 +198,11 @@ export class PiecesFromParents {
     const choice = this.parentChoice();
     for (const index of order) {
       if (budget <= 0) break;
-      const link = bestParentFor(index, this.parents, choice);
+      const link = bestParentFor(
+        index,
+        [...this.parents].filter((parent) => this.mayAsk(parent, index, choice.now)),
+        choice,
+      );
       if (!link) continue;
       this.startAttempt(index, link);
       budget--;
@@ -205,20 +220,32 @@ export class PiecesFromParents {
    */
   private candidateOrder(): number[] {
     const available: Candidate[] = [];
+    const now = Date.now();
     for (const index of this.wanted) {
       if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
-      const vouched = this.digests.has(index);
-      const onDemand = !vouched && this.unvouchedAllowed && !this.schedulerLost;
       let holders = 0;
       let nodeHolders = 0;
       for (const link of this.parents) {
-        if (!link.offers(index) || !(vouched || (onDemand && link.onDemand))) continue;
+        if (!this.mayAsk(link, index, now)) continue;
         holders++;
         if (!link.seed) nodeHolders++;
       }
       if (holders > 0) available.push({ index, holders, nodeHolders });
     }
     return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
+  }
+
+  /**
+   * Whether piece `index` may be asked of `link` now: the link offers it, and either its digest is
+   * vouched for or the link fetches it on demand while a scheduler can vouch for it. A piece only
+   * background readers want, which a seed put off, waits for that seed (or a parent that has it).
+   */
+  private mayAsk(link: ParentLink, index: number, now: number): boolean {
+    if (!link.offers(index)) return false;
+    const vouched = this.digests.has(index);
+    if (!vouched && !(link.onDemand && this.unvouchedAllowed && !this.schedulerLost)) return false;
+    const putOff = now < this.backgroundPutOffUntil && this.task.wantedInBackgroundOnly(index);
+    return !putOff || link.carries(index);
   }
 
   /** Every piece not held is wanted: a download of the whole blob (a lazy reader wants a few). */
@@ -273,7 +300,10 @@ export class PiecesFromParents {
     const stall = this.watchForStall(attempt);
     let stored = false;
     void link
-      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, this.wantsWholeBlob())
+      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, {
+        wholeBlob: this.wantsWholeBlob(),
+        background: this.task.wantedInBackgroundOnly(index),
+      })
       .then(async (bytes) => {
         stored = await this.checkAndStore(index, attempt, bytes);
       })
@@ -351,6 +381,10 @@ export class PiecesFromParents {
         packet: 'pieceFailed',
         pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message },
       });
+    } else if (error instanceof PieceDeferredError) {
+      // Not a stall: the seed is there, and serves the piece once its children's reads quieten.
+      this.backgroundPutOffUntil = Date.now() + BACKGROUND_RETRY_MS;
+      this.events.putOff();
     } else if (error instanceof DigestNotVouchedError) {
       this.unvouchedAllowed = false; // until the next digest comes
     } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {

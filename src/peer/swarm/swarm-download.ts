@@ -105,6 +105,7 @@ export class SwarmDownload {
       report: (packet) => this.session.report(packet),
       beginPiece: (index) => this.beginPiece(index, false),
       settled: () => this.attemptSettled(),
+      putOff: () => (this.lastProgress = Date.now()),
     });
     this.fromOrigin = new PiecesFromOrigin(task, this.wanted, (index) => this.fromParents.isOnItsWay(index), log, {
       beginPiece: (index) => this.beginPiece(index, true),

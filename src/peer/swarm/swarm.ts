@@ -6,7 +6,7 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
-import type { BlobFetchRequest, FetchStatus } from '../../rpc/upload-api.js';
+import type { BlobFetchRequest, FetchStatus, PieceWish } from '../../rpc/upload-api.js';
 import { pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
@@ -15,6 +15,7 @@ import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sourc
 import type { TaskManager } from '../task-manager.js';
 import { keepaliveFromHost, ManagerClient } from './manager-client.js';
 import { SchedulerClient } from './scheduler-client.js';
+import { putsBackgroundOff } from './policy/background-put-off.js';
 import { SwarmDownload, type SwarmSettings } from './swarm-download.js';
 
 export interface SwarmOptions extends SwarmSettings {
@@ -243,12 +244,22 @@ export class Swarm {
    * whole blobs did: children that lose every scheduler go on with their parents, which they can
    * do only for pieces already vouched for (test 'completes every pull when the scheduler dies').
    */
-  fetchForChild(task: BlobTask, index: number, wholeBlob: boolean): boolean {
+  fetchForChild(task: BlobTask, index: number, wish: PieceWish): 'fetching' | 'put-off' | 'not-offered' {
     const source = this.onDemand.get(task.digest);
-    if (!source || this.closing) return false;
-    task.request(index, index, source);
-    if (wholeBlob) task.request(0, task.layout.pieceCount - 1, source);
-    return true;
+    if (!source || this.closing) return 'not-offered';
+    // Until its children's reads quieten, the registry's link carries only what workloads wait for.
+    if (putsBackgroundOff(wish, this.lastDemandAt, Date.now())) return 'put-off';
+    task.request(index, index, source, wish.background ? 'background' : 'demand');
+    if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, source);
+    return 'fetching';
+  }
+
+  /** When a child last asked this peer for a piece a workload waits for. */
+  private lastDemandAt = 0;
+
+  /** A child asked for a piece a workload waits for (fetchForChild puts background pieces off a while). */
+  pieceDemanded(): void {
+    this.lastDemandAt = Date.now();
   }
 
   private downloadFor(task: BlobTask): SwarmDownload {

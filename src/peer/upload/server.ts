@@ -13,10 +13,11 @@ import {
   PREHEAT_PATH,
   PREHEAT_STATUS_PATH,
   SEED_TRIGGER_PATH,
-  WHOLE_BLOB_QUERY,
+  pieceWish,
   blobFetchRequestSchema,
   type BlobFetchRequest,
   type FetchStatus,
+  type PieceWish,
 } from '../../rpc/upload-api.js';
 import { parseWire, WireError } from '../../rpc/wire.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
@@ -48,7 +49,7 @@ export interface UploadServiceDeps {
   /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
   onRequest?(
     kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status',
-    outcome: 'sent' | 'relayed' | 'fetched' | 'busy' | 'missing' | 'accepted' | 'refused',
+    outcome: 'sent' | 'relayed' | 'fetched' | 'put-off' | 'busy' | 'missing' | 'accepted' | 'refused',
   ): void;
   /** A seed's pieces fetched as children ask for them; undefined on peers that fetch nothing for others. */
   onDemand?: PiecesOnDemand;
@@ -69,11 +70,15 @@ export interface UploadServiceDeps {
 export interface PiecesOnDemand {
   /** This peer fetches any piece of the task a child asks for. */
   offers(digest: string): boolean;
+  /** A child asked for a piece a workload waits for (any task): background pieces wait a while. */
+  demanded(): void;
   /**
    * Starts fetching piece `index` for a child, once whoever asks, and the rest of the blob too
-   * when the child wants all of it; false when this peer does not fetch the task on demand.
+   * when the child wants all of it. A piece only background readers want is put off while
+   * children ask for pieces workloads wait for; `not-offered` when this peer does not fetch the
+   * task on demand.
    */
-  fetch(task: BlobTask, index: number, wholeBlob: boolean): boolean;
+  fetch(task: BlobTask, index: number, wish: PieceWish): 'fetching' | 'put-off' | 'not-offered';
 }
 
 /** A relayed piece's fetch gave up before the piece was stored: the response is cut short. */
@@ -106,10 +111,8 @@ export class UploadService {
     if (!this.deps.clusterToken.accepts(req.headers.authorization))
       return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
-    if (pieceDigest !== undefined && req.method === 'GET') {
-      const wholeBlob = new URLSearchParams(queryText ?? '').has(WHOLE_BLOB_QUERY);
-      return this.servePiece(req, res, pieceDigest, Number(pieceIndex), wholeBlob);
-    }
+    if (pieceDigest !== undefined && req.method === 'GET')
+      return this.servePiece(req, res, pieceDigest, Number(pieceIndex), pieceWish(new URLSearchParams(queryText ?? '')));
     const [, bitmapDigest] = BITMAP_PATH.exec(path) ?? [];
     if (bitmapDigest !== undefined && req.method === 'GET')
       return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
@@ -126,7 +129,7 @@ export class UploadService {
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
 
-  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number, wholeBlob: boolean): Promise<void> {
+  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number, wish: PieceWish): Promise<void> {
     const lease = this.deps.tasks.lease(digest);
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
@@ -148,10 +151,17 @@ export class UploadService {
       }
       this.inUse++;
       try {
+        if (!wish.background) this.deps.onDemand?.demanded();
         const fetched = !here(index);
         if (fetched) {
           // The slot is the child's while the origin answers: the piece's bytes follow at once.
-          if (!this.deps.onDemand?.fetch(task, index, wholeBlob)) {
+          const fetch = this.deps.onDemand?.fetch(task, index, wish) ?? 'not-offered';
+          if (fetch === 'put-off') {
+            this.deps.onRequest?.('piece', 'put-off');
+            res.setHeader('retry-after', '1');
+            return this.reply(res, 503, { error: `background piece ${index} put off while children read what their workloads wait for` });
+          }
+          if (fetch === 'not-offered') {
             this.deps.onRequest?.('piece', 'missing');
             return this.reply(res, 404, { error: `piece ${index} is not here` });
           }
