@@ -335,6 +335,22 @@ describe('scheduling: parent selection', () => {
     for (const peer of peers) assert.ok(peer.parents.every((p) => p.host !== peer.host));
   });
 
+  it("a registration's old stream closing after the peer registered again (a restart) leaves the new registration alone", () => {
+    const { scheduling, join } = engine();
+    const before = join('h1', {}, all(10));
+    scheduling.finished(before);
+    const again = join('h1', {}, all(10)); // the restarted peer, same id, on a new stream
+    scheduling.finished(again);
+    scheduling.leave(before); // the old stream's close, processed late
+    const stat = scheduling.stat(TASK, REGISTRY);
+    assert.deepEqual(
+      stat?.peers.map((peer) => [peer.peerId, peer.finished]),
+      [[again.id, true]],
+      'the restarted peer still offers the blob',
+    );
+    assert.ok(scheduling.resources.hosts.get('h1')?.peers.has(again));
+  });
+
   it('blocklists a parent that served a bad piece and finds another', () => {
     const e = engine();
     const bad = holder(e, 'bad');

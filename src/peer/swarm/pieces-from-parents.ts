@@ -195,14 +195,11 @@ export class PiecesFromParents {
     if (!this.running || this.wanted.failed) return;
     let budget = this.settings.parallelism - this.attempts.size;
     const order = this.candidateOrder();
+    const whole = this.wantsWholeBlob();
     const choice = this.parentChoice();
     for (const index of order) {
       if (budget <= 0) break;
-      const link = bestParentFor(
-        index,
-        [...this.parents].filter((parent) => this.mayAsk(parent, index, choice.now)),
-        choice,
-      );
+      const link = bestParentFor(index, this.askable(index, choice.now, whole), choice);
       if (!link) continue;
       this.startAttempt(index, link);
       budget--;
@@ -221,12 +218,13 @@ export class PiecesFromParents {
   private candidateOrder(): number[] {
     const available: Candidate[] = [];
     const now = Date.now();
+    const whole = this.wantsWholeBlob();
     for (const index of this.wanted) {
       if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
       let holders = 0;
       let nodeHolders = 0;
       for (const link of this.parents) {
-        if (!this.mayAsk(link, index, now)) continue;
+        if (!this.mayAsk(link, index, now, whole)) continue;
         holders++;
         if (!link.seed) nodeHolders++;
       }
@@ -240,12 +238,27 @@ export class PiecesFromParents {
    * vouched for or the link fetches it on demand while a scheduler can vouch for it. A piece only
    * background readers want, which a seed put off, waits for that seed (or a parent that has it).
    */
-  private mayAsk(link: ParentLink, index: number, now: number): boolean {
+  private mayAsk(link: ParentLink, index: number, now: number, wholeBlob: boolean): boolean {
     if (!link.offers(index)) return false;
+    // A parent other than a seed fetches a piece it lacks for a lazy reader only: a whole download
+    // asks each parent for what it holds or receives, and the parent graph brings the rest.
+    if (wholeBlob && !link.seed && !link.carries(index)) return false;
     const vouched = this.digests.has(index);
     if (!vouched && !(link.onDemand && this.unvouchedAllowed && !this.schedulerLost)) return false;
     const putOff = now < this.backgroundPutOffUntil && this.task.wantedInBackgroundOnly(index);
     return !putOff || link.carries(index);
+  }
+
+  /**
+   * The parents piece `index` may be asked of now, best kind first: those that hold or receive it,
+   * else seeds that fetch it from the origin, else peers that fetch it through their own parents.
+   */
+  private askable(index: number, now: number, wholeBlob: boolean): ParentLink[] {
+    const may = [...this.parents].filter((link) => this.mayAsk(link, index, now, wholeBlob));
+    const carriers = may.filter((link) => link.carries(index));
+    if (carriers.length) return carriers;
+    const seeds = may.filter((link) => link.seed);
+    return seeds.length ? seeds : may;
   }
 
   /** Every piece not held is wanted: a download of the whole blob (a lazy reader wants a few). */
@@ -279,11 +292,12 @@ export class PiecesFromParents {
     for (const index of this.wanted) if (!this.attempts.has(index)) return;
     const now = Date.now();
     const choice = this.parentChoice();
+    const whole = this.wantsWholeBlob();
     for (const [index, attempts] of this.attempts) {
       // A piece just stored is still listed until its attempt settles: it needs no second parent.
       const first = attempts[0];
       if (!first || attempts.length !== 1 || this.task.hasPiece(index)) continue;
-      const link = bestParentFor(index, this.parents, choice, first.link);
+      const link = bestParentFor(index, this.askable(index, now, whole), choice, first.link);
       if (!link) continue;
       const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
       if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link);

@@ -134,6 +134,11 @@ export class SwarmDownload {
     else this.pump();
   }
 
+  /** How this peer reads the origin for the task (its first client's way), while the download goes on. */
+  get origin(): OriginSource | undefined {
+    return this.finished || this.wanted.failed ? undefined : this.fromOrigin.origin;
+  }
+
   /** Resolves once every piece of the run is stored; rejects if the download gives up. */
   waitRun(run: PieceRun): Promise<void> {
     return this.wanted.wait(run);

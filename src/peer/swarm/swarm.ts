@@ -234,7 +234,20 @@ export class Swarm {
 
   /** This peer fetches any piece of the task a child asks for (a seed the scheduler triggered for it). */
   offersOnDemand(digest: string): boolean {
-    return this.onDemand.has(digest) && !this.closing;
+    return !this.closing && (this.onDemand.has(digest) || this.relaySource(digest) !== undefined);
+  }
+
+  /**
+   * How a peer that is reading a public blob itself fetches a piece a child asks for: through its
+   * own download (its parents, or the origin if the scheduler sends it there). In a chain, a lazy
+   * reader's one parent reads other parts of the blob than its child; without this, a piece only
+   * the child wants came from nowhere until the child's stall sent it to the registry (60 s).
+   */
+  private relaySource(digest: string): PieceSource | undefined {
+    const download = this.downloads.get(digest);
+    const origin = download?.origin;
+    if (!download || !origin || !download.task.blob.sources[0]?.public) return undefined;
+    return this.sourceFor(download.task, origin);
   }
 
   /**
@@ -245,12 +258,21 @@ export class Swarm {
    * do only for pieces already vouched for (test 'completes every pull when the scheduler dies').
    */
   fetchForChild(task: BlobTask, index: number, wish: PieceWish): 'fetching' | 'put-off' | 'not-offered' {
-    const source = this.onDemand.get(task.digest);
-    if (!source || this.closing) return 'not-offered';
-    // Until its children's reads quieten, the registry's link carries only what workloads wait for.
-    if (putsBackgroundOff(wish, this.lastDemandAt, Date.now())) return 'put-off';
-    task.request(index, index, source, wish.background ? 'background' : 'demand');
-    if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, source);
+    if (this.closing) return 'not-offered';
+    const priority = wish.background ? 'background' : 'demand';
+    const seeded = this.onDemand.get(task.digest);
+    if (seeded) {
+      // Until its children's reads quieten, the registry's link carries only what workloads wait for.
+      if (putsBackgroundOff(wish, this.lastDemandAt, Date.now())) return 'put-off';
+      task.request(index, index, seeded, priority);
+      if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, seeded);
+      return 'fetching';
+    }
+    // A peer in the middle passes the piece on with the child's priority (the seed upstream puts
+    // background pieces off); a child downloading the whole blob asks its parents only for what they hold.
+    const relay = this.relaySource(task.digest);
+    if (!relay) return 'not-offered';
+    task.request(index, index, relay, priority);
     return 'fetching';
   }
 
