@@ -201,7 +201,7 @@ export class PiecesFromParents {
       if (budget <= 0) break;
       const link = bestParentFor(index, this.askable(index, choice.now, whole), choice);
       if (!link) continue;
-      this.startAttempt(index, link);
+      this.startAttempt(index, link, whole);
       budget--;
     }
     if (order.length === 0 && this.attempts.size > 0) this.endgame();
@@ -261,9 +261,18 @@ export class PiecesFromParents {
     return seeds.length ? seeds : may;
   }
 
-  /** Every piece not held is wanted: a download of the whole blob (a lazy reader wants a few). */
+  /**
+   * Every piece not held is wanted by a reader that waits for it: a download of the whole blob. A
+   * lazy reader wants a few; its background fetch may want the rest of a small layer at once, but
+   * is no whole download (a seed reading the rest of the blob for it would fill the registry's
+   * link while other nodes start: 3.26 copies of the bytes they needed, 8 nodes end to end).
+   */
   private wantsWholeBlob(): boolean {
-    return this.wanted.size + this.task.blob.storedPieceCount >= this.task.layout.pieceCount;
+    const missing = this.task.layout.pieceCount - this.task.blob.storedPieceCount;
+    if (this.wanted.size < missing) return false;
+    let waitedFor = 0;
+    for (const index of this.wanted) if (!this.task.wantedInBackgroundOnly(index)) waitedFor++;
+    return waitedFor >= missing;
   }
 
   private parentChoice(): ParentChoice<ParentLink> {
@@ -300,11 +309,11 @@ export class PiecesFromParents {
       const link = bestParentFor(index, this.askable(index, now, whole), choice, first.link);
       if (!link) continue;
       const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
-      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link);
+      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link, whole);
     }
   }
 
-  private startAttempt(index: number, link: ParentLink): void {
+  private startAttempt(index: number, link: ParentLink, wholeBlob: boolean): void {
     const { length } = pieceBounds(this.task.layout, index);
     const attempt: Attempt = { link, controller: new AbortController(), started: Date.now(), length };
     const list = this.attempts.get(index) ?? [];
@@ -315,7 +324,7 @@ export class PiecesFromParents {
     let stored = false;
     void link
       .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, {
-        wholeBlob: this.wantsWholeBlob(),
+        wholeBlob,
         background: this.task.wantedInBackgroundOnly(index),
       })
       .then(async (bytes) => {
