@@ -56,6 +56,8 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   if (!options.containerdConfig && !options.registriesConfDir) {
     throw new NodeSetupError('nothing to set up: name --containerd-config (containerd) or --registries-conf-dir (CRI-O, podman)');
   }
+  const insecure = new Set(options.insecureRegistries);
+  const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
   const writes: FileWrite[] = [];
   const lines: string[] = [];
   let configFile: string | undefined;
@@ -73,8 +75,6 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
     }
     const warning = await otherFilesystemWarning(plan.hostsDir, path);
     if (warning) lines.push(warning);
-    const insecure = new Set(options.insecureRegistries);
-    const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
     const folders = registries.length ? registries : ['_default'];
     for (const folder of folders) {
       const file = join(plan.hostsDir, folder, 'hosts.toml');
@@ -89,10 +89,13 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   }
   if (options.registriesConfDir) {
     const file = join(options.registriesConfDir, REGISTRIES_DROP_IN);
-    const content = renderRegistriesDropIn(mirrorUrl, options.registries);
+    const content = renderRegistriesDropIn(
+      mirrorUrl,
+      registries.map((host) => ({ host, insecure: insecure.has(host) })),
+    );
     if ((await readIfExists(file)) !== content) {
       writes.push({ path: file, content });
-      lines.push(`${file}: the mirror ${mirrorUrl} for ${options.registries[0]}`);
+      lines.push(`${file}: the mirror ${mirrorUrl} for ${registries.join(', ')}`);
     }
   }
 

@@ -17,6 +17,8 @@ import { mergeHostsToml } from '../../src/node-setup/hosts-toml.js';
 import { applyWrites, undoWrites } from '../../src/node-setup/journal.js';
 import { defaultRestartCommand, setUpNode, undoNodeSetup } from '../../src/node-setup/node-setup.js';
 import { renderRegistriesDropIn } from '../../src/node-setup/registries-conf.js';
+import { explainBadRepositoryName } from '../../src/oci/names.js';
+import { registryNamespace, splitRegistryNamespace } from '../../src/peer/mirror/upstream.js';
 import { setTomlValues, TomlEditError } from '../../src/node-setup/toml-text.js';
 
 // What Debian's containerd 1.6 package installs as /etc/containerd/config.toml.
@@ -209,15 +211,50 @@ describe('hosts.toml merge', () => {
 });
 
 describe('registries.conf drop-in', () => {
-  it('sends one registry to the mirror, over HTTP when the mirror is plain', () => {
-    const text = renderRegistriesDropIn('http://127.0.0.1:65001', ['reg.example:5000']);
+  it('sends each registry to the mirror under a path that names it, over HTTP when the mirror is plain', () => {
+    const text = renderRegistriesDropIn('http://127.0.0.1:65001', [
+      { host: 'reg.example:5000', insecure: false },
+      { host: '10.0.0.7:5000', insecure: true },
+      { host: 'docker.io', insecure: false },
+    ]);
     assert.deepEqual(parse(text), {
-      registry: [{ prefix: 'reg.example:5000', location: 'reg.example:5000', mirror: [{ location: '127.0.0.1:65001', insecure: true }] }],
+      registry: [
+        {
+          prefix: 'reg.example:5000',
+          location: 'reg.example:5000',
+          mirror: [{ location: '127.0.0.1:65001/starling-registry/reg.example__5000', insecure: true }],
+        },
+        {
+          prefix: '10.0.0.7:5000',
+          location: '10.0.0.7:5000',
+          insecure: true,
+          mirror: [{ location: '127.0.0.1:65001/starling-registry/10.0.0.7__5000', insecure: true }],
+        },
+        {
+          prefix: 'docker.io',
+          location: 'docker.io',
+          mirror: [{ location: '127.0.0.1:65001/starling-registry/docker.io', insecure: true }],
+        },
+      ],
     });
   });
 
-  it('refuses several registries: the peer cannot tell them apart', () => {
-    assert.throws(() => renderRegistriesDropIn('http://127.0.0.1:65001', ['a', 'b']), /needs exactly one --registry \(got 2\)/);
+  it('the peer reads the registry back from the path, and the name there', () => {
+    for (const registry of ['reg.example:5000', '10.0.0.7:5000', 'docker.io', 'my-registry.internal']) {
+      const namespace = registryNamespace(registry);
+      assert.equal(explainBadRepositoryName(`${namespace}/team/app`), undefined, `${namespace} is a valid repository path`);
+      assert.deepEqual(splitRegistryNamespace(`${namespace}/team/app`), { registry, name: 'team/app' });
+    }
+    assert.equal(splitRegistryNamespace('team/app'), undefined);
+    assert.equal(splitRegistryNamespace('starling-registry/reg.example'), undefined, 'a registry and no name');
+  });
+
+  it('refuses no registry at all (registries.conf has no entry for every registry) and an IPv6 literal (no path can name it)', () => {
+    assert.throws(() => renderRegistriesDropIn('http://127.0.0.1:65001', []), /needs at least one --registry/);
+    assert.throws(
+      () => renderRegistriesDropIn('http://127.0.0.1:65001', [{ host: '[::1]:5000', insecure: false }]),
+      /registry "\[::1\]:5000" cannot be named in a mirror path/,
+    );
   });
 });
 
