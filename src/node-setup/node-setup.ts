@@ -61,6 +61,8 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   const writes: FileWrite[] = [];
   const lines: string[] = [];
   let configFile: string | undefined;
+  let hostsDir: string | undefined;
+  const hostsFiles = async (dir: string) => planHostsFiles(dir, registries, insecure, mirrorUrl);
 
   if (options.containerdConfig) {
     const { path, plan } = await planConfig(options.containerdConfig, {
@@ -73,19 +75,12 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
       writes.push({ path, content: plan.text });
       for (const change of plan.changes) lines.push(`${path}: set ${change}`);
     }
-    const warning = await otherFilesystemWarning(plan.hostsDir, path);
+    hostsDir = plan.hostsDir;
+    const warning = await otherFilesystemWarning(hostsDir, path);
     if (warning) lines.push(warning);
-    const folders = registries.length ? registries : ['_default'];
-    for (const folder of folders) {
-      const file = join(plan.hostsDir, folder, 'hosts.toml');
-      const existing = await readIfExists(file);
-      const registry = folder === '_default' ? undefined : folder;
-      const content = mergeHostsToml(existing, { mirrorUrl, registry, insecure: insecure.has(folder) }, file);
-      if (content !== existing) {
-        writes.push({ path: file, content });
-        lines.push(`${file}: ${existing === undefined ? 'created with' : 'put'} the mirror ${mirrorUrl} first`);
-      }
-    }
+    const hosts = await hostsFiles(hostsDir);
+    writes.push(...hosts.writes);
+    lines.push(...hosts.lines);
   }
   if (options.registriesConfDir) {
     const file = join(options.registriesConfDir, REGISTRIES_DROP_IN);
@@ -104,7 +99,38 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   if (changedFiles.length === 0) lines.push('nothing to change: the node already pulls through Starling');
   const configChanged = configFile !== undefined && changedFiles.includes(configFile);
   const restarted = await restartIfNeeded(configChanged, options, lines);
+  if (restarted && hostsDir !== undefined && k3sFlavour(options.containerdConfig)) {
+    // k3s and RKE2 empty their certs.d folder as they start and write their own hosts.toml files
+    // there (from registries.yaml): the mirror goes back in front of them.
+    const again = await hostsFiles(hostsDir);
+    for (const file of await applyWrites(backupDir, again.writes)) {
+      lines.push(`${file}: the mirror ${mirrorUrl} put first again (rewritten as ${k3sFlavour(options.containerdConfig)} restarted)`);
+      if (!changedFiles.includes(file)) changedFiles.push(file);
+    }
+  }
   return { lines, changedFiles, restarted };
+}
+
+/** Each registry's hosts.toml (or `_default`'s) with the mirror first: the writes it takes, and what they do. */
+async function planHostsFiles(
+  hostsDir: string,
+  registries: readonly string[],
+  insecure: ReadonlySet<string>,
+  mirrorUrl: string,
+): Promise<{ writes: FileWrite[]; lines: string[] }> {
+  const writes: FileWrite[] = [];
+  const lines: string[] = [];
+  for (const folder of registries.length ? registries : ['_default']) {
+    const file = join(hostsDir, folder, 'hosts.toml');
+    const existing = await readIfExists(file);
+    const registry = folder === '_default' ? undefined : folder;
+    const content = mergeHostsToml(existing, { mirrorUrl, registry, insecure: insecure.has(folder) }, file);
+    if (content !== existing) {
+      writes.push({ path: file, content });
+      lines.push(`${file}: ${existing === undefined ? 'created with' : 'put'} the mirror ${mirrorUrl} first`);
+    }
+  }
+  return { writes, lines };
 }
 
 export interface UndoOptions {
