@@ -13,7 +13,7 @@ import type { PeerMetrics } from '../metrics.js';
 import type { BlobService } from './blobs.js';
 import { passThrough } from './manifests.js';
 import { API_VERSION_HEADER, ClientGoneError, sendOciError } from './respond.js';
-import { upstreamUrl, type UpstreamResolver } from './upstream.js';
+import { splitRegistryNamespace, upstreamUrl, type UpstreamResolver } from './upstream.js';
 
 export interface MirrorDeps {
   blobs: BlobService;
@@ -110,7 +110,10 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
     }
     const route = parseRegistryPath(rawPath);
     routeName = route.kind;
-    const upstream = deps.upstreams.resolve(req, query);
+    // CRI-O and podman name the registry in the path (upstream.ts): the rest is the name there.
+    const inPath = route.kind === 'ping' ? undefined : splitRegistryNamespace(route.name);
+    if (inPath && route.kind !== 'ping') route.name = inPath.name;
+    const upstream = deps.upstreams.resolve(req, query, inPath?.registry);
     if (route.kind === 'ping') {
       if (!upstream) {
         res.writeHead(200, { ...API_VERSION_HEADER, 'content-type': 'application/json' });
