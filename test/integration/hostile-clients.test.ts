@@ -189,6 +189,25 @@ describe('hostile clients: the upload port, from another host', { timeout: 120_0
     assert.ok(peer.service.running);
     assert.equal(status(await curl([`${upload}/healthz`])), '200');
   });
+  it('refuses, from a token holder over plain HTTP, a preheat carrying registry credentials, naming why', async () => {
+    const withCredentials = await curl([
+      '-H',
+      `authorization: Bearer ${token}`,
+      '-X',
+      'POST',
+      '-d',
+      JSON.stringify({
+        taskId: `sha256:${'3'.repeat(64)}`,
+        contentLength: 10,
+        pieceSize: 4194304,
+        origin: { url: `http://127.0.0.1:1/v2/private/app/blobs/sha256:${'3'.repeat(64)}`, headers: { authorization: 'Basic c2VjcmV0' } },
+      }),
+      `${upload}/_starling/preheat`,
+    ]);
+    assert.equal(status(withCredentials), '403');
+    assert.match(withCredentials.stdout, /a request carrying registry credentials \(origin\.headers\) is accepted only over TLS/);
+    assert.ok(peer.service.running);
+  });
 });
 
 describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {

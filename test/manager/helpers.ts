@@ -3,6 +3,7 @@
 
 import fsp from 'node:fs/promises';
 import path from 'node:path';
+import { fetch as undiciFetch, type Dispatcher } from 'undici';
 import { silentLogger } from '../../src/common/log.js';
 import { managerConfigSchema, type ManagerConfig } from '../../src/manager/config.js';
 import { startManager, type RunningManager } from '../../src/manager/server.js';
@@ -103,7 +104,7 @@ export async function call<T = any>(
   base: string,
   method: string,
   pathname: string,
-  options: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string> } = {},
+  options: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string>; dispatcher?: Dispatcher } = {},
 ): Promise<Answer<T>> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
@@ -111,7 +112,10 @@ export async function call<T = any>(
   if (options.raw !== undefined) body = options.raw;
   else if (options.body !== undefined) body = JSON.stringify(options.body);
   if (body !== undefined) headers['content-type'] ??= 'application/json';
-  const res = await fetch(`${base}${pathname}`, { method, headers, body });
+  // An HTTPS manager is reached through a dispatcher that trusts the cluster CA.
+  const res = options.dispatcher
+    ? await undiciFetch(`${base}${pathname}`, { method, headers, body, dispatcher: options.dispatcher })
+    : await fetch(`${base}${pathname}`, { method, headers, body });
   const text = await res.text();
   let parsed: unknown = text;
   try {
