@@ -8,7 +8,9 @@ import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
+import http2 from 'node:http2';
 import net from 'node:net';
+import { MAX_GRPC_MESSAGE_BYTES } from '../../src/rpc/grpc-listener.js';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
 import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
 import { hostInfo } from '../fixtures/host-info.js';
@@ -21,7 +23,7 @@ import {
   type RunningPeerProcess,
   type RunningSchedulerProcess,
 } from '../fixtures/peer.js';
-import { freePort, makeTempDir, spawnService, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
+import { freePort, makeTempDir, spawnService, waitFor, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
 
 describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
   let netns: Netns;
@@ -279,6 +281,156 @@ describe('hostile clients: the scheduler port', { timeout: 60_000 }, () => {
     });
     assert.match(notDigest.details, /task id: malformed digest/);
     assert.equal(await announce({ host }), null, 'still serving');
+  });
+
+  it('refuses a message over its 16 MiB receive limit with RESOURCE_EXHAUSTED naming the sizes, and goes on serving', async () => {
+    const huge = await announce({ host: { ...host, hostname: 'x'.repeat(17 * 1024 * 1024) } });
+    assert.equal(huge?.code, grpc.status.RESOURCE_EXHAUSTED);
+    assert.match(huge.details, new RegExp(`larger than max \\(\\d+ vs\\.? ${MAX_GRPC_MESSAGE_BYTES}\\)`));
+    assert.equal(await announce({ host }), null, 'still serving');
+    assert.ok(scheduler.service.running);
+  });
+});
+
+/**
+ * An HTTP/2 client of its own: it sends the preface, answers the server's settings and pings, and
+ * on the server's GOAWAY stops reading, and never closes its side of the connection.
+ */
+function stubbornHttp2Client(port: number, host: string) {
+  const frame = (type: number, flags: number, payload = Buffer.alloc(0)) => {
+    const head = Buffer.alloc(9);
+    head.writeUIntBE(payload.length, 0, 3);
+    head[3] = type;
+    head[4] = flags;
+    return Buffer.concat([head, payload]);
+  };
+  // Half-open allowed: when the server ends its side, this client does not end its own.
+  const client = { socket: net.connect({ port, host, allowHalfOpen: true }), settings: 0, pingsAnswered: 0, goaway: false };
+  client.socket.on('error', () => undefined);
+  client.socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), frame(0x4, 0)]));
+  let buffer = Buffer.alloc(0);
+  client.socket.on('data', (chunk: Buffer) => {
+    buffer = Buffer.concat([buffer, chunk]);
+    while (buffer.length >= 9 && buffer.length >= 9 + buffer.readUIntBE(0, 3)) {
+      const length = buffer.readUIntBE(0, 3);
+      const [type, flags] = [buffer[3], buffer[4]! & 0x1];
+      const payload = buffer.subarray(9, 9 + length);
+      buffer = buffer.subarray(9 + length);
+      if (type === 0x4 && !flags) {
+        client.settings++;
+        client.socket.write(frame(0x4, 0x1));
+      } else if (type === 0x6 && !flags) {
+        client.pingsAnswered++;
+        client.socket.write(frame(0x6, 0x1, payload));
+      } else if (type === 0x7) {
+        client.goaway = true;
+        client.socket.pause();
+        return;
+      }
+    }
+  });
+  return client;
+}
+
+describe("hostile clients: the scheduler's connections", { timeout: 60_000 }, () => {
+  const LIMITS = { maxConnections: 40, maxStreamsPerConnection: 64, idleConnectionMs: 1_500, keepaliveMs: 300, keepaliveTimeoutMs: 1_000 };
+  let work: TempDir;
+  let scheduler: RunningSchedulerProcess;
+  let token: string;
+
+  before(async () => {
+    work = await makeTempDir('starling-hostile-grpc-');
+    token = (await clusterToken()).token;
+    await writeFile(`${work.path}/scheduler.yaml`, JSON.stringify({ limits: LIMITS }));
+    scheduler = await startScheduler({ extraArgs: ['--config', `${work.path}/scheduler.yaml`] });
+  });
+  after(async () => {
+    await scheduler?.stop();
+    await work?.remove();
+  });
+
+  it('tells clients its stream bound, pings them, refuses connections past its cap with a log line, closes idle ones (a client that ignores the goodbye too), and goes on serving', async () => {
+    const [host, portText] = scheduler.address.split(':') as [string, string];
+    const port = Number(portText);
+    const opened = Date.now();
+    const closedAfter = (emitter: { once(event: 'close', listener: () => void): unknown }) =>
+      new Promise<number>((resolve) => emitter.once('close', () => resolve(Date.now() - opened)));
+    // The cap's worth: HTTP/2 clients that never open a stream, clients that never send a byte
+    // (nor read one), and clients that answer pings but ignore the server's goodbye.
+    const sessions = Array.from({ length: 20 }, () => http2.connect(`http://${scheduler.address}`).on('error', () => undefined));
+    const settings = sessions.map((session) => new Promise<http2.Settings>((resolve) => session.once('remoteSettings', resolve)));
+    const pinged = sessions.map((session) => new Promise<void>((resolve) => session.once('ping', () => resolve())));
+    const sessionsClosed = sessions.map(closedAfter);
+    const silent = Array.from({ length: 10 }, () =>
+      net
+        .connect(port, host)
+        .on('error', () => undefined)
+        .pause(),
+    );
+    const stubborn = Array.from({ length: 10 }, () => stubbornHttp2Client(port, host));
+    for (const remote of await Promise.all(settings)) assert.equal(remote.maxConcurrentStreams, LIMITS.maxStreamsPerConnection);
+    await waitFor(
+      () => stubborn.every((c) => c.settings > 0) && silent.every((s) => s.readyState === 'open'),
+      5_000,
+      'every connection held',
+    );
+
+    const extra = net.connect(port, host).on('error', () => undefined);
+    let extraBytes = 0;
+    extra.on('data', (chunk: Buffer) => (extraBytes += chunk.length));
+    await closedAfter(extra);
+    assert.equal(extraBytes, 0, 'the connection past the cap was closed before the server said a word');
+    await waitFor(() => /connection limit reached/.test(scheduler.service.readLog()), 5_000, 'the log line saying the limit was reached');
+    const line = scheduler.service
+      .readLog()
+      .split('\n')
+      .find((l) => l.includes('connection limit reached'))!;
+    assert.match(line, /"server":"scheduler gRPC".*"maxConnections":40/);
+
+    await Promise.all(pinged);
+    const times = await Promise.all(sessionsClosed);
+    assert.ok(
+      Math.min(...times) >= LIMITS.idleConnectionMs - 100,
+      `a session was closed after ${Math.min(...times)} ms, before it was idle long enough`,
+    );
+    assert.ok(Math.max(...times) < 10_000, `the last idle session closed after ${Math.max(...times)} ms`);
+    await waitFor(() => stubborn.every((c) => c.goaway), 5_000, 'a GOAWAY to every stubborn client');
+    assert.ok(stubborn.every((c) => c.pingsAnswered > 0));
+
+    // Every slot comes free, those of the clients that never close included: the cap's worth of new connections is served.
+    await waitFor(
+      async () => {
+        const fresh = Array.from({ length: LIMITS.maxConnections }, () => net.connect(port, host).on('error', () => undefined));
+        const answered = await Promise.all(
+          fresh.map(
+            (socket) =>
+              new Promise<boolean>((resolve) => {
+                socket.once('data', () => resolve(true));
+                socket.once('close', () => resolve(false));
+                setTimeout(() => resolve(false), 1_000).unref();
+              }),
+          ),
+        );
+        for (const socket of fresh) socket.destroy();
+        return answered.every(Boolean);
+      },
+      15_000,
+      'every connection slot free again',
+    );
+
+    const client = new (SchedulerClientClass())(scheduler.address, grpc.credentials.createInsecure());
+    try {
+      const metadata = new grpc.Metadata();
+      metadata.set('authorization', `Bearer ${token}`);
+      const answer = await new Promise<grpc.ServiceError | null>((resolve) =>
+        client.AnnounceHost({ host: hostInfo('after-idle', { ip: '127.0.0.9' }) }, metadata, { deadline: Date.now() + 5_000 }, resolve),
+      );
+      assert.equal(answer, null, 'the scheduler serves');
+    } finally {
+      client.close();
+      for (const c of [...silent, ...stubborn.map((s) => s.socket)]) c.destroy();
+    }
+    assert.ok(scheduler.service.running);
   });
 });
 
