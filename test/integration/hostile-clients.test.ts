@@ -101,6 +101,51 @@ describe('hostile clients: connections that never send a request', { timeout: 60
   });
 });
 
+describe('hostile clients: more connections than the cap', { timeout: 60_000 }, () => {
+  const CAP = 20;
+  let work: TempDir;
+  let peer: RunningPeerProcess;
+  before(async () => {
+    work = await makeTempDir('starling-hostile-cap-');
+    await writeFile(`${work.path}/peer.yaml`, `mirror:\n  maxConnections: ${CAP}\n`);
+    peer = await startPeer({ extraArgs: ['--config', `${work.path}/peer.yaml`] });
+  });
+  after(async () => {
+    await peer?.stop();
+    await work?.remove();
+  });
+
+  it('refuses connections past its cap, says so in its log, and answers again once they close', async () => {
+    const [host, port] = peer.host.split(':') as [string, string];
+    const held = Array.from({ length: CAP }, () => net.connect(Number(port), host).on('error', () => undefined));
+    await Promise.all(held.map((socket) => new Promise((resolve) => socket.once('connect', resolve))));
+    // Accepted in the order they were made: this one comes after the cap's worth.
+    const refused = net.connect(Number(port), host).on('error', () => undefined);
+    let answer = '';
+    refused.on('data', (chunk: Buffer) => (answer += chunk.toString()));
+    refused.write(`GET /healthz HTTP/1.1\r\nhost: ${peer.host}\r\n\r\n`);
+    await new Promise((resolve) => refused.once('close', resolve));
+    assert.equal(answer, '', 'a connection past the cap gets no answer');
+    await waitFor(() => /connection limit reached/.test(peer.service.readLog()), 5_000, 'the log line saying the limit was reached');
+    const line = peer.service
+      .readLog()
+      .split('\n')
+      .find((l) => l.includes('connection limit reached'))!;
+    assert.match(line, new RegExp(`"server":"peer mirror".*"maxConnections":${CAP}.*"refused":1`));
+
+    for (const socket of held) socket.destroy();
+    await waitFor(
+      async () => {
+        const health = await request(`${peer.url}/healthz`);
+        return (await health.body.text()) === 'ok\n';
+      },
+      5_000,
+      '/healthz once the connections closed',
+    );
+    assert.ok(peer.service.running);
+  });
+});
+
 describe('hostile clients: the upload port, from another host', { timeout: 120_000 }, () => {
   let netns: Netns;
   let scheduler: RunningSchedulerProcess;
