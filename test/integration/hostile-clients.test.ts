@@ -2,18 +2,20 @@
 // cluster token or with a wrong one, malformed and oversized requests, connections left idle.
 // Each gets a clear answer, the process goes on serving, and nothing it holds is lost.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
-import { request } from 'undici';
+import { request, type Dispatcher } from 'undici';
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
+import { MAX_RANGES } from '../../src/peer/http-range.js';
 import { MAX_GRPC_MESSAGE_BYTES } from '../../src/rpc/grpc-listener.js';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
 import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
 import { hostInfo } from '../fixtures/host-info.js';
+import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
 import {
   clusterToken,
@@ -23,6 +25,7 @@ import {
   type RunningPeerProcess,
   type RunningSchedulerProcess,
 } from '../fixtures/peer.js';
+import { startRegistry, type Registry } from '../fixtures/registry.js';
 import { freePort, makeTempDir, spawnService, waitFor, waitForHttp, type Service, type TempDir } from '../fixtures/processes.js';
 
 describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
@@ -68,6 +71,76 @@ describe('hostile clients: the peer mirror', { timeout: 120_000 }, () => {
     const local = await request(`${peer.url}/_starling/tasks`);
     assert.equal(local.statusCode, 200, 'this host may');
     await local.body.dump();
+  });
+});
+
+describe('hostile clients: oversized and malformed requests on the mirror', { timeout: 120_000 }, () => {
+  const SIZE = 1024 * 1024 + 17;
+  let registry: Registry;
+  let peer: RunningPeerProcess;
+  let blob: PushedBlob;
+
+  before(async () => {
+    registry = await startRegistry();
+    blob = await pushRandomBlob(registry, 'hostile/blob', SIZE);
+    peer = await startPeer({ insecure: [registry.host] });
+  });
+  after(async () => {
+    await peer?.stop();
+    await registry?.stop();
+  });
+
+  const blobUrl = () => `${peer.url}/v2/hostile/blob/blobs/${blob.digest}?ns=${registry.host}`;
+  const ociError = async (response: Dispatcher.ResponseData) =>
+    ((await response.body.json()) as { errors: Array<{ code: string; message: string }> }).errors[0]!;
+
+  /** Sends a request as written and returns what came back before the peer closed the connection. */
+  const rawExchange = (text: string) =>
+    new Promise<string>((resolve) => {
+      const [host, port] = peer.host.split(':') as [string, string];
+      const socket = net.connect(Number(port), host);
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
+      socket.on('error', () => undefined);
+      socket.on('close', () => resolve(answer));
+      socket.write(text);
+    });
+
+  it('answers a header block over 16 KiB with 431 and closes the connection, then goes on serving', async () => {
+    const answer = await rawExchange(
+      `GET /v2/hostile/blob/blobs/${blob.digest}?ns=${registry.host} HTTP/1.1\r\nhost: ${peer.host}\r\nx-pad: ${'x'.repeat(64 * 1024)}\r\n\r\n`,
+    );
+    assert.match(answer, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
+    const health = await request(`${peer.url}/healthz`);
+    assert.equal(await health.body.text(), 'ok\n');
+  });
+
+  it('refuses more ranges than allowed (400) and ranges asking for more bytes than the blob (416), naming why, and goes on serving', async () => {
+    const tooMany = await request(blobUrl(), {
+      headers: { range: `bytes=${Array.from({ length: MAX_RANGES + 1 }, (_, i) => `${i}-${i}`).join(',')}` },
+    });
+    assert.equal(tooMany.statusCode, 400);
+    assert.deepEqual(await ociError(tooMany), { code: 'RANGE_INVALID', message: `more than ${MAX_RANGES} ranges in one request` });
+
+    // The issue's 64 copies of "0-": each one the whole blob.
+    const copies = await request(blobUrl(), { headers: { range: `bytes=${Array(MAX_RANGES).fill('0-').join(',')}` } });
+    assert.equal(copies.statusCode, 416);
+    assert.equal(copies.headers['content-range'], `bytes */${SIZE}`);
+    assert.deepEqual(await ociError(copies), {
+      code: 'RANGE_INVALID',
+      message: `the ranges ask for ${MAX_RANGES * SIZE} bytes in all, more than the blob's ${SIZE}`,
+    });
+    const overlapping = await request(blobUrl(), { headers: { range: `bytes=0-${SIZE - 2},1-` } });
+    assert.equal(overlapping.statusCode, 416);
+    assert.match((await ociError(overlapping)).message, new RegExp(`ask for ${2 * SIZE - 2} bytes in all, more than the blob's ${SIZE}`));
+
+    const whole = await request(blobUrl());
+    assert.equal(whole.statusCode, 200);
+    const hash = createHash('sha256')
+      .update(Buffer.from(await whole.body.arrayBuffer()))
+      .digest('hex');
+    assert.equal(`sha256:${hash}`, blob.digest, 'still serving, the right bytes');
+    assert.ok(peer.service.running);
   });
 });
 
