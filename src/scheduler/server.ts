@@ -2,7 +2,7 @@ import { networkInterfaces } from 'node:os';
 import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry, serveMetrics } from '../common/metrics.js';
-import { parseListenAddress } from '../common/net.js';
+import { isFromThisHost, parseListenAddress } from '../common/net.js';
 import { UserError } from '../common/errors.js';
 import { loadTls } from '../common/tls.js';
 import { readTokenFile } from '../common/token.js';
@@ -76,7 +76,13 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       } else if (req.url === '/healthz') {
         res.end('ok\n');
       } else if (req.url?.startsWith('/api/tasks/')) {
-        // Read-only task state for `starling stat`, tests and operators.
+        // Read-only task state for operators and tests. It names the hosts holding a blob, their
+        // addresses and labels: for this host, or a holder of the cluster token.
+        if (!isFromThisHost(req.socket) && !clusterToken.accepts(req.headers.authorization)) {
+          res.writeHead(403, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: 'task state is only for the local host or a holder of the cluster token' }));
+          return;
+        }
         const stat = scheduling.stat(decodeURIComponent(req.url.slice('/api/tasks/'.length)));
         res.writeHead(stat ? 200 : 404, { 'content-type': 'application/json' });
         res.end(JSON.stringify(stat ?? { error: 'no such task' }));

@@ -13,7 +13,8 @@ import net from 'node:net';
 import { MAX_RANGES } from '../../src/peer/http-range.js';
 import { MAX_GRPC_MESSAGE_BYTES } from '../../src/rpc/grpc-listener.js';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
-import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient } from '../../src/rpc/scheduler-api.js';
+import type { AnnounceHostRequest, PeerPacket, SchedulerServiceClient, TaskStat } from '../../src/rpc/scheduler-api.js';
+import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 import { hostInfo } from '../fixtures/host-info.js';
 import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
 import { createNetns, type Netns } from '../fixtures/netns.js';
@@ -549,6 +550,85 @@ describe("hostile clients: the scheduler's connections", { timeout: 60_000 }, ()
       for (const c of [...silent, ...stubborn.map((s) => s.socket)]) c.destroy();
     }
     assert.ok(scheduler.service.running);
+  });
+});
+
+describe("hostile clients: the scheduler's task state, from another host", { timeout: 60_000 }, () => {
+  let netns: Netns;
+  let scheduler: RunningSchedulerProcess;
+  let client: SchedulerServiceClient;
+  let stream: ReturnType<SchedulerServiceClient['AnnouncePeer']>;
+  let token: string;
+  const digest = `sha256:${'4'.repeat(64)}`;
+
+  before(async () => {
+    netns = await createNetns();
+    token = (await clusterToken()).token;
+    // Listening where another host can reach it, as the manifests' scheduler does (0.0.0.0:8003).
+    scheduler = await startScheduler({ ip: netns.hostIp });
+    client = new (SchedulerClientClass())(scheduler.address, grpc.credentials.createInsecure());
+    const metadata = new grpc.Metadata();
+    metadata.set('authorization', `Bearer ${token}`);
+    const host = hostInfo('holder', { ip: '127.0.0.9', labels: { zone: 'secret-zone' } });
+    await new Promise<void>((resolve, reject) =>
+      client.AnnounceHost({ host }, metadata, { deadline: Date.now() + 5_000 }, (error: grpc.ServiceError | null) =>
+        error ? reject(error) : resolve(),
+      ),
+    );
+    stream = client.AnnouncePeer(metadata);
+    stream.on('data', () => undefined);
+    stream.on('error', () => undefined);
+    stream.write({
+      packet: 'register',
+      register: {
+        peerId: `holder|${digest}`,
+        hostId: 'holder',
+        taskId: digest,
+        contentLength: 10,
+        pieceSize: pieceSizeFor(10),
+        heldPieces: [],
+      },
+    });
+    await waitFor(
+      async () => {
+        const response = await scheduler.task(digest);
+        await response.body.dump();
+        return response.statusCode === 200;
+      },
+      5_000,
+      'the task registered',
+    );
+  });
+  after(async () => {
+    stream?.end();
+    client?.close();
+    await scheduler?.stop();
+    await netns?.remove();
+  });
+
+  it('answers /api/tasks/<digest> only to this host or a holder of the cluster token', async () => {
+    const url = `${scheduler.metricsUrl.replace('/metrics', '')}/api/tasks/${digest}`;
+    const curl = async (args: string[]) => {
+      const result = await netns.exec('curl', ['-s', '-w', '\n%{http_code}', ...args, url]);
+      const lines = result.stdout.split('\n');
+      return { status: lines.at(-1), body: lines.slice(0, -1).join('\n') };
+    };
+    for (const args of [[], ['-H', 'authorization: Bearer wrong-token']]) {
+      const refused = await curl(args);
+      assert.equal(refused.status, '403', args.join(' ') || 'no token');
+      assert.deepEqual(JSON.parse(refused.body), { error: 'task state is only for the local host or a holder of the cluster token' });
+    }
+    const withToken = await curl(['-H', `authorization: Bearer ${token}`]);
+    assert.equal(withToken.status, '200');
+    assert.deepEqual(
+      (JSON.parse(withToken.body) as TaskStat).peers.map((p) => [p.hostId, p.labels]),
+      [['holder', { zone: 'secret-zone' }]],
+    );
+    const local = await request(url);
+    assert.equal(local.statusCode, 200, 'this host may, without the token');
+    assert.equal(((await local.body.json()) as TaskStat).taskId, digest);
+    const metrics = await netns.exec('curl', ['-s', '-o', '/dev/null', '-w', '%{http_code}', scheduler.metricsUrl]);
+    assert.equal(metrics.stdout, '200', '/metrics stays open to Prometheus');
   });
 });
 
