@@ -81,7 +81,8 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
   };
   // The token every member of the cluster shares (schedulers and swarm peers refuse to run without one).
   const tokenFile = path.join(options.workDir, `${tag}cluster.token`);
-  await writeFile(tokenFile, randomBytes(24).toString('hex'));
+  const clusterToken = randomBytes(24).toString('hex');
+  await writeFile(tokenFile, clusterToken);
   const token = ['--cluster-token-file', tokenFile];
   try {
     services.push(
@@ -151,7 +152,12 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
     dataDir,
     logFiles: () => services.map((s) => s.logFile),
     async task(digest) {
-      const res = await c.exec(sched, 'curl', ['-s', '--noproxy', '*', `http://${schedulerApi}/api/tasks/${digest}`], { allowFail: true });
+      const res = await c.exec(
+        sched,
+        'curl',
+        ['-s', '--noproxy', '*', '-H', `authorization: Bearer ${clusterToken}`, `http://${schedulerApi}/api/tasks/${digest}`],
+        { allowFail: true },
+      );
       return JSON.parse(res.stdout || '{}') as SchedulerTask;
     },
     stop,

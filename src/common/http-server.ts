@@ -1,6 +1,7 @@
 import { createServer as createHttpServer, type IncomingMessage, type RequestListener, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
+import { capConnections } from './connection-cap.js';
 import type { Logger } from './log.js';
 import { formatHostPort, parseListenAddress } from './net.js';
 import { serverTlsOptions, type ClusterTls } from './tls.js';
@@ -36,9 +37,6 @@ export const DEFAULT_LIMITS: ServerLimits = {
 
 /** How often Node looks for connections past their headers or request timeout. */
 const CHECK_INTERVAL_MS = 1_000;
-/** Refused connections are logged at most this often. */
-const DROP_LOG_INTERVAL_MS = 60_000;
-
 export interface ServerOptions {
   limits?: Partial<ServerLimits>;
   /** Serve HTTPS with the cluster's certificate. */
@@ -61,7 +59,7 @@ export function createLimitedServer(handler: RequestListener, options: ServerOpt
   const server: Server = options.tls
     ? createHttpsServer({ ...common, ...serverTlsOptions(options.tls), handshakeTimeout: limits.headersTimeoutMs }, handler)
     : createHttpServer(common, handler);
-  server.maxConnections = limits.maxConnections;
+  capConnections(server, limits.maxConnections, options.what, options.log);
   server.setTimeout(limits.idleTimeoutMs, (socket) => socket.destroy());
   // Node's header timeout starts with a connection's first byte: one that sends none is closed
   // here (measured: silent connections stayed open past every Node timeout but the idle one).
@@ -73,19 +71,6 @@ export function createLimitedServer(handler: RequestListener, options: ServerOpt
     }, limits.headersTimeoutMs);
     timer.unref();
     socket.once('close', () => clearTimeout(timer));
-  });
-  let lastDropLog = 0;
-  let dropped = 0;
-  server.on('drop', () => {
-    dropped++;
-    const now = Date.now();
-    if (now - lastDropLog < DROP_LOG_INTERVAL_MS) return;
-    lastDropLog = now;
-    options.log?.warn(
-      { server: options.what, maxConnections: limits.maxConnections, refused: dropped },
-      'connection limit reached: refusing new connections',
-    );
-    dropped = 0;
   });
   // A TLS handshake that fails (a client without the cluster CA, a plain-HTTP client) is the client's problem.
   server.on('tlsClientError', (error: Error) => options.log?.debug({ server: options.what, err: error.message }, 'TLS handshake refused'));

@@ -19,6 +19,14 @@ export function formatHostPort(address: ListenAddress): string {
   return address.host.includes(':') ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`;
 }
 
+/**
+ * Whether a connection comes from this host: from a loopback address, or from the very address it
+ * reached (a process calling its own host's IP).
+ */
+export function isFromThisHost(socket: { remoteAddress?: string; localAddress?: string }): boolean {
+  return isLoopbackAddress(socket.remoteAddress) || (socket.remoteAddress !== undefined && socket.remoteAddress === socket.localAddress);
+}
+
 /** Whether a peer address (as a socket reports it) is this host's loopback: 127.0.0.0/8, ::1, or either mapped. */
 export function isLoopbackAddress(address: string | undefined): boolean {
   if (!address) return false;

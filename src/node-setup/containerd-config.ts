@@ -2,7 +2,7 @@
 // the registry's config_path (so hosts.toml files apply), and with lazy pulling the Starling
 // snapshotter as a proxy plugin and the CRI plugin's snapshotter.
 
-import { formatKeyPath, parseToml, setTomlValues, valueAt, type TomlSetting } from './toml-text.js';
+import { formatKeyPath, parseToml, setTomlValues, valueAt, type LockedPrefix, type TomlSetting } from './toml-text.js';
 import { NodeSetupError } from './errors.js';
 import { itemAt } from '../common/indexing.js';
 
@@ -27,6 +27,8 @@ export interface ContainerdConfigOptions {
   lazy?: { snapshotterSocket: string };
   /** The version to write into a config file that is missing or holds no settings. */
   newConfigVersion?: ContainerdConfigVersion;
+  /** A leading part of the text the edit must leave alone (see k3s.ts). */
+  locked?: LockedPrefix;
 }
 
 export interface ContainerdConfigPlan {
@@ -37,6 +39,8 @@ export interface ContainerdConfigPlan {
   text: string;
   /** One line per key that changes, e.g. `plugins."…".registry.config_path = "/etc/containerd/certs.d"`. */
   changes: string[];
+  /** The keys that change, with their new values. */
+  settings: TomlSetting[];
 }
 
 /**
@@ -102,10 +106,10 @@ export function planContainerdConfig(text: string | undefined, file: string, opt
   }
 
   const needed = settings.filter((s) => valueAt(doc, [...s.table, s.key]) !== s.value);
-  if (needed.length === 0) return { version, hostsDir, text: source, changes: [] };
+  if (needed.length === 0) return { version, hostsDir, text: source, changes: [], settings: [] };
   let updated: string;
   try {
-    updated = setTomlValues(source, needed, file);
+    updated = setTomlValues(source, needed, file, options.locked);
   } catch (error) {
     throw new NodeSetupError((error as Error).message);
   }
@@ -114,6 +118,7 @@ export function planContainerdConfig(text: string | undefined, file: string, opt
     hostsDir,
     text: updated,
     changes: needed.map((s) => `${formatKeyPath([...s.table, s.key])} = ${JSON.stringify(s.value)}`),
+    settings: needed,
   };
 }
 

@@ -94,6 +94,9 @@ export async function undoWrites(backupDir: string, force: boolean): Promise<str
     const changed: string[] = [];
     for (const entry of journal.files) {
       const current = await readBytes(entry.path);
+      // A file node-setup created and someone removed since is already as undo would leave it
+      // (k3s and RKE2 empty their certs.d folder at every start).
+      if (current === undefined && !entry.existed) continue;
       if (entry.written && (current === undefined || sha256(current) !== entry.written)) changed.push(entry.path);
     }
     if (changed.length) {

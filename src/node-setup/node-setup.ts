@@ -8,10 +8,11 @@ import { stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { isRegistryHost } from '../oci/registry-hosts.js';
-import { planContainerdConfig, type ContainerdConfigVersion } from './containerd-config.js';
+import { planContainerdConfig, type ContainerdConfigOptions, type ContainerdConfigVersion } from './containerd-config.js';
 import { NodeSetupError } from './errors.js';
 import { mergeHostsToml } from './hosts-toml.js';
 import { applyWrites, readIfExists, undoWrites, type FileWrite } from './journal.js';
+import { K3S_UNITS, k3sFlavour, planK3sTemplate, type TemplatePlan } from './k3s.js';
 import { REGISTRIES_DROP_IN, renderRegistriesDropIn } from './registries-conf.js';
 
 export interface NodeSetupOptions {
@@ -46,7 +47,6 @@ export interface NodeSetupReport {
 
 /** containerd's config.toml, or the template k3s and RKE2 render it from. */
 const CONFIG_FILE = /\/config(-v3)?\.toml(\.tmpl)?$/;
-const K3S_CONFIG = /\/rancher\/(k3s|rke2)\/agent\/etc\/containerd\/config\.toml$/;
 
 export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupReport> {
   const mirrorUrl = mirrorOrigin(options.mirror);
@@ -56,44 +56,41 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   if (!options.containerdConfig && !options.registriesConfDir) {
     throw new NodeSetupError('nothing to set up: name --containerd-config (containerd) or --registries-conf-dir (CRI-O, podman)');
   }
+  const insecure = new Set(options.insecureRegistries);
+  const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
   const writes: FileWrite[] = [];
   const lines: string[] = [];
   let configFile: string | undefined;
+  let hostsDir: string | undefined;
+  const hostsFiles = async (dir: string) => planHostsFiles(dir, registries, insecure, mirrorUrl);
 
   if (options.containerdConfig) {
-    const target = await configTarget(options.containerdConfig, options.configVersion);
-    configFile = target.path;
-    const plan = planContainerdConfig(target.text, target.path, {
+    const { path, plan } = await planConfig(options.containerdConfig, {
       hostsDir: options.hostsDir,
       lazy: options.lazy,
       newConfigVersion: options.configVersion,
     });
+    configFile = path;
     if (plan.changes.length) {
-      writes.push({ path: target.path, content: plan.text });
-      for (const change of plan.changes) lines.push(`${target.path}: set ${change}`);
+      writes.push({ path, content: plan.text });
+      for (const change of plan.changes) lines.push(`${path}: set ${change}`);
     }
-    const insecure = new Set(options.insecureRegistries);
-    const registries = [...new Set([...options.registries, ...options.insecureRegistries])];
-    const folders = registries.length ? registries : ['_default'];
-    const warning = await otherFilesystemWarning(plan.hostsDir, target.path);
+    hostsDir = plan.hostsDir;
+    const warning = await otherFilesystemWarning(hostsDir, path);
     if (warning) lines.push(warning);
-    for (const folder of folders) {
-      const file = join(plan.hostsDir, folder, 'hosts.toml');
-      const existing = await readIfExists(file);
-      const registry = folder === '_default' ? undefined : folder;
-      const content = mergeHostsToml(existing, { mirrorUrl, registry, insecure: insecure.has(folder) }, file);
-      if (content !== existing) {
-        writes.push({ path: file, content });
-        lines.push(`${file}: ${existing === undefined ? 'created with' : 'put'} the mirror ${mirrorUrl} first`);
-      }
-    }
+    const hosts = await hostsFiles(hostsDir);
+    writes.push(...hosts.writes);
+    lines.push(...hosts.lines);
   }
   if (options.registriesConfDir) {
     const file = join(options.registriesConfDir, REGISTRIES_DROP_IN);
-    const content = renderRegistriesDropIn(mirrorUrl, options.registries);
+    const content = renderRegistriesDropIn(
+      mirrorUrl,
+      registries.map((host) => ({ host, insecure: insecure.has(host) })),
+    );
     if ((await readIfExists(file)) !== content) {
       writes.push({ path: file, content });
-      lines.push(`${file}: the mirror ${mirrorUrl} for ${options.registries[0]}`);
+      lines.push(`${file}: the mirror ${mirrorUrl} for ${registries.join(', ')}`);
     }
   }
 
@@ -102,7 +99,38 @@ export async function setUpNode(options: NodeSetupOptions): Promise<NodeSetupRep
   if (changedFiles.length === 0) lines.push('nothing to change: the node already pulls through Starling');
   const configChanged = configFile !== undefined && changedFiles.includes(configFile);
   const restarted = await restartIfNeeded(configChanged, options, lines);
+  if (restarted && hostsDir !== undefined && k3sFlavour(options.containerdConfig)) {
+    // k3s and RKE2 empty their certs.d folder as they start and write their own hosts.toml files
+    // there (from registries.yaml): the mirror goes back in front of them.
+    const again = await hostsFiles(hostsDir);
+    for (const file of await applyWrites(backupDir, again.writes)) {
+      lines.push(`${file}: the mirror ${mirrorUrl} put first again (rewritten as ${k3sFlavour(options.containerdConfig)} restarted)`);
+      if (!changedFiles.includes(file)) changedFiles.push(file);
+    }
+  }
   return { lines, changedFiles, restarted };
+}
+
+/** Each registry's hosts.toml (or `_default`'s) with the mirror first: the writes it takes, and what they do. */
+async function planHostsFiles(
+  hostsDir: string,
+  registries: readonly string[],
+  insecure: ReadonlySet<string>,
+  mirrorUrl: string,
+): Promise<{ writes: FileWrite[]; lines: string[] }> {
+  const writes: FileWrite[] = [];
+  const lines: string[] = [];
+  for (const folder of registries.length ? registries : ['_default']) {
+    const file = join(hostsDir, folder, 'hosts.toml');
+    const existing = await readIfExists(file);
+    const registry = folder === '_default' ? undefined : folder;
+    const content = mergeHostsToml(existing, { mirrorUrl, registry, insecure: insecure.has(folder) }, file);
+    if (content !== existing) {
+      writes.push({ path: file, content });
+      lines.push(`${file}: ${existing === undefined ? 'created with' : 'put'} the mirror ${mirrorUrl} first`);
+    }
+  }
+  return { writes, lines };
 }
 
 export interface UndoOptions {
@@ -145,25 +173,11 @@ function defaultBackupDir(options: { containerdConfig?: string; registriesConfDi
   return join(anchor, '.starling-node-setup');
 }
 
-/**
- * The file to edit for `configFile`. k3s and RKE2 render config.toml from a Go template at every
- * start: the template is what lasts, so it is edited (created from the rendered file when absent).
- */
-async function configTarget(
-  configFile: string,
-  newVersion: ContainerdConfigVersion | undefined,
-): Promise<{ path: string; text: string | undefined }> {
-  const text = await readIfExists(configFile);
-  if (!K3S_CONFIG.test(configFile)) return { path: configFile, text };
-  const version = /^\s*version\s*=\s*3\b/m.test(text ?? '') || (text === undefined && newVersion === 3) ? 3 : 2;
-  const template = join(dirname(configFile), version === 3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl');
-  const templateText = await readIfExists(template);
-  if (templateText?.includes('{{')) {
-    throw new NodeSetupError(
-      `${template} is a Go template (it holds "{{"): node-setup edits plain TOML only; add the settings it prints with --help by hand`,
-    );
-  }
-  return { path: template, text: templateText ?? text };
+/** The config file to edit and the edit: config.toml itself, or for k3s and RKE2 their template (k3s.ts). */
+async function planConfig(configFile: string, options: ContainerdConfigOptions): Promise<TemplatePlan> {
+  const flavour = k3sFlavour(configFile);
+  if (flavour) return planK3sTemplate(configFile, flavour, options);
+  return { path: configFile, plan: planContainerdConfig(await readIfExists(configFile), configFile, options) };
 }
 
 /**
@@ -183,12 +197,22 @@ async function otherFilesystemWarning(hostsDir: string, configFile: string): Pro
   return `warning: the hosts folder ${hostsDir} is not on the filesystem of ${configFile}; in a container, mount it too, or its hosts.toml files are lost`;
 }
 
-/** systemctl in the host's namespaces (the init container runs with hostPID). */
+/** nsenter into PID 1's namespaces: the init container runs with hostPID, and systemd is the host's. */
+const IN_HOST_NAMESPACES = ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--'];
+
+/**
+ * Restarts the first of its arguments (systemd units) that is active: k3s and RKE2 run their
+ * containerd in the server's unit on a server node and in the agent's on an agent node, and only
+ * one of them is installed. (`systemctl try-restart` of both would fail on the missing one.)
+ */
+const RESTART_ACTIVE_UNIT =
+  'for unit in "$@"; do if systemctl is-active --quiet "$unit"; then exec systemctl restart "$unit"; fi; done; echo "none of the units $* is active" >&2; exit 1';
+
+/** The restart run when config.toml (or its k3s/RKE2 template) changed: systemctl on the host. */
 export function defaultRestartCommand(containerdConfig: string | undefined): string[] {
-  const flavour = containerdConfig ? K3S_CONFIG.exec(containerdConfig)?.[1] : undefined;
-  const units = flavour ? [`${flavour}`, `${flavour}-agent`] : ['containerd'];
-  const verb = flavour ? 'try-restart' : 'restart';
-  return ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--', 'systemctl', verb, ...units];
+  const flavour = k3sFlavour(containerdConfig);
+  if (!flavour) return [...IN_HOST_NAMESPACES, 'systemctl', 'restart', 'containerd'];
+  return [...IN_HOST_NAMESPACES, 'sh', '-c', RESTART_ACTIVE_UNIT, 'restart-active-unit', ...K3S_UNITS[flavour]];
 }
 
 async function restartIfNeeded(

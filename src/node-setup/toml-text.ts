@@ -186,15 +186,27 @@ export interface TomlSetting {
 }
 
 /**
+ * A leading part of the text that must not change (k3s's `{{ template "base" . }}`, rendered):
+ * keys and tables that live there cannot be edited, only new tables appended after it.
+ */
+export interface LockedPrefix {
+  /** The first offset that may change. */
+  end: number;
+  /** Why it may not change, for the error that names a key found there. */
+  reason: string;
+}
+
+/**
  * Sets each key to its value, changing only those keys' text: an existing key's value is
  * replaced in place; a missing key is added at the end of its table; a missing table is appended
  * at the end of the document. Throws TomlEditError when the result would not parse or would differ
- * from the original anywhere but at these keys (for example a key that lives in an inline table).
+ * from the original anywhere but at these keys (for example a key that lives in an inline table),
+ * or when a key or its table lies in `locked`.
  */
-export function setTomlValues(text: string, settings: readonly TomlSetting[], what: string): string {
+export function setTomlValues(text: string, settings: readonly TomlSetting[], what: string, locked?: LockedPrefix): string {
   const before = parseToml(text, what);
   let out = text;
-  for (const setting of settings) out = setOne(out, setting);
+  for (const setting of settings) out = setOne(out, setting, what, locked);
   let after: TomlTable;
   try {
     after = parse(out);
@@ -231,19 +243,24 @@ function assignAt(doc: TomlTable, path: readonly string[], value: TomlValue): vo
   node[itemAt(path, path.length - 1)] = value;
 }
 
-function setOne(text: string, { table, key, value }: TomlSetting): string {
+function setOne(text: string, { table, key, value }: TomlSetting, what: string, locked: LockedPrefix | undefined): string {
   const statements = scan(text);
   const full = [...table, key];
   const rendered = formatValue(value);
+  const refuseIfLocked = (offset: number, where: string) => {
+    if (locked && offset < locked.end) throw new TomlEditError(`${what}: cannot set ${formatKeyPath(full)} (${where}): ${locked.reason}`);
+  };
   const existing = statements.find((s) => s.kind === 'keyval' && isDeepStrictEqual(s.path, full));
   if (existing) {
     if (text.slice(existing.valueStart, existing.valueEnd) === rendered) return text;
+    refuseIfLocked(existing.valueStart, `it is ${text.slice(existing.valueStart, existing.valueEnd)} there`);
     return text.slice(0, existing.valueStart) + rendered + text.slice(existing.valueEnd);
   }
   const headerIndex = statements.findIndex((s) => s.kind === 'table' && isDeepStrictEqual(s.path, table));
   const eol = text.includes('\r\n') ? '\r\n' : '\n';
   if (headerIndex >= 0) {
     const header = itemAt(statements, headerIndex);
+    refuseIfLocked(header.start, `its table [${formatKeyPath(table)}] is defined there`);
     // The table's own statements run until the next header.
     let last = header;
     let indent: string | undefined;
@@ -261,6 +278,7 @@ function setOne(text: string, { table, key, value }: TomlSetting): string {
     // A top-level key must come before the first table.
     const firstTable = statements.find((s) => s.kind !== 'keyval');
     const at = firstTable ? firstTable.start - firstTable.indent.length : text.length;
+    refuseIfLocked(at, 'a top-level key goes before the first table');
     const needsBreak = at > 0 && text[at - 1] !== '\n';
     return text.slice(0, at) + (needsBreak ? eol : '') + `${formatKeyPath([key])} = ${rendered}${eol}` + text.slice(at);
   }

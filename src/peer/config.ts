@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { rateField, sizeField } from '../common/config.js';
+import { DEFAULT_LIMITS } from '../common/http-server.js';
 import { parseListenAddress } from '../common/net.js';
 import { tlsFilesSchema } from '../common/tls.js';
 import { isRegistryHost } from '../oci/registry-hosts.js';
@@ -37,9 +38,11 @@ export const peerConfigSchema = z
     mirror: z
       .object({
         listen: listenAddress.default('127.0.0.1:65001'),
+        /** Connections open at once (each holds a file descriptor); more are refused at accept, and the refusal is logged. */
+        maxConnections: z.number().int().min(1).default(DEFAULT_LIMITS.maxConnections),
       })
       .strict()
-      .default({ listen: '127.0.0.1:65001' }),
+      .default({ listen: '127.0.0.1:65001', maxConnections: DEFAULT_LIMITS.maxConnections }),
     registries: z
       .object({
         insecure: z.array(z.string().refine(isRegistryHost, { message: 'expected HOST[:PORT]' })).default([]),

@@ -202,7 +202,11 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     }),
   });
 
-  const mirror = await listenHttp(config.mirror.listen, handler, { what: 'peer mirror', limits: MIRROR_LIMITS, log });
+  const mirror = await listenHttp(config.mirror.listen, handler, {
+    what: 'peer mirror',
+    limits: { ...MIRROR_LIMITS, maxConnections: config.mirror.maxConnections },
+    log,
+  });
   const mirrorAddress = mirror.address;
   log.info({ mirror: mirrorAddress, dataDir, quota: config.storage.quota }, 'peer mirror listening');
 

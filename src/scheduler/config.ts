@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { tlsFilesSchema } from '../common/tls.js';
+import { DEFAULT_GRPC_LIMITS, grpcLimitsSchema } from '../rpc/grpc-listener.js';
 
 export const topologyRuleSchema = z
   .object({
@@ -89,6 +90,8 @@ export const schedulerConfigSchema = z
       .min(0)
       .default(30 * 60_000),
     scheduling: schedulingSchema.default(defaultScheduling()),
+    /** What one client of the gRPC port may hold: connections, streams, idle time (docs/security.md, "Limits"). */
+    limits: grpcLimitsSchema.default(DEFAULT_GRPC_LIMITS),
     /** TLS on the gRPC port, and towards seeds and the manager (checked against `ca`). */
     tls: tlsFilesSchema.optional(),
     log: z

@@ -1,12 +1,12 @@
-import * as grpc from '@grpc/grpc-js';
 import { networkInterfaces } from 'node:os';
 import { closeHttp, listenHttp } from '../common/http-server.js';
 import type { Logger } from '../common/log.js';
 import { createMetricsRegistry, serveMetrics } from '../common/metrics.js';
-import { parseListenAddress, formatHostPort } from '../common/net.js';
+import { isFromThisHost, parseListenAddress } from '../common/net.js';
 import { UserError } from '../common/errors.js';
 import { loadTls } from '../common/tls.js';
 import { readTokenFile } from '../common/token.js';
+import { limitedGrpcServer, listenGrpc } from '../rpc/grpc-listener.js';
 import { SchedulerService, schedulerServerCredentials } from '../rpc/proto.js';
 import type { SchedulerConfig } from './config.js';
 import { ManagerLink } from './manager-link.js';
@@ -55,16 +55,18 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
     log,
   );
 
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
+  const server = limitedGrpcServer(config.limits);
   server.addService(
     SchedulerService().service,
     schedulerHandlers(scheduling, { keepaliveIntervalMs: config.keepaliveIntervalMs, clusterToken, metrics, log }),
   );
   const listen = parseListenAddress(config.listen, 'scheduler listen address');
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(formatHostPort(listen), schedulerServerCredentials(tls), (error, bound) => (error ? reject(error) : resolve(bound))),
-  );
-  const address = formatHostPort({ host: listen.host, port });
+  const grpcListener = await listenGrpc(server, config.listen, schedulerServerCredentials(tls), {
+    limits: config.limits,
+    what: 'scheduler gRPC',
+    log,
+  });
+  const { address, port } = grpcListener;
 
   const metricsServer = await listenHttp(
     config.metricsListen,
@@ -74,7 +76,13 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       } else if (req.url === '/healthz') {
         res.end('ok\n');
       } else if (req.url?.startsWith('/api/tasks/')) {
-        // Read-only task state for `starling stat`, tests and operators.
+        // Read-only task state for operators and tests. It names the hosts holding a blob, their
+        // addresses and labels: for this host, or a holder of the cluster token.
+        if (!isFromThisHost(req.socket) && !clusterToken.accepts(req.headers.authorization)) {
+          res.writeHead(403, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: 'task state is only for the local host or a holder of the cluster token' }));
+          return;
+        }
         const stat = scheduling.stat(decodeURIComponent(req.url.slice('/api/tasks/'.length)));
         res.writeHead(stat ? 200 : 404, { 'content-type': 'application/json' });
         res.end(JSON.stringify(stat ?? { error: 'no such task' }));
@@ -118,8 +126,7 @@ export async function startScheduler(config: SchedulerConfig, log: Logger): Prom
       stopWatchingToken();
       managerLink?.stop();
       for (const timer of timers) clearInterval(timer);
-      await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
-      server.forceShutdown();
+      await grpcListener.close();
       await closeHttp(metricsServer.server);
       await seeds.close();
     },

@@ -196,7 +196,7 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
       // Wait until the big layer is flowing through the swarm, then kill the scheduler that has it.
       const holder = async () => {
         for (const scheduler of schedulers) {
-          const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${big.digest}`));
+          const response = await scheduler.task(big.digest);
           await response.body.dump();
           if (response.statusCode === 200) return scheduler;
         }
@@ -216,7 +216,7 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
       `# killed ${killed.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`,
     );
     // The task moved: the surviving scheduler knows it now.
-    const moved = await request(survivor.metricsUrl.replace('/metrics', `/api/tasks/${big.digest}`));
+    const moved = await survivor.task(big.digest);
     await moved.body.dump();
     assert.equal(moved.statusCode, 200, 'the surviving scheduler took the task over');
     const copies = blobBytesSent(registry.requests(), big.digest) / big.size;

@@ -28,7 +28,7 @@ let nextIp = 20;
 const ip = () => `127.0.0.${nextIp++}`;
 
 async function taskStat(scheduler: RunningSchedulerProcess, digest: string): Promise<TaskStat> {
-  const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${digest}`));
+  const response = await scheduler.task(digest);
   assert.equal(response.statusCode, 200);
   return (await response.body.json()) as TaskStat;
 }
@@ -37,7 +37,7 @@ async function taskStat(scheduler: RunningSchedulerProcess, digest: string): Pro
 async function waitForHolder(scheduler: RunningSchedulerProcess, digest: string, what: string): Promise<void> {
   await waitFor(
     async () => {
-      const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${digest}`));
+      const response = await scheduler.task(digest);
       if (response.statusCode !== 200) return (await response.body.dump(), false);
       return ((await response.body.json()) as TaskStat).peers.some((peer) => peer.finished);
     },
@@ -164,7 +164,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     const looks: TaskStat[] = [];
     const watch = (async () => {
       while (!done) {
-        const response = await request(scheduler.metricsUrl.replace('/metrics', `/api/tasks/${blob.digest}`));
+        const response = await scheduler.task(blob.digest);
         if (response.statusCode === 200) looks.push((await response.body.json()) as TaskStat);
         else await response.body.dump();
         await new Promise((resolve) => setTimeout(resolve, 100));

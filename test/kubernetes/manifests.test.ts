@@ -14,6 +14,8 @@ import { makeTempDir, run, type TempDir } from '../fixtures/processes.js';
 import { schemaErrors, unknownFieldErrors, type KubeObject } from './manifest-check.js';
 
 const DEPLOY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/kubernetes');
+/** Nodes whose containerd is k3s's or RKE2's own: each has a component (components/k3s, components/rke2). */
+const FLAVOURS = ['k3s', 'rke2'] as const;
 
 // Rendered objects are walked as plain JSON.
 type Obj = KubeObject & Record<string, any>;
@@ -67,9 +69,34 @@ describe('deploy/kubernetes', () => {
       assert.notEqual(swapped, text, 'default: a line for the tls-files component');
       await fsp.writeFile(file, swapped);
     }
-    for (const overlay of ['default', 'ha', 'ha-trial', 'default-lazy', 'ha-lazy', 'default-cert-manager'])
+    // k3s and RKE2 nodes, as the README says: their component added to the overlay (with lazy
+    // pulling here) and uncommented in the uninstall kustomization.
+    for (const flavour of FLAVOURS) {
+      const dir = path.join(tmp.path, 'overlays', `default-lazy-${flavour}`);
+      await fsp.cp(path.join(tmp.path, 'overlays', 'default-lazy'), dir, { recursive: true });
+      const file = path.join(dir, 'kustomization.yaml');
+      const text = await fsp.readFile(file, 'utf8');
+      await fsp.writeFile(file, text.replace(/^( {2}- \.\.\/\.\.\/components\/lazy\n)/m, `$1  - ../../components/${flavour}\n`));
+      const uninstall = path.join(tmp.path, `uninstall-${flavour}`);
+      await fsp.mkdir(uninstall);
+      await fsp.cp(path.join(tmp.path, 'uninstall', 'node-undo.yaml'), path.join(uninstall, 'node-undo.yaml'));
+      const undoText = await fsp.readFile(path.join(tmp.path, 'uninstall', 'kustomization.yaml'), 'utf8');
+      const uncommented = undoText.replace(new RegExp(`^ {2}# - \\.\\./components/${flavour}$`, 'm'), `  - ../components/${flavour}`);
+      assert.notEqual(uncommented, undoText, `uninstall: a commented line for the ${flavour} component`);
+      await fsp.writeFile(path.join(uninstall, 'kustomization.yaml'), uncommented);
+    }
+    for (const overlay of [
+      'default',
+      'ha',
+      'ha-trial',
+      'default-lazy',
+      'ha-lazy',
+      'default-cert-manager',
+      ...FLAVOURS.map((f) => `default-lazy-${f}`),
+    ])
       rendered[overlay] = await render(`overlays/${overlay}`);
     rendered.uninstall = await render('uninstall');
+    for (const flavour of FLAVOURS) rendered[`uninstall-${flavour}`] = await render(`uninstall-${flavour}`);
   });
 
   after(async () => {
@@ -244,7 +271,7 @@ describe('deploy/kubernetes', () => {
   ] as const;
   const components = () =>
     Object.keys(rendered)
-      .filter((overlay) => overlay !== 'uninstall')
+      .filter((overlay) => !overlay.startsWith('uninstall'))
       .flatMap((overlay) =>
         workloads.map(([kind, name, main]) => {
           const object = find(overlay, kind, name);
@@ -414,5 +441,52 @@ describe('deploy/kubernetes', () => {
     const undo = find('uninstall', 'DaemonSet', 'starling-node-undo');
     assert.deepEqual(container(undo, 'node-undo').args, ['node-setup', '--undo', '--containerd-config=/etc/containerd/config.toml']);
     assert.deepEqual(podSpec(undo).tolerations, [{ operator: 'Exists' }]);
+  });
+
+  /** The folder node-setup is given, its mount, and the host folder behind it, of one container. */
+  const containerdFolder = (object: Obj, name: string) => {
+    const c = container(object, name);
+    const config = c.args.find((a: string) => a.startsWith('--containerd-config='))?.slice('--containerd-config='.length);
+    const mount = c.volumeMounts.find((m: any) => m.name === 'containerd-config');
+    const volume = podSpec(object).volumes.find((v: any) => v.name === 'containerd-config');
+    return { config, mountPath: mount?.mountPath, hostPath: volume?.hostPath };
+  };
+
+  test("k3s and RKE2 nodes: their component points node-setup and its undo at the node's own containerd folder, mounted at the same path", () => {
+    for (const flavour of FLAVOURS) {
+      const dir = `/var/lib/rancher/${flavour}/agent/etc/containerd`;
+      const expected = { config: `${dir}/config.toml`, mountPath: dir, hostPath: { path: dir, type: 'Directory' } };
+      const peer = find(`default-lazy-${flavour}`, 'DaemonSet', 'starling-peer');
+      assert.deepEqual(containerdFolder(peer, 'node-setup'), expected, `${flavour}: the peer's node-setup`);
+      assert.ok(container(peer, 'node-setup').args.includes('--lazy'), `${flavour}: the lazy component's flags are kept`);
+      const undo = find(`uninstall-${flavour}`, 'DaemonSet', 'starling-node-undo');
+      assert.deepEqual(containerdFolder(undo, 'node-undo'), expected, `${flavour}: the uninstall's node-setup --undo`);
+    }
+    const plain = {
+      config: '/etc/containerd/config.toml',
+      mountPath: '/etc/containerd',
+      hostPath: { path: '/etc/containerd', type: 'DirectoryOrCreate' },
+    };
+    assert.deepEqual(containerdFolder(find('default-lazy', 'DaemonSet', 'starling-peer'), 'node-setup'), plain);
+    assert.deepEqual(containerdFolder(find('uninstall', 'DaemonSet', 'starling-node-undo'), 'node-undo'), plain);
+  });
+
+  test('the image is named in one place (components/image), and every container of every overlay and of the uninstall runs it', async () => {
+    const named: string[] = [];
+    for (const file of (await fsp.readdir(DEPLOY, { recursive: true })).filter((f) => f.endsWith('kustomization.yaml'))) {
+      if (/^\s*newName:/m.test(await fsp.readFile(path.join(DEPLOY, file), 'utf8'))) named.push(file);
+    }
+    assert.deepEqual(named, [path.join('components', 'image', 'kustomization.yaml')]);
+    const images = new Set<string>();
+    for (const [overlay, objects] of Object.entries(rendered)) {
+      for (const object of objects.filter((o) => o.spec?.template?.spec)) {
+        for (const c of [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers]) {
+          if (object.metadata.name === 'starling-postgres') continue; // the trial's database
+          images.add(c.image);
+          assert.equal(c.image, 'registry.example.com/starling/starling:0.1.0', `${overlay} ${object.metadata.name} ${c.name}`);
+        }
+      }
+    }
+    assert.deepEqual([...images], ['registry.example.com/starling/starling:0.1.0']);
   });
 });

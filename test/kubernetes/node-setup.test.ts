@@ -8,6 +8,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
+import { podmanPull } from '../fixtures/clients.js';
 import { connectCri, type CriClient } from '../fixtures/cri.js';
 import { buildImage, pushImage } from '../fixtures/images.js';
 import { startPeer, STARLING_CLI, type RunningPeerProcess } from '../fixtures/peer.js';
@@ -210,6 +211,73 @@ describe('starling node-setup on a containerd 1.6 node', () => {
       assert.match(result.stderr, message);
       assert.deepEqual(await snapshot(dir), before, `${JSON.stringify(config)}: no file changed`);
     }
+  });
+});
+
+describe('starling node-setup on a CRI-O/podman node: a registries.conf.d drop-in', () => {
+  let tmp: TempDir;
+  const registries: Registry[] = [];
+  let peer: RunningPeerProcess;
+  let images = 0;
+
+  before(async () => {
+    tmp = await makeTempDir('starling-node-setup-podman-');
+    registries.push(await startRegistry(), await startRegistry());
+    // No --registry-default: each request names its registry in its path.
+    peer = await startPeer({ insecure: registries.map((r) => r.host) });
+  });
+  after(async () => {
+    await peer?.stop();
+    for (const registry of registries) await registry.stop();
+    await tmp?.remove();
+  });
+
+  async function freshImage(registry: Registry): Promise<{ ref: string; layer: string }> {
+    const n = ++images;
+    const image = await buildImage({ layers: [{ sizeBytes: 2 * MiB, seed: `node-setup-podman-${n}` }] });
+    const ref = `app/p${n}:v1`;
+    await pushImage(image.layoutDir, image.tag, registry.host, ref);
+    return { ref, layer: image.layers[0]!.digest };
+  }
+  /** Who fetched the layer from the registry: podman itself, or the peer. */
+  const fetchedBy = (registry: Registry, layer: string): string[] =>
+    blobRequests(registry.requests(), layer)
+      .filter((r) => r.status === 200)
+      .map((r) => (/containers\/|podman/i.test(r.userAgent) ? 'podman' : 'peer'));
+
+  test('node-setup writes one drop-in for two registries, real podman pulls from each through the peer, a second run changes nothing, --undo removes it and podman pulls straight from the registry again', async () => {
+    // podman reads $HOME/.config/containers/registries.conf.d as it reads /etc/containers/registries.conf.d.
+    const home = path.join(tmp.path, 'home');
+    const dropIns = path.join(home, '.config', 'containers', 'registries.conf.d');
+    await fsp.mkdir(dropIns, { recursive: true });
+    await fsp.writeFile(path.join(dropIns, '10-node.conf'), '# the node\'s own\n[aliases]\n  "tool" = "registry.example/tools/tool"\n');
+    const nodeFiles = await snapshot(home);
+    const [first, second] = registries as [Registry, Registry];
+    const nodeSetup = (args: string[]) =>
+      run(process.execPath, [STARLING_CLI, 'node-setup', '--registries-conf-dir', dropIns, '--mirror', peer.url, ...args]);
+    const setupArgs = ['--insecure-registry', first.host, '--insecure-registry', second.host];
+
+    const setup = await nodeSetup(setupArgs);
+    assert.equal(setup.code, 0, setup.stderr);
+    assert.match(setup.stdout, new RegExp(`50-starling\\.conf: the mirror ${peer.url} for ${first.host}, ${second.host}`));
+    const fromOrigin = () => peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' });
+    for (const registry of registries) {
+      const { ref, layer } = await freshImage(registry);
+      const before = await fromOrigin();
+      await podmanPull({ registryHost: registry.host, ref, home });
+      assert.deepEqual(fetchedBy(registry, layer), ['peer'], `${registry.host}: the layer came through the peer, once`);
+      assert.ok((await fromOrigin()) - before >= 2 * MiB, `${registry.host}: the peer counted the layer it read from the registry`);
+    }
+    const again = await nodeSetup(setupArgs);
+    assert.match(again.stdout, /nothing to change/);
+
+    const undo = await nodeSetup(['--undo']);
+    assert.equal(undo.code, 0, undo.stderr);
+    assert.match(undo.stdout, /50-starling\.conf: restored/);
+    assert.deepEqual(await snapshot(home), nodeFiles, "the drop-in is gone, the node's own file as it was");
+    const direct = await freshImage(first);
+    await podmanPull({ registryHost: first.host, ref: direct.ref, home });
+    assert.deepEqual(fetchedBy(first, direct.layer), ['podman'], 'without the drop-in podman reads the registry itself');
   });
 });
 

@@ -3,6 +3,7 @@
 
 import fsp from 'node:fs/promises';
 import path from 'node:path';
+import { fetch, type Dispatcher } from 'undici';
 import { silentLogger } from '../../src/common/log.js';
 import { managerConfigSchema, type ManagerConfig } from '../../src/manager/config.js';
 import { startManager, type RunningManager } from '../../src/manager/server.js';
@@ -98,12 +99,15 @@ export interface Answer<T = any> {
   body: T;
 }
 
-/** A JSON request; `token` is sent as a Bearer token, `raw` as the body unchanged. */
+/**
+ * A JSON request; `token` is sent as a Bearer token, `raw` as the body unchanged, through
+ * `dispatcher` when given (an https manager: an Agent that trusts the cluster CA).
+ */
 export async function call<T = any>(
   base: string,
   method: string,
   pathname: string,
-  options: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string> } = {},
+  options: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string>; dispatcher?: Dispatcher } = {},
 ): Promise<Answer<T>> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.token) headers.authorization = `Bearer ${options.token}`;
@@ -111,7 +115,7 @@ export async function call<T = any>(
   if (options.raw !== undefined) body = options.raw;
   else if (options.body !== undefined) body = JSON.stringify(options.body);
   if (body !== undefined) headers['content-type'] ??= 'application/json';
-  const res = await fetch(`${base}${pathname}`, { method, headers, body });
+  const res = await fetch(`${base}${pathname}`, { method, headers, body, dispatcher: options.dispatcher });
   const text = await res.text();
   let parsed: unknown = text;
   try {

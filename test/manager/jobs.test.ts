@@ -2,12 +2,18 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test, type TestContext } from 'node:test';
-import { request } from 'undici';
+import { request, type Agent } from 'undici';
+import { silentLogger } from '../../src/common/log.js';
+import { loadTls, type ClusterTls, type TlsFiles } from '../../src/common/tls.js';
+import { ClusterToken } from '../../src/common/token.js';
 import { jobSchema } from '../../src/manager/api/schemas.js';
+import { HeldLease, JobLeases } from '../../src/manager/services/job-leases.js';
+import { CREDENTIALS_NEED_TLS, PreheatRun } from '../../src/manager/services/preheat-run.js';
 import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
 import { freePort, waitFor } from '../fixtures/processes.js';
 import { startRegistry, type Registry } from '../fixtures/registry.js';
+import { clusterAgent, testTlsFiles } from '../fixtures/tls.js';
 import { ADMIN_TOKEN, backends, call, CLUSTER_TOKEN, peerBody, snapshot, startTestManager, type TestManager } from './helpers.js';
 import { startStubPeer, type Behaviour, type StubPeer } from './stub-peer.js';
 
@@ -55,52 +61,66 @@ before(async () => {
   assert.equal(put.statusCode, 201, await put.body.text());
 });
 
+const databases = backends();
+
 after(async () => {
   await Promise.all(stubs.map((s) => s.close()));
   await Promise.all([registry?.stop(), locked?.stop()]);
+  for (const backend of databases) await backend.stop();
 });
 
-for (const backend of backends()) {
+type PeerSpec = { id: string; behaviour: Behaviour; seed?: boolean; zone?: string };
+
+/** How stub peers reach a manager: the one running now (a test may restart it), over HTTPS when it serves TLS. */
+interface StubCluster {
+  manager(): TestManager;
+  /** Host ids start with this. */
+  prefix: string;
+  tls?: ClusterTls;
+  dispatcher?: Agent;
+}
+
+/**
+ * Starts stub peers and keeps them registered as real peers do (a keep-alive every 100 ms,
+ * a sixth of the liveness window here) until the test ends.
+ */
+async function startPeers(t: TestContext, cluster: StubCluster, specs: PeerSpec[]): Promise<StubPeer[]> {
+  const started: StubPeer[] = [];
+  for (const spec of specs) {
+    const stub = await startStubPeer(`${cluster.prefix}-${spec.id}`, spec.behaviour, CLUSTER_TOKEN, { tls: cluster.tls });
+    stubs.push(stub);
+    started.push(stub);
+    const keepalive = () =>
+      call(cluster.manager().url, 'POST', '/api/v1/peers/keepalive', {
+        token: CLUSTER_TOKEN,
+        body: peerBody(stub.hostId, { uploadPort: stub.port, seed: spec.seed ?? false, labels: spec.zone ? { zone: spec.zone } : {} }),
+        dispatcher: cluster.dispatcher,
+      });
+    const answer = await keepalive();
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const timer = setInterval(() => void keepalive().catch(() => {}), 100);
+    t.after(() => clearInterval(timer));
+  }
+  return started;
+}
+
+const MANAGER_TIMINGS = {
+  keepalive: { intervalMs: 200, missedLimit: 3 },
+  preheat: { pollMs: 50, timeoutMs: 2_000, concurrency: 4 },
+};
+
+for (const backend of databases) {
   describe(`preheat jobs on ${backend.name}`, () => {
     let m: TestManager;
     const admin = (method: string, pathname: string, body?: unknown) => call(m.url, method, pathname, { token: ADMIN_TOKEN, body });
+    const peers = (t: TestContext, specs: PeerSpec[]) => startPeers(t, { manager: () => m, prefix: backend.name }, specs);
 
     before(async () => {
-      m = await startTestManager(await backend.newDatabase(), {
-        keepalive: { intervalMs: 200, missedLimit: 3 },
-        preheat: { pollMs: 50, timeoutMs: 2_000, concurrency: 4 },
-      });
+      m = await startTestManager(await backend.newDatabase(), MANAGER_TIMINGS);
     });
     after(async () => {
       await m?.stop();
-      await backend.stop();
     });
-
-    /**
-     * Starts stub peers and keeps them registered as real peers do (a keep-alive every 100 ms,
-     * a sixth of the liveness window here) until the test ends.
-     */
-    async function peers(
-      t: TestContext,
-      specs: Array<{ id: string; behaviour: Behaviour; seed?: boolean; zone?: string }>,
-    ): Promise<StubPeer[]> {
-      const started: StubPeer[] = [];
-      for (const spec of specs) {
-        const stub = await startStubPeer(`${backend.name}-${spec.id}`, spec.behaviour, CLUSTER_TOKEN);
-        stubs.push(stub);
-        started.push(stub);
-        const keepalive = () =>
-          call(m.url, 'POST', '/api/v1/peers/keepalive', {
-            token: CLUSTER_TOKEN,
-            body: peerBody(stub.hostId, { uploadPort: stub.port, seed: spec.seed ?? false, labels: spec.zone ? { zone: spec.zone } : {} }),
-          });
-        const answer = await keepalive();
-        assert.equal(answer.status, 200, JSON.stringify(answer.body));
-        const timer = setInterval(() => void keepalive().catch(() => {}), 100);
-        t.after(() => clearInterval(timer));
-      }
-      return started;
-    }
 
     async function finished(id: number) {
       await m.manager.jobs.settled(id);
@@ -294,12 +314,6 @@ for (const backend of backends()) {
         [{ image: `${registry.host}/app/web:1`, platform: 'amd64' }, 400, 'invalid_request', /platform: "amd64" must be os\/architecture/],
         [{ image: 'UPPER/case' }, 400, 'invalid_request', /^image: /],
         [{ image: `${locked.host}/private/web:1` }, 422, 'registry_auth_refused', /credentials: .*requires credentials/],
-        [
-          { image: `${locked.host}/private/web:1`, credentials: { username: CREDS.user, password: 'wrong' } },
-          422,
-          'registry_auth_refused',
-          /credentials: .*refused the credentials/,
-        ],
         [{ image: `127.0.0.1:${closedPort}/app/web:1` }, 502, 'registry_unreachable', /cannot reach the registry/],
         [
           { image: `${registry.host}/app/web:1`, scope: 'zone:nowhere' },
@@ -324,27 +338,83 @@ for (const backend of backends()) {
       assert.deepEqual(await jobState(), before);
     });
 
-    test('registry credentials: peers are sent a header that opens the private layers; credentials are not stored', async (t) => {
-      const [seed] = await peers(t, [{ id: 'private', behaviour: 'complete', seed: true, zone: 'private' }]);
-      const created = await admin('POST', '/api/v1/jobs', {
+    test('registry credentials on a manager without TLS: refused at POST with a 400 naming why; no peer is asked, nothing is recorded', async (t) => {
+      const [seed] = await peers(t, [{ id: 'plain-private', behaviour: 'complete', seed: true, zone: 'plain-private' }]);
+      const jobsBefore = (await snapshot(m.manager)).jobs;
+      const answer = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${locked.host}/private/web:1`,
         platform: 'linux/amd64',
-        scope: 'zone:private',
+        scope: 'zone:plain-private',
         credentials: { username: CREDS.user, password: CREDS.password },
       });
-      assert.equal(created.status, 201, JSON.stringify(created.body));
-      const done = await finished(created.body.id);
-      assert.equal(done.state, 'succeeded', done.error ?? '');
-      for (const { body } of seed!.triggers) {
-        assert.match(body.origin.headers.authorization!, /^Basic /);
-        const blob = await request(body.origin.url, { method: 'HEAD', headers: body.origin.headers });
-        assert.equal(blob.statusCode, 200);
-        const anonymous = await request(body.origin.url, { method: 'HEAD' });
-        assert.equal(anonymous.statusCode, 401);
-      }
-      const dump = JSON.stringify(await snapshot(m.manager));
-      assert.ok(!dump.includes(CREDS.password), 'the password is stored nowhere');
+      assert.equal(answer.status, 400, JSON.stringify(answer.body));
+      assert.equal(answer.body.error.code, 'tls_required');
+      assert.equal(answer.body.error.message, `credentials: ${CREDENTIALS_NEED_TLS}`);
+      assert.match(answer.body.error.message, /over plain HTTP: run the manager with TLS/);
+      await sleep(300); // a few of the stub's keep-alives: time for a request that should not come
+      assert.equal(seed!.requests.length, 0, 'the peer was asked nothing');
+      assert.deepEqual((await snapshot(m.manager)).jobs, jobsBefore);
+    });
+
+    test('a preheat run never sends registry credentials to a peer over plain HTTP: the fetch fails naming why', async (t) => {
+      // The engine refuses such a job before it runs (above); the run holds the same line by itself.
+      const [peer] = await peers(t, [{ id: 'plain-run', behaviour: 'complete', zone: 'plain-run' }]);
+      const store = m.manager.store;
+      const leases = new JobLeases(store.db, store.dialect, 'direct-run', 60_000);
+      const now = Date.now();
+      const job = await store.db
+        .insertInto('jobs')
+        .values({
+          type: 'preheat',
+          state: 'pending',
+          args: '{}',
+          result: null,
+          error: null,
+          created_by: 'user:admin',
+          created_at: now,
+          updated_at: now,
+          ...leases.ownedFromNow(),
+        })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      const [layer] = blobs;
+      const row = await store.db
+        .insertInto('job_tasks')
+        .values({
+          job_id: job.id,
+          digest: layer!.digest,
+          size: layer!.size,
+          host_id: peer!.hostId,
+          peer_address: `127.0.0.1:${peer!.port}`,
+          state: 'pending',
+          bytes: 0,
+          error: null,
+          updated_at: now,
+        })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      const lease = new HeldLease(60_000);
+      lease.renewed(performance.now());
+      t.after(() => lease.end('the test ended'));
+      const origin = {
+        blobUrl: (digest: string) => `${locked.url}/v2/private/web/blobs/${digest}`,
+        originHeaders: { authorization: `Basic ${Buffer.from(`${CREDS.user}:${CREDS.password}`).toString('base64')}` },
+      };
+      const run = new PreheatRun(
+        { id: job.id, createdAt: now, state: 'pending' },
+        [row],
+        { resolved: {}, origin },
+        leases,
+        lease,
+        { pollMs: 50, timeoutMs: 5_000, concurrency: 1, clusterToken: ClusterToken.of(CLUSTER_TOKEN) },
+        silentLogger,
+      );
+      assert.equal(await run.run(true), 'failed');
+      const fetch = await store.db.selectFrom('job_tasks').selectAll().where('id', '=', row.id).executeTakeFirstOrThrow();
+      assert.equal(fetch.state, 'failed');
+      assert.equal(fetch.error, CREDENTIALS_NEED_TLS);
+      assert.equal(peer!.requests.length, 0, 'the peer was sent nothing');
     });
 
     test('a restart keeps jobs, clusters and tokens; the restarted manager takes over the jobs the stop cut off and finishes them', async (t) => {
@@ -412,6 +482,74 @@ for (const backend of backends()) {
       assert.deepEqual(others((await admin('GET', '/api/v1/jobs?limit=1000')).body), jobsBefore);
       assert.deepEqual((await admin('GET', '/api/v1/clusters')).body, clustersBefore);
       assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 200);
+    });
+  });
+
+  describe(`preheat jobs with registry credentials, over TLS, on ${backend.name}`, () => {
+    let m: TestManager;
+    let files: TlsFiles;
+    let tls: ClusterTls;
+    let agent: Agent;
+    const admin = (method: string, pathname: string, body?: unknown) =>
+      call(m.url, method, pathname, { token: ADMIN_TOKEN, body, dispatcher: agent });
+    const peers = (t: TestContext, specs: PeerSpec[]) =>
+      startPeers(t, { manager: () => m, prefix: `${backend.name}-tls`, tls, dispatcher: agent }, specs);
+
+    before(async () => {
+      files = await testTlsFiles();
+      tls = loadTls(files)!;
+      agent = await clusterAgent();
+      m = await startTestManager(await backend.newDatabase(), { ...MANAGER_TIMINGS, tls: files });
+      assert.match(m.url, /^https:/);
+    });
+    after(async () => {
+      await m?.stop();
+      await agent?.close();
+    });
+
+    async function finished(id: number) {
+      await m.manager.jobs.settled(id);
+      const job = await admin('GET', `/api/v1/jobs/${id}`);
+      return jobSchema.parse(job.body);
+    }
+
+    test('credentials the registry refuses are refused at POST with a 422 naming the problem', async (t) => {
+      await peers(t, [{ id: 'wrong', behaviour: 'complete', zone: 'wrong' }]);
+      const answer = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${locked.host}/private/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:wrong',
+        credentials: { username: CREDS.user, password: 'wrong' },
+      });
+      assert.equal(answer.status, 422, JSON.stringify(answer.body));
+      assert.equal(answer.body.error.code, 'registry_auth_refused');
+      assert.match(answer.body.error.message, /credentials: .*refused the credentials/);
+    });
+
+    test('registry credentials: peers are sent, over TLS, a header that opens the private layers; credentials are not stored', async (t) => {
+      const [seed] = await peers(t, [{ id: 'private', behaviour: 'complete', seed: true, zone: 'private' }]);
+      const created = await admin('POST', '/api/v1/jobs', {
+        type: 'preheat',
+        image: `${locked.host}/private/web:1`,
+        platform: 'linux/amd64',
+        scope: 'zone:private',
+        credentials: { username: CREDS.user, password: CREDS.password },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const done = await finished(created.body.id);
+      assert.equal(done.state, 'succeeded', done.error ?? '');
+      assert.equal(seed!.triggers.length, blobs.length);
+      for (const { body, encrypted } of seed!.triggers) {
+        assert.ok(encrypted, 'the credentials crossed over TLS');
+        assert.match(body.origin.headers.authorization!, /^Basic /);
+        const blob = await request(body.origin.url, { method: 'HEAD', headers: body.origin.headers });
+        assert.equal(blob.statusCode, 200);
+        const anonymous = await request(body.origin.url, { method: 'HEAD' });
+        assert.equal(anonymous.statusCode, 401);
+      }
+      const dump = JSON.stringify(await snapshot(m.manager));
+      assert.ok(!dump.includes(CREDS.password), 'the password is stored nowhere');
     });
 
     test('a job with registry credentials cut off by a restart: fetches under way finish; one the peer lost fails, saying the credentials went with the stopped manager', async (t) => {

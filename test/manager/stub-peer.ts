@@ -3,9 +3,12 @@
 // peer side is tested with real peers elsewhere; this one lets the job engine meet every outcome.
 
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { blobFetchRequestSchema, PREHEAT_PATH, PREHEAT_STATUS_PATH, type BlobFetchRequest } from '../../src/rpc/upload-api.js';
 import { parseWire } from '../../src/rpc/wire.js';
+import { serverTlsOptions, type ClusterTls } from '../../src/common/tls.js';
 
 export type Behaviour =
   /** Accepts, then reports growing storedBytes until complete (in `steps` polls). */
@@ -21,6 +24,8 @@ export type Behaviour =
 
 export interface Trigger {
   authorization?: string;
+  /** Whether the request came over TLS. */
+  encrypted: boolean;
   body: BlobFetchRequest;
 }
 
@@ -50,6 +55,8 @@ export interface StubOptions {
   steps?: number;
   /** Each answer waits this long, so that requests are in flight a good part of the time. */
   delayMs?: number;
+  /** Serve HTTPS with the cluster's certificate, as a peer started with --tls-* does. */
+  tls?: ClusterTls;
 }
 
 export async function startStubPeer(
@@ -81,7 +88,7 @@ export async function startStubPeer(
       res.end(JSON.stringify(body));
     }, delayMs);
   };
-  const server = http.createServer((req, res) => {
+  const handler: http.RequestListener = (req, res) => {
     const seen: StubRequest = {
       kind: req.method === 'POST' ? 'trigger' : 'status',
       replica: /replica ([^)]+)/.exec(req.headers['user-agent'] ?? '')?.[1] ?? 'unknown',
@@ -102,7 +109,7 @@ export async function startStubPeer(
         } catch (error) {
           return reply(res, 400, { error: (error as Error).message });
         }
-        stub.triggers.push({ authorization: req.headers.authorization, body });
+        stub.triggers.push({ authorization: req.headers.authorization, encrypted: (req.socket as TLSSocket).encrypted === true, body });
         if (current === 'refuse') return reply(res, 400, { error: 'disk quota would be exceeded' });
         tasks.set(body.taskId, { size: body.contentLength, stored: 0 });
         return reply(res, 202, { accepted: true });
@@ -127,7 +134,8 @@ export async function startStubPeer(
       }
       reply(res, 404, { error: 'no such endpoint' });
     });
-  });
+  };
+  const server = options.tls ? https.createServer(serverTlsOptions(options.tls), handler) : http.createServer(handler);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   stub.port = (server.address() as AddressInfo).port;
   stub.close = () =>

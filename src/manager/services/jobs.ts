@@ -12,7 +12,7 @@ import { recordAudit, type Actor } from './audit.js';
 import { isLoopbackRegistry, resolveImage, resolveOrigin } from './images.js';
 import { HeldLease, JobLeases, type TakenOver } from './job-leases.js';
 import { peersInScope } from './members.js';
-import { PreheatRun, type PreheatPlan, type PreheatRunOptions } from './preheat-run.js';
+import { CREDENTIALS_NEED_TLS, PreheatRun, type PreheatPlan, type PreheatRunOptions } from './preheat-run.js';
 import type { ClusterToken } from '../../common/token.js';
 
 /*
@@ -246,6 +246,8 @@ export class JobEngine {
     } catch {
       throw new ManagerError(400, 'invalid_request', `platform: "${input.platform}" must be os/architecture[/variant], e.g. linux/amd64`);
     }
+    // The peers are sent the registry's Authorization with each fetch: never in clear.
+    if (input.credentials && !this.options.tls) throw new ManagerError(400, 'tls_required', `credentials: ${CREDENTIALS_NEED_TLS}`);
     const targets = await peersInScope(this.db, input.scope, this.options.livenessMs);
     if (targets.length === 0) throw new ManagerError(422, 'no_target_peers', `scope: no active peer is in scope "${input.scope}"`);
     const insecure = input.insecure ?? (this.options.insecureRegistries.includes(ref.registry) || isLoopbackRegistry(ref.registry));

@@ -47,6 +47,10 @@ interface Fetch {
   lastProblem?: string;
 }
 
+/** Why a preheat with registry credentials is refused by a manager that reaches the peers over plain HTTP. */
+export const CREDENTIALS_NEED_TLS =
+  'registry credentials go to the peers with the preheat, and this manager reaches them over plain HTTP: run the manager with TLS (--tls-cert, --tls-key, --tls-ca) to preheat with credentials';
+
 const MAX_TRIGGER_ATTEMPTS = 3;
 const PEER_TIMEOUT_MS = 10_000;
 
@@ -141,10 +145,13 @@ export class PreheatRun {
       pieceSize: pieceSizeFor(f.row.size),
       origin: { url: origin.blobUrl(f.row.digest), headers: origin.originHeaders },
     };
+    const url = this.peerUrl(f.row.peer_address, PREHEAT_PATH);
+    if (Object.keys(body.origin.headers).length > 0 && new URL(url).protocol !== 'https:')
+      return this.finish(f, 'failed', CREDENTIALS_NEED_TLS);
     for (let attempt = 1; ; attempt++) {
       this.assertHeld();
       try {
-        const res = await request(this.peerUrl(f.row.peer_address, PREHEAT_PATH), {
+        const res = await request(url, {
           method: 'POST',
           headers: { 'content-type': 'application/json', ...this.headers() },
           body: JSON.stringify(body),

@@ -3,7 +3,7 @@ import type { ServerLimits } from '../../common/http-server.js';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../../common/log.js';
 import { serveMetrics } from '../../common/metrics.js';
-import { isLoopbackAddress } from '../../common/net.js';
+import { isFromThisHost } from '../../common/net.js';
 import type { ClusterToken } from '../../common/token.js';
 import { parseDigest, DigestError } from '../../oci/digest.js';
 import { OciError } from '../../oci/errors.js';
@@ -13,7 +13,7 @@ import type { PeerMetrics } from '../metrics.js';
 import type { BlobService } from './blobs.js';
 import { passThrough } from './manifests.js';
 import { API_VERSION_HEADER, ClientGoneError, sendOciError } from './respond.js';
-import { upstreamUrl, type UpstreamResolver } from './upstream.js';
+import { splitRegistryNamespace, upstreamUrl, type UpstreamResolver } from './upstream.js';
 
 export interface MirrorDeps {
   blobs: BlobService;
@@ -97,8 +97,7 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
     if (rawPath === '/_starling/tasks') {
       routeName = 'status';
       // The digests held here, private ones included: for this host, or a holder of the cluster token.
-      const fromThisHost = isLoopbackAddress(req.socket.remoteAddress) || req.socket.remoteAddress === req.socket.localAddress;
-      if (!fromThisHost && !deps.clusterToken?.accepts(req.headers.authorization)) {
+      if (!isFromThisHost(req.socket) && !deps.clusterToken?.accepts(req.headers.authorization)) {
         throw new OciError('DENIED', 'the task list is only for the local host or a holder of the cluster token', { status: 403 });
       }
       const body = JSON.stringify(deps.status());
@@ -110,7 +109,10 @@ async function handle(deps: MirrorDeps, req: IncomingMessage, res: ServerRespons
     }
     const route = parseRegistryPath(rawPath);
     routeName = route.kind;
-    const upstream = deps.upstreams.resolve(req, query);
+    // CRI-O and podman name the registry in the path (upstream.ts): the rest is the name there.
+    const inPath = route.kind === 'ping' ? undefined : splitRegistryNamespace(route.name);
+    if (inPath && route.kind !== 'ping') route.name = inPath.name;
+    const upstream = deps.upstreams.resolve(req, query, inPath?.registry);
     if (route.kind === 'ping') {
       if (!upstream) {
         res.writeHead(200, { ...API_VERSION_HEADER, 'content-type': 'application/json' });
