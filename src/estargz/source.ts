@@ -7,7 +7,8 @@ import { EstargzError } from './errors.js';
  */
 export interface RangeSource {
   readonly size: number;
-  read(offset: number, length: number): Promise<Buffer>;
+  /** `background` marks a read no one waits for (a cache filling in); sources that cannot say so ignore it. */
+  read(offset: number, length: number, priority?: 'demand' | 'background'): Promise<Buffer>;
   close?(): Promise<void>;
 }
 

@@ -9,6 +9,7 @@ import { shorten } from '../estargz/names.js';
 import type { ChunkStore } from './chunk-store.js';
 import type { FileSegments } from '../fuse/index.js';
 import { itemAt } from '../common/indexing.js';
+import type { ReadPriority } from '../rpc/mirror-api.js';
 import { FetchPriority } from './fetch-priority.js';
 
 export interface FetchStats {
@@ -21,8 +22,6 @@ export interface FetchStats {
   /** Chunks whose content did not match the TOC. */
   digestMismatches: number;
 }
-
-export type Priority = 'demand' | 'background';
 
 export interface ChunkFetcherOptions {
   /** Largest compressed span fetched in one request when chunks are adjacent (default 8 MiB). */
@@ -46,6 +45,8 @@ export class ChunkFetcher {
   readonly stats: FetchStats = { bytesFetched: 0, chunksFetched: 0, cacheHits: 0, digestMismatches: 0 };
   /** In-flight fetches by chunk digest: one fetch per chunk, however many readers wait. */
   private readonly inflight = new Map<string, Promise<Buffer>>();
+  /** Chunks whose running fetch is a background one (a read on demand does not wait for it). */
+  private readonly inflightInBackground = new Set<string>();
   readonly priority: FetchPriority;
   private readonly maxSpan: number;
   private readonly readAheadChunks: number;
@@ -145,31 +146,36 @@ export class ChunkFetcher {
    * Makes sure every chunk is in the store; returns each chunk's bytes (from the fetch, or read
    * back from the store). On-demand calls are tracked so background work can yield to them.
    */
-  async ensure(chunks: readonly ChunkRef[], priority: Priority): Promise<Buffer[]> {
+  async ensure(chunks: readonly ChunkRef[], priority: ReadPriority): Promise<Buffer[]> {
     return this.tracked(priority, async () => {
-      const started = this.start(chunks);
+      const started = this.start(chunks, priority);
       return Promise.all(chunks.map((chunk) => started.get(chunk) ?? this.fromStore(chunk, priority)));
     });
   }
 
   /** Like ensure() without reading anything back: for prefetch and background fetch. */
-  async fill(chunks: readonly ChunkRef[], priority: Priority): Promise<void> {
+  async fill(chunks: readonly ChunkRef[], priority: ReadPriority): Promise<void> {
     await this.tracked(priority, async () => {
-      await Promise.all(this.start(chunks).values());
+      await Promise.all(this.start(chunks, priority).values());
     });
   }
 
-  /** Starts fetches for the chunks not stored yet; returns the running fetch of each such chunk. */
-  private start(chunks: readonly ChunkRef[]): Map<ChunkRef, Promise<Buffer>> {
+  /**
+   * Starts fetches for the chunks not stored yet; returns the running fetch of each such chunk. A
+   * read a workload waits for does not wait on a background fetch of its chunks: the peer may have
+   * its seed put that one off while other nodes read, so it asks again, on demand.
+   */
+  private start(chunks: readonly ChunkRef[], priority: ReadPriority): Map<ChunkRef, Promise<Buffer>> {
     const running = new Map<ChunkRef, Promise<Buffer>>();
     const missing: ChunkRef[] = [];
     for (const chunk of chunks) {
       const inflight = this.inflight.get(chunk.digest);
-      if (inflight) running.set(chunk, inflight);
-      else if (!this.store.has(chunk.digest)) missing.push(chunk);
+      const overtake = priority === 'demand' && this.inflightInBackground.has(chunk.digest);
+      if (inflight && !overtake) running.set(chunk, inflight);
+      else if (overtake || !this.store.has(chunk.digest)) missing.push(chunk);
     }
     for (const span of spans(missing, this.maxSpan)) {
-      const fetched = this.fetchSpan(span);
+      const fetched = this.fetchSpan(span, priority);
       span.forEach((chunk, i) => running.set(chunk, itemAt(fetched, i)));
     }
     // Chunks sharing a digest with one being fetched wait for that fetch.
@@ -180,7 +186,7 @@ export class ChunkFetcher {
     return running;
   }
 
-  private tracked<T>(priority: Priority, fn: () => Promise<T>): Promise<T> {
+  private tracked<T>(priority: ReadPriority, fn: () => Promise<T>): Promise<T> {
     return priority === 'demand' ? this.priority.demand(fn) : fn();
   }
 
@@ -200,24 +206,31 @@ export class ChunkFetcher {
     this.stats.bytesFetched += bytes;
   }
 
-  private async fromStore(chunk: ChunkRef, priority: Priority): Promise<Buffer> {
+  private async fromStore(chunk: ChunkRef, priority: ReadPriority): Promise<Buffer> {
     const data = await this.store.read(chunk.digest, 0, chunk.chunkSize, chunk.chunkSize);
     if (data) return data;
     return itemAt(await this.ensure([chunk], priority), 0); // vanished from disk: fetch again
   }
 
-  private fetchSpan(span: ChunkRef[]): Array<Promise<Buffer>> {
+  private fetchSpan(span: ChunkRef[], priority: ReadPriority): Array<Promise<Buffer>> {
     const start = itemAt(span, 0).offset;
     const end = itemAt(span, span.length - 1).end;
-    const compressed = this.source.read(start, end - start).then((bytes) => {
+    const compressed = this.source.read(start, end - start, priority).then((bytes) => {
       this.stats.bytesFetched += bytes.length;
       return bytes;
     });
     return span.map((chunk) => {
-      const done = compressed
+      const done: Promise<Buffer> = compressed
         .then((bytes) => this.accept(chunk, bytes.subarray(chunk.offset - start, chunk.end - start)))
-        .finally(() => this.inflight.delete(chunk.digest));
+        .finally(() => {
+          // An on-demand fetch that overtook this one is the chunk's fetch now.
+          if (this.inflight.get(chunk.digest) !== done) return;
+          this.inflight.delete(chunk.digest);
+          this.inflightInBackground.delete(chunk.digest);
+        });
       this.inflight.set(chunk.digest, done);
+      if (priority === 'background') this.inflightInBackground.add(chunk.digest);
+      else this.inflightInBackground.delete(chunk.digest);
       done.catch(() => {}); // each waiter sees the error; none is left unhandled
       return done;
     });

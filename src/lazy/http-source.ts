@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { checkRange, type RangeSource } from '../estargz/index.js';
+import { READ_PRIORITY_HEADER, type ReadPriority } from '../rpc/mirror-api.js';
 
 export interface HttpRangeSourceOptions {
   /** Extra headers on every request (e.g. authorization). */
@@ -79,19 +80,19 @@ export class HttpRangeSource implements StreamingRangeSource {
     }
   }
 
-  async read(offset: number, length: number): Promise<Buffer> {
+  async read(offset: number, length: number, priority: ReadPriority = 'demand'): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
     const parts: Buffer[] = [];
-    for await (const part of this.stream(offset, length)) parts.push(part);
+    for await (const part of this.stream(offset, length, priority)) parts.push(part);
     return Buffer.concat(parts, length);
   }
 
   /** [offset, offset+length) as one Range request; retried from the start only before the first byte. */
-  async *stream(offset: number, length: number): AsyncGenerator<Buffer> {
+  async *stream(offset: number, length: number, priority: ReadPriority = 'demand'): AsyncGenerator<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return;
-    const body = await this.open(offset, length);
+    const body = await this.open(offset, length, priority);
     let received = 0;
     for await (const chunk of body as AsyncIterable<Buffer>) {
       received += chunk.length;
@@ -102,12 +103,14 @@ export class HttpRangeSource implements StreamingRangeSource {
     if (received !== length) throw new HttpRangeError(`${this.url}: range [${offset}, +${length}) ended after ${received} bytes`);
   }
 
-  private async open(offset: number, length: number) {
+  private async open(offset: number, length: number, priority: ReadPriority) {
     const range = `bytes=${offset}-${offset + length - 1}`;
+    // The Starling peer passes a background read's mark on to the seeds it reads through; a plain registry ignores it.
+    const headers = priority === 'background' ? { ...this.headers, range, [READ_PRIORITY_HEADER]: priority } : { ...this.headers, range };
     for (let attempt = 1; ; attempt++) {
       let retryable = true;
       try {
-        const res = await this.pool.request({ path: this.path, method: 'GET', headers: { ...this.headers, range } });
+        const res = await this.pool.request({ path: this.path, method: 'GET', headers });
         if (res.statusCode === 206) {
           const contentRange = String(res.headers['content-range'] ?? '');
           const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(contentRange);

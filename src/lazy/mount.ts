@@ -279,7 +279,7 @@ function streaming(source: RangeSource): StreamingRangeSource {
   if (typeof (source as Partial<StreamingRangeSource>).stream === 'function') return source as StreamingRangeSource;
   return {
     size: source.size,
-    read: (offset, length) => source.read(offset, length),
+    read: (offset, length, priority) => source.read(offset, length, priority),
     async *stream(offset, length) {
       yield await source.read(offset, length);
     },

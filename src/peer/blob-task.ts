@@ -1,6 +1,7 @@
 import { createStreamingHash, type StreamingHash } from '../common/hashing.js';
 import type { Logger } from '../common/log.js';
 import { parseDigest } from '../oci/digest.js';
+import type { ReadPriority } from '../rpc/mirror-api.js';
 import { checkSha256, pieceCheck, type PieceCheckKind } from '../storage/piece-check.js';
 import type { BlobStore } from '../storage/blob-store.js';
 import { pieceBounds, type PieceLayout } from '../storage/piece-plan.js';
@@ -64,6 +65,11 @@ const RECENT_PIECES_MAX = 16;
 export class BlobTask {
   readonly layout: PieceLayout;
   private readonly inflight = new Map<number, Deferred>();
+  /**
+   * Pieces on their way that only background readers asked for (a lazily mounted layer filling in
+   * after its workload started): a seed fetching on demand puts them after its children's reads.
+   */
+  private readonly backgroundOnly = new Set<number>();
   private readonly verification = deferred();
   private readonly persisted = deferred();
   private hashedPieces = 0;
@@ -142,9 +148,13 @@ export class BlobTask {
    * Starts fetching whatever of pieces [first, last] is neither stored nor already on its way,
    * and returns those pieces: the ones this caller's request brings.
    */
-  request(first: number, last: number, source: PieceSource): Set<number> {
+  request(first: number, last: number, source: PieceSource, priority: ReadPriority = 'demand'): Set<number> {
     const started = new Set<number>();
     if (this.failure) return started;
+    for (let index = first; index <= last; index++) {
+      if (priority === 'demand') this.backgroundOnly.delete(index);
+      else if (!this.blob.hasPiece(index) && !this.inflight.has(index)) this.backgroundOnly.add(index);
+    }
     let runStart = -1;
     const runs: PieceRun[] = [];
     for (let index = first; index <= last + 1; index++) {
@@ -176,6 +186,11 @@ export class BlobTask {
 
   hasPiece(index: number): boolean {
     return this.blob.hasPiece(index);
+  }
+
+  /** Only background readers wait for the piece: no workload is blocked on it. */
+  wantedInBackgroundOnly(index: number): boolean {
+    return this.backgroundOnly.has(index);
   }
 
   /** A stored piece that may be served to any request: the blob is verified, or the piece's digest was. */
@@ -386,6 +401,7 @@ export class BlobTask {
     const pending = this.inflight.get(index);
     if (!pending) return;
     this.inflight.delete(index);
+    this.backgroundOnly.delete(index);
     if (error) pending.reject(error);
     else pending.resolve();
   }

@@ -117,6 +117,11 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       onUploaded: (bytes) => metrics.uploadedBytes.inc(bytes),
       onRequest: (kind, outcome) => metrics.uploadRequests.inc({ kind, outcome }),
       seedTrigger: config.swarm.seed ? (request) => joinedSwarm().seedTask(request) : undefined,
+      onDemand: {
+        offers: (digest) => swarm?.offersOnDemand(digest) ?? false,
+        demanded: () => swarm?.pieceDemanded(),
+        fetch: (task, index, wish) => swarm?.fetchForChild(task, index, wish) ?? 'not-offered',
+      },
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
     // Children keep connections to their parents per task (a long poll and pieces): room for many.

@@ -41,7 +41,7 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
     }),
     uploadRequests: new Counter({
       name: 'starling_peer_upload_requests_total',
-      help: 'Requests to the upload server by kind (piece, bitmap, seed, preheat, preheat-status) and outcome (sent, relayed, busy, missing; accepted or refused for a seed or preheat trigger)',
+      help: 'Requests to the upload server by kind (piece, bitmap, seed, preheat, preheat-status) and outcome (sent, relayed, fetched from the origin for the child, put off (a background piece while children read on demand), busy, missing; accepted or refused for a seed or preheat trigger)',
       labelNames: ['kind', 'outcome'] as const,
       registers,
     }),

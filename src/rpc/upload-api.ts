@@ -19,6 +19,25 @@ export const PREHEAT_PATH = '/_starling/preheat';
 export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})$/;
 
 export const piecePath = (digest: string, index: number): string => `/_starling/pieces/${digest}/${index}`;
+
+/** What a child says of a piece it asks for; only a parent fetching pieces on demand (a triggered seed) heeds it. */
+export interface PieceWish {
+  /** `?whole`: the child wants every piece it lacks, so the seed reads the rest of the blob at once. */
+  wholeBlob: boolean;
+  /** `?background`: only a background reader waits for the piece, so it comes after the reads workloads wait for. */
+  background: boolean;
+}
+
+/** A piece request's path with the child's wish in its query. */
+export function pieceRequestPath(digest: string, index: number, wish: PieceWish): string {
+  const query = [wish.wholeBlob ? 'whole' : '', wish.background ? 'background' : ''].filter(Boolean).join('&');
+  return `${piecePath(digest, index)}${query ? `?${query}` : ''}`;
+}
+
+/** The wish a piece request's query carries (flags it does not know are ignored). */
+export function pieceWish(query: URLSearchParams): PieceWish {
+  return { wholeBlob: query.has('whole'), background: query.has('background') };
+}
 export const bitmapPath = (digest: string): string => `/_starling/tasks/${digest}/pieces`;
 export const preheatStatusPath = (digest: string): string => `${PREHEAT_PATH}/${digest}`;
 

@@ -382,6 +382,8 @@ export class Scheduling {
     peer.state = 'backToSource';
     peer.send({ packet: 'backToSource', backToSource: { reason } });
     this.hooks.onScheduled?.(peer, 'backToSource', 0);
+    // A seed reading the origin serves any piece a child asks for: peers waiting may take it now.
+    if (peer.isSeed) this.offerNewHolder(peer);
   }
 
   private mayReadOrigin(task: Task, peer: Peer): boolean {

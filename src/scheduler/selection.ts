@@ -65,10 +65,13 @@ export function parentLimit(config: SchedulingConfig): number {
  * graph must stay a DAG). With 4 MiB pieces on slow links a piece is on its way for many
  * seconds, so counting it kept most edges of a 32-node swarm alive for nothing (simulated
  * last node 1.74-1.83 × T* with it, 1.63-1.70 without). The caller forgets the child's stale
- * starts first (`forgetStaleStarts`), once for all the candidates it asks about.
+ * starts first (`forgetStaleStarts`), once for all the candidates it asks about. A seed reading
+ * the origin offers every piece: it fetches the pieces its children ask for, and only those.
  */
 function offersSomething(parent: Peer, child: Peer, now: number): boolean {
   if (parent.isFinished) return !child.isFinished;
+  // A seed sent to the origin fetches whatever piece a child asks of it (peer/swarm/swarm.ts).
+  if (parent.isSeed && parent.state === 'backToSource') return !child.isFinished;
   if (parent.relaysPieceMissingFrom(child, now)) return true;
   if (parent.pieces.size === 0) return false;
   // More pieces than the child holds and receives: at least one of them is in neither.

@@ -14,9 +14,12 @@ import {
   type RunningPeerProcess,
   type RunningSchedulerProcess,
 } from '../fixtures/peer.js';
-import { waitFor } from '../fixtures/processes.js';
+import { freePort, waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
+import { READ_PRIORITY_HEADER, type ReadPriority } from '../../src/rpc/mirror-api.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
+import { PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest, type FetchStatus } from '../../src/rpc/upload-api.js';
+import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 
 const MB = 1000 * 1000;
 
@@ -335,26 +338,115 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
-  it('a seed fetching a whole blob brings its last piece first, where a lazy puller reads the footer', async () => {
-    const { peers } = await cluster(1);
-    const blob = await pushRandomBlob(registry, 'swarm/tail-first', 30 * MB);
+  it('a seed triggered for a lazy reader reads from the registry only the pieces the reader asks for, in its order', async () => {
+    const { seeds, peers } = await cluster(1);
+    const blob = await pushRandomBlob(registry, 'swarm/on-demand', 30 * MB);
     const bytes = readFileSync(blob.path);
-    // A lazy mount's first read: the footer, in the blob's last piece.
-    const response = await request(`${peers[0]!.url}/v2/swarm/tail-first/blobs/${blob.digest}?ns=${registry.host}`, {
-      headers: { range: `bytes=-51` },
-    });
-    assert.equal(response.statusCode, 206);
-    assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(bytes.length - 51)));
-    // The seed asked the registry for the last piece on its own, then for the rest.
-    const lastPiece = blob.size % (4 * 1024 * 1024);
+    const read = async (range: string, first: number, end: number) => {
+      const response = await request(`${peers[0]!.url}/v2/swarm/on-demand/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${range}` },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${range}`);
+    };
+    // A lazy mount's reads: the footer (in the blob's last piece), then a file in piece 2.
+    const piece = 4 * 1024 * 1024;
+    await read('-51', blob.size - 51, blob.size);
+    await read(`${2 * piece + 10}-${2 * piece + 99}`, 2 * piece + 10, 2 * piece + 100);
+    // The seed read those two pieces, one request each, in the reader's order, and nothing else
+    // (a seed reading the whole blob would have sent its other 5 pieces through the registry's link).
+    const lastPiece = blob.size - 7 * piece;
     await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 30_000, 'both origin reads');
-    const sizes = blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten);
-    assert.ok(sizes.includes(lastPiece), `no origin read of just the last piece (${lastPiece} bytes) among ${sizes.join(', ')}`);
-    assert.equal(
-      sizes.reduce((a, b) => a + b, 0),
-      blob.size,
-      'the registry still sent one copy',
+    assert.deepEqual(
+      blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten),
+      [lastPiece, piece],
+      'the registry sent the two pieces asked for',
     );
+    assert.equal(await seeds[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), lastPiece + piece);
+    assert.equal(
+      await peers[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }),
+      0,
+      'the reader got them from the seed',
+    );
+    assert.equal(await seeds[0]!.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
+  });
+
+  for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'pipeline')) {
+    it(`a seed puts a background read off while another node reads what its workload waits for, then serves it from the registry once (${shape})`, async () => {
+      // In a mesh the filler has the seed among its parents; in chains its one parent may be the
+      // reader, which then fetches the piece for it through its own parent, the seed.
+      const { seeds, peers } = await cluster(2, { schedulerArgs });
+      const [reader, filler] = peers as [RunningPeerProcess, RunningPeerProcess];
+      const blob = await pushRandomBlob(registry, `swarm/background-${shape}`, 30 * MB);
+      const bytes = readFileSync(blob.path);
+      const piece = 4 * 1024 * 1024;
+      const read = async (peer: RunningPeerProcess, first: number, end: number, priority?: ReadPriority) => {
+        const response = await request(`${peer.url}/v2/swarm/background-${shape}/blobs/${blob.digest}?ns=${registry.host}`, {
+          headers: { range: `bytes=${first}-${end - 1}`, ...(priority ? { [READ_PRIORITY_HEADER]: priority } : {}) },
+        });
+        assert.equal(response.statusCode, 206);
+        const body = Buffer.from(await response.body.arrayBuffer());
+        assert.ok(body.equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+        return Date.now();
+      };
+      const readPiece = (peer: RunningPeerProcess, index: number) => read(peer, index * piece + 10, index * piece + 100);
+      await readPiece(reader, 0); // the seed is triggered, and fetches on demand
+      // One node fills its cache in the background, all of the blob (no whole download for all
+      // that: nothing waits for it), while the other keeps reading for a workload.
+      const background = read(filler, 0, blob.size, 'background');
+      let lastDemand = 0;
+      for (let index = 1; index <= 5; index++) {
+        lastDemand = await readPiece(reader, index);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+      const filled = await background;
+      assert.ok(filled >= lastDemand, 'the background read ended after the reads a workload waited for');
+      // Soon after (the seed's quiet period is 3 s), not when the filler's stall would send it to the registry (60 s).
+      assert.ok(filled - lastDemand < 15_000, `the background read ended ${filled - lastDemand} ms after the last read on demand`);
+      assert.ok(
+        (await seeds[0]!.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'put-off' })) >= 1,
+        'the seed put the background piece off',
+      );
+      // Every piece once from the registry, those only the background wanted last (its log may trail the reads).
+      await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 10_000, 'the registry log');
+      assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');
+      assert.ok(
+        blobRequests(registry.requests(), blob.digest)
+          .slice(0, 6)
+          .every((r) => r.bytesWritten === piece),
+        'the pieces read on demand came first, one request each',
+      );
+    });
+  }
+
+  it('a preheat still reads the whole blob, on a seed as on any peer', async () => {
+    const scheduler = await startScheduler({ ip: ip() });
+    running.push(scheduler);
+    const seedIp = ip();
+    const uploadPort = await freePort(seedIp);
+    const seed = await startPeer({ ip: seedIp, uploadPort, schedulers: [scheduler.address], seed: true, insecure: [registry.host] });
+    running.push(seed);
+    const blob = await pushRandomBlob(registry, 'swarm/preheat-whole', 20 * MB);
+    const { token } = await clusterToken();
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const base = `http://${seedIp}:${uploadPort}`;
+    const body: BlobFetchRequest = {
+      taskId: blob.digest,
+      contentLength: blob.size,
+      pieceSize: pieceSizeFor(blob.size),
+      origin: { url: `http://${registry.host}/v2/swarm/preheat-whole/blobs/${blob.digest}`, headers: {} },
+    };
+    const accepted = await request(`${base}${PREHEAT_PATH}`, { method: 'POST', headers, body: JSON.stringify(body) });
+    assert.equal(accepted.statusCode, 202, await accepted.body.text());
+    await waitFor(
+      async () => {
+        const response = await request(`${base}${preheatStatusPath(blob.digest)}`, { headers });
+        return response.statusCode === 200 && ((await response.body.json()) as FetchStatus).complete;
+      },
+      30_000,
+      'the preheat to complete',
+    );
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent one whole copy');
   });
 
   for (const { shape, schedulerArgs } of shapes) {

@@ -6,6 +6,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileSource, type RangeSource } from '../../src/estargz/index.js';
+import { ChunkFetcher } from '../../src/lazy/chunk-fetcher.js';
+import { ChunkStore } from '../../src/lazy/chunk-store.js';
 import { FetchPriority, mountLazyLayer, type LazyLayer } from '../../src/lazy/index.js';
 import { makeTempDir, type TempDir } from '../fixtures/processes.js';
 import { buildLayer, layerEntries, type BuiltLayer } from './layer-fixture.js';
@@ -124,6 +126,32 @@ describe("background fetch and the node's other layers", () => {
       await inner.close();
     }
     assert.equal(most, 1, 'one background request at a time for the three layers together');
+  });
+
+  test('a read a workload waits for does not wait on a background fetch of its chunk: it asks again, marked on demand', async () => {
+    const file = await fileSource(built.blobPath);
+    const priorities: string[] = [];
+    let releaseBackground: () => void = () => {};
+    const backgroundHeld = new Promise<void>((resolve) => (releaseBackground = resolve));
+    const source: RangeSource = {
+      size: file.size,
+      async read(offset, length, priority = 'demand') {
+        priorities.push(priority);
+        if (priority === 'background') await backgroundHeld; // as a seed putting it off
+        return file.read(offset, length);
+      },
+    };
+    const chunk = built.reader.chunks[0];
+    assert.ok(chunk, 'the layer has chunks');
+    const store = await ChunkStore.open(path.join(tmp.path, 'overtake-store'), { memory: null });
+    const fetcher = new ChunkFetcher(source, store, built.reader.format);
+    const background = fetcher.fill([chunk], 'background');
+    const [data] = await fetcher.ensure([chunk], 'demand');
+    assert.equal(data?.length, chunk.chunkSize, 'the on-demand read came back while the background one is held');
+    assert.deepEqual(priorities, ['background', 'demand']);
+    releaseBackground();
+    await background;
+    await file.close();
   });
 });
 

@@ -116,6 +116,22 @@ describe('BlobTask with an origin source', () => {
     await origin.close();
   });
 
+  it('knows the pieces on their way that only background readers want, until a reader waits for one or it is stored', async () => {
+    const origin = await startOrigin(data, 'honest');
+    const task = await makeTask();
+    task.request(1, 2, source(origin), 'background');
+    assert.ok(task.wantedInBackgroundOnly(1) && task.wantedInBackgroundOnly(2));
+    task.request(2, 3, source(origin));
+    assert.ok(task.wantedInBackgroundOnly(1), 'still wanted in the background only');
+    assert.ok(!task.wantedInBackgroundOnly(2), 'a reader waits for it now');
+    assert.ok(!task.wantedInBackgroundOnly(3));
+    task.request(3, 3, source(origin), 'background');
+    assert.ok(!task.wantedInBackgroundOnly(3), 'a background reader does not demote a piece a reader waits for');
+    await Promise.all([task.waitForPiece(1), task.waitForPiece(3)]);
+    assert.ok(!task.wantedInBackgroundOnly(1), 'stored: wanted no more');
+    await origin.close();
+  });
+
   it('detects an origin that ignores Range and takes its bytes from the start of the blob', async () => {
     const origin = await startOrigin(data, 'ignore-range');
     const task = await makeTask();

@@ -16,10 +16,12 @@ import { digestOf } from '../../src/oci/digest.js';
 import type { BlobTask } from '../../src/peer/blob-task.js';
 import { TaskManager } from '../../src/peer/task-manager.js';
 import { decodeBitmap, PieceBoard } from '../../src/peer/upload/piece-board.js';
-import { UploadService } from '../../src/peer/upload/server.js';
+import type { PieceSource } from '../../src/peer/sources/piece-source.js';
+import { UploadService, type PiecesOnDemand } from '../../src/peer/upload/server.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
 import { MIN_PIECE_SIZE } from '../../src/storage/piece-plan.js';
 import { ClusterToken } from '../../src/common/token.js';
+import { pieceRequestPath, type PieceWish } from '../../src/rpc/upload-api.js';
 
 const TOKEN = 'relay-test-cluster-token-0123456789';
 
@@ -38,6 +40,8 @@ describe('upload server relaying pieces on their way', () => {
   let board: PieceBoard;
   let server: Server;
   let base: string;
+  /** What the peer fetches for children on demand (a triggered seed); none unless a test sets it. */
+  let demand: PiecesOnDemand | undefined;
   const data = randomBytes(2 * MIN_PIECE_SIZE);
   const digest = digestOf(data);
   /** What a child sends: the cluster token, and the blob URL its client named. */
@@ -65,7 +69,13 @@ describe('upload server relaying pieces on their way', () => {
       access: new AccessChecker(new RegistryTransport(), silentLogger),
       log: silentLogger,
       onUploaded: () => undefined,
+      onDemand: {
+        offers: (d) => demand?.offers(d) ?? false,
+        demanded: () => demand?.demanded(),
+        fetch: (task, index, wish) => demand?.fetch(task, index, wish) ?? 'not-offered',
+      },
     });
+    demand = undefined;
     server = createServer(uploads.handle);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -176,5 +186,106 @@ describe('upload server relaying pieces on their way', () => {
     } finally {
       await agent.close();
     }
+  });
+  /** A source that hands each piece's bytes over in two halves, the second when `release` is called; counts its reads. */
+  function slowSource(failWith?: Error) {
+    const reads: number[] = [];
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const source: PieceSource = {
+      kind: 'peer',
+      description: 'test swarm',
+      fetchRun: async (layout, run, sink, _signal, buffers) => {
+        for (let index = run.first; index <= run.last; index++) {
+          reads.push(index);
+          if (failWith) throw failWith;
+          const piece = buffers!(index);
+          const bytes = data.subarray(index * MIN_PIECE_SIZE, (index + 1) * MIN_PIECE_SIZE);
+          bytes.copy(piece.buffer, 0, 0, MIN_PIECE_SIZE / 2);
+          piece.advance(MIN_PIECE_SIZE / 2);
+          await released;
+          bytes.copy(piece.buffer, MIN_PIECE_SIZE / 2, MIN_PIECE_SIZE / 2);
+          piece.advance(MIN_PIECE_SIZE);
+          await sink(index, Buffer.from(piece.buffer.subarray(0, MIN_PIECE_SIZE)));
+          piece.end();
+        }
+      },
+    };
+    return { source, reads, release: () => release() };
+  }
+
+  /** The peer seeds the task on demand through `source`, as Swarm.fetchForChild does. */
+  const seedOnDemand = (source: PieceSource, putOff = false): { wishes: PieceWish[]; demanded: () => number } => {
+    const wishes: PieceWish[] = [];
+    let demanded = 0;
+    demand = {
+      offers: (d) => d === digest,
+      demanded: () => void demanded++,
+      fetch: (task, index, wish) => {
+        wishes.push(wish);
+        if (putOff && wish.background) return 'put-off';
+        task.request(index, index, source);
+        return 'fetching';
+      },
+    };
+    return { wishes, demanded: () => demanded };
+  };
+
+  it('on demand: a piece not held is fetched when a child asks, once for two children, and relayed as it arrives', async () => {
+    await openTask();
+    const { source, reads, release } = slowSource();
+    seedOnDemand(source);
+    const bitmap = (await (await request(`${base}/_starling/tasks/${digest}/pieces`, { headers: AUTH })).body.json()) as {
+      bitmap: string;
+      onDemand: boolean;
+    };
+    assert.equal(bitmap.onDemand, true, 'the bitmap says every piece can be asked for');
+    assert.deepEqual([...decodeBitmap(bitmap.bitmap, 2)], [], 'though none is held');
+
+    const first = await readPiece(1);
+    const second = await readPiece(1);
+    assert.equal(first.status, 200);
+    assert.equal(second.status, 200);
+    for (let i = 0; i < 100 && (first.received() < MIN_PIECE_SIZE / 2 || second.received() < MIN_PIECE_SIZE / 2); i++) await sleep(10);
+    assert.equal(first.received(), MIN_PIECE_SIZE / 2, 'the first half is relayed before the piece is whole');
+    release();
+    const expected = data.subarray(MIN_PIECE_SIZE);
+    assert.ok((await first.done).equals(expected));
+    assert.ok((await second.done).equals(expected));
+    assert.deepEqual(reads, [1], 'one fetch of the piece for both children, none of the other piece');
+  });
+
+  it("on demand: a background piece put off answers 503 and fetches nothing; the child's wish reaches the seed", async () => {
+    await openTask();
+    const { source, reads, release } = slowSource();
+    const seed = seedOnDemand(source, true);
+    const putOff = await request(`${base}${pieceRequestPath(digest, 0, { wholeBlob: false, background: true })}`, { headers: AUTH });
+    assert.equal(putOff.statusCode, 503);
+    assert.match(((await putOff.body.json()) as { error: string }).error, /background piece 0 put off/);
+    assert.deepEqual(reads, [], 'nothing was fetched for a piece put off');
+    assert.equal(seed.demanded(), 0, 'a background request is not a read a workload waits for');
+    release();
+    const wanted = await request(`${base}${pieceRequestPath(digest, 1, { wholeBlob: true, background: false })}`, { headers: AUTH });
+    assert.equal(wanted.statusCode, 200);
+    assert.ok(Buffer.from(await wanted.body.arrayBuffer()).equals(data.subarray(MIN_PIECE_SIZE)));
+    assert.deepEqual(seed.wishes, [
+      { wholeBlob: false, background: true },
+      { wholeBlob: true, background: false },
+    ]);
+    assert.equal(seed.demanded(), 1);
+  });
+
+  it('on demand: a fetch that fails answers 502 naming why; a peer not seeding on demand answers 404', async () => {
+    await openTask();
+    const missing = await request(`${base}/_starling/pieces/${digest}/0`, { headers: AUTH });
+    assert.equal(missing.statusCode, 404);
+    await missing.body.dump();
+    seedOnDemand(slowSource(new Error('registry unreachable')).source);
+    const failed = await request(`${base}/_starling/pieces/${digest}/0`, { headers: AUTH });
+    assert.equal(failed.statusCode, 502);
+    assert.match(
+      ((await failed.body.json()) as { error: string }).error,
+      /piece 0: fetching it from the origin failed: .*registry unreachable/,
+    );
   });
 });

@@ -68,12 +68,13 @@ const all = (n: number) => [...Array(n).keys()];
 const digest = (i: number) => `sha256:${i.toString(16).padStart(64, '0')}`;
 
 describe('scheduling: who reads the origin', () => {
-  it('triggers a seed when nobody holds the blob, and the seed reads the origin', () => {
+  it('sends a seed that registers for a task to the origin, and hands it out as a parent without another trigger', () => {
     const { join, last, triggers } = engine();
-    join('seed-1', { seed: true }, [], 10 * PIECE);
+    const seed = join('seed-1', { seed: true }, [], 10 * PIECE);
+    assert.equal(last(seed)?.packet, 'backToSource');
     const child = join('node-1');
-    // The seed registered first and read the origin already? No: it only joins when triggered.
-    assert.equal(last(child)?.packet, 'wait');
+    const packet = last(child)!;
+    assert.deepEqual(packet.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
     assert.deepEqual(triggers, []);
   });
 
@@ -85,15 +86,15 @@ describe('scheduling: who reads the origin', () => {
     assert.equal(last(second)?.packet, 'wait');
   });
 
-  it('triggers the seed for a child, then hands the seed out as a parent once it holds pieces', () => {
+  it('triggers the seed for a child, then hands the seed out as a parent as soon as it reads the origin (it fetches what children ask)', () => {
     const { scheduling, join, last, triggers } = engine();
     scheduling.announceHost(host('seed-1', { seed: true }));
     const child = join('node-1');
     assert.deepEqual(triggers, ['seed-1']);
     assert.equal(last(child)?.packet, 'wait');
+    // The seed holds nothing yet: it reads from the origin the pieces its children ask for.
     const seed = join('seed-1', { seed: true });
     assert.equal(last(seed)?.packet, 'backToSource');
-    scheduling.pieceFinished(seed, { index: 0, digest: digest(0), parentId: '', costMs: 5, fromOrigin: true, length: PIECE });
     const packet = last(child)!;
     assert.equal(packet.packet, 'parents');
     assert.deepEqual(packet.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
@@ -332,6 +333,22 @@ describe('scheduling: parent selection', () => {
     }
     assert.equal(seed.task.cyclesDetected, 0);
     for (const peer of peers) assert.ok(peer.parents.every((p) => p.host !== peer.host));
+  });
+
+  it("a registration's old stream closing after the peer registered again (a restart) leaves the new registration alone", () => {
+    const { scheduling, join } = engine();
+    const before = join('h1', {}, all(10));
+    scheduling.finished(before);
+    const again = join('h1', {}, all(10)); // the restarted peer, same id, on a new stream
+    scheduling.finished(again);
+    scheduling.leave(before); // the old stream's close, processed late
+    const stat = scheduling.stat(TASK, REGISTRY);
+    assert.deepEqual(
+      stat?.peers.map((peer) => [peer.peerId, peer.finished]),
+      [[again.id, true]],
+      'the restarted peer still offers the blob',
+    );
+    assert.ok(scheduling.resources.hosts.get('h1')?.peers.has(again));
   });
 
   it('blocklists a parent that served a bad piece and finds another', () => {

@@ -6,6 +6,7 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import { OciError } from '../../oci/errors.js';
 import type { RegistryTransport } from '../../oci/transport.js';
+import { READ_PRIORITY_HEADER, readPriority } from '../../rpc/mirror-api.js';
 import type { BlobTask } from '../blob-task.js';
 import type { PeerMetrics } from '../metrics.js';
 import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
@@ -164,7 +165,11 @@ export class BlobService {
     if (whole) task.streamingReaders++;
     try {
       const fetchedForThis = new Set<number>();
-      for (const part of parts) for (const index of task.request(...coveringPieces(task, part), source)) fetchedForThis.add(index);
+      // A whole-blob read is never background: containerd waits for it.
+      const priority = whole ? 'demand' : readPriority(req.headers[READ_PRIORITY_HEADER]);
+      for (const part of parts) {
+        for (const index of task.request(...coveringPieces(task, part), source, priority)) fetchedForThis.add(index);
+      }
       // The status line waits for the source's first bytes: a registry that fails after its HEAD
       // said 200 (a 500, a 401, a length it did not announce) gets the client a status saying so.
       await task.waitForFirstBytes(coveringPieces(task, first)[0]);

@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import { httpScheme, type ClientTls } from '../../common/tls.js';
-import { bitmapPath, piecePath } from '../../rpc/upload-api.js';
+import { bitmapPath, pieceRequestPath, type PieceWish } from '../../rpc/upload-api.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
@@ -17,11 +17,17 @@ const BITMAP_FAILURES_UNREACHABLE = 3;
 /** Piece requests failed in a row (not busy, not missing) that make a parent unreachable. */
 const PIECE_FAILURES_UNREACHABLE = 2;
 
+const NO_WISH: PieceWish = { wholeBlob: false, background: false };
+
 export class ParentBusyError extends Error {
   override name = 'ParentBusyError';
 }
 export class PieceMissingError extends Error {
   override name = 'PieceMissingError';
+}
+/** A parent fetching on demand put a background piece off while children read what workloads wait for (503). */
+export class PieceDeferredError extends Error {
+  override name = 'PieceDeferredError';
 }
 /** The parent ended a piece early: it was relaying the piece and its own fetch of it gave up. */
 export class PieceCutShortError extends Error {
@@ -37,6 +43,8 @@ export class ParentLink implements ParentView {
   readonly pieces = new Set<number>();
   /** Pieces on their way to the parent, which it relays as they arrive. */
   readonly growing = new Set<number>();
+  /** The parent fetches any piece this child asks for (a seed the scheduler triggered), and relays it as it arrives. */
+  onDemand = false;
   private attempts = 0;
   /** Failures in a row, of bitmap requests or of pieces (a success resets it). */
   private consecutiveFailures = 0;
@@ -150,13 +158,20 @@ export class ParentLink implements ParentView {
           continue; // the parent has nothing of the task yet; its long poll already waited
         }
         if (response.statusCode !== 200) throw new Error(`bitmap request answered ${response.statusCode}`);
-        const body = (await response.body.json()) as { version: number; bitmap: string; growing?: string; complete: boolean };
+        const body = (await response.body.json()) as {
+          version: number;
+          bitmap: string;
+          growing?: string;
+          onDemand?: boolean;
+          complete: boolean;
+        };
         this.consecutiveFailures = 0;
         this.known = body.version;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
         const growing = body.growing ? decodeBitmap(body.growing, this.pieceCount) : new Set<number>();
         this.log.debug({ parent: this.id, version: body.version, complete: body.complete }, 'parent bitmap');
-        let changed = false;
+        let changed = this.onDemand !== (body.onDemand === true);
+        this.onDemand = body.onDemand === true;
         for (const index of held) {
           this.growing.delete(index);
           if (!this.pieces.has(index)) {
@@ -187,8 +202,13 @@ export class ParentLink implements ParentView {
     }
   }
 
-  /** The parent holds the piece or is receiving it. */
+  /** The parent holds the piece, is receiving it, or fetches it when asked. */
   offers(index: number): boolean {
+    return this.onDemand || this.carries(index);
+  }
+
+  /** The parent holds the piece or is receiving it (it fetches nothing for this child). */
+  carries(index: number): boolean {
     return this.pieces.has(index) || this.growing.has(index);
   }
 
@@ -201,15 +221,17 @@ export class ParentLink implements ParentView {
    * Fetches one piece's bytes into the buffer `begin` hands out once the parent has agreed to
    * send them (`advance` is called as bytes land, so this peer can relay them in turn; a busy or
    * missing answer costs no buffer and announces nothing). Throws ParentBusyError (429) or
-   * PieceMissingError (404) when told so, PieceCutShortError when a piece ends early.
+   * PieceMissingError (404) when told so, PieceDeferredError (503) when a seed puts a background
+   * piece off, PieceCutShortError when a piece ends early.
    */
-  async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal): Promise<Buffer> {
+  async fetchPiece(index: number, begin: () => GrowingPiece, signal: AbortSignal, wish?: PieceWish): Promise<Buffer> {
     const started = performance.now();
     let into: GrowingPiece | undefined;
     let head: PieceHead;
     try {
       head = await this.fetcher.get(
-        piecePath(this.taskId, index),
+        // Only a parent fetching on demand heeds the wish (the rest of the blob too, or this piece later).
+        pieceRequestPath(this.taskId, index, this.onDemand && wish ? wish : NO_WISH),
         (answer) => {
           if (answer.status !== 200) return undefined;
           const growing = begin();
@@ -230,9 +252,13 @@ export class ParentLink implements ParentView {
       this.busyUntil = Date.now() + this.pace.busyBackoffMs();
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
+    if (head.status === 503 && this.onDemand && wish?.background) {
+      throw new PieceDeferredError(`parent ${this.id} puts background piece ${index} off while its children read on demand`);
+    }
     if (head.status === 404) {
       this.pieces.delete(index);
       this.growing.delete(index);
+      this.onDemand = false; // until its next bitmap says so again
       throw new PieceMissingError(`parent ${this.id} does not hold piece ${index}`);
     }
     if (head.status !== 200 || !into) throw new Error(`parent ${this.id} answered ${head.status} for piece ${index}`);

@@ -42,6 +42,11 @@ export class PiecesFromOrigin {
     this.source ??= source;
   }
 
+  /** How this peer reads the origin, once a client has asked. */
+  get origin(): OriginSource | undefined {
+    return this.source;
+  }
+
   get client(): OriginSource['client'] | undefined {
     return this.source?.client;
   }

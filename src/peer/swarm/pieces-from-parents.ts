@@ -3,7 +3,7 @@ import type { PeerPacket } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
-import { ParentBusyError, PieceCutShortError, PieceMissingError, type ParentLink } from './parent-link.js';
+import { ParentBusyError, PieceCutShortError, PieceDeferredError, PieceMissingError, type ParentLink } from './parent-link.js';
 import type { ParentSet } from './parent-set.js';
 import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
 import { dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
@@ -27,6 +27,28 @@ export interface ParentFetchEvents {
   beginPiece(index: number): GrowingPiece;
   /** An attempt at piece `index` ended, whatever came of it. */
   settled(index: number): void;
+  /** A seed put a background piece off: the download is waiting on purpose, not stalled. */
+  putOff(): void;
+}
+
+/**
+ * How long a piece from a parent that fetched it on demand waits for its digest. The seed reports
+ * the digest to the scheduler as it stores the piece, the moment it sends the piece's last byte;
+ * the scheduler passes it on within milliseconds. A digest that never comes (the report lost with
+ * a scheduler) fails the attempt, softly: the piece is asked for again.
+ */
+const DIGEST_WAIT_MS = 10_000;
+
+/**
+ * After a seed put a background piece off, how long background pieces are not asked of it again.
+ * The seed serves them once no child has asked it for a piece a workload waits for in a while
+ * (policy/background-put-off.ts): a retry every half second costs one small request.
+ */
+const BACKGROUND_RETRY_MS = 500;
+
+/** A piece fetched on demand arrived, and no digest to check it against came in DIGEST_WAIT_MS. */
+class DigestNotVouchedError extends Error {
+  override name = 'DigestNotVouchedError';
 }
 
 interface Attempt {
@@ -49,6 +71,17 @@ export class PiecesFromParents {
   private readonly attempts = new Map<number, Attempt[]>();
   /** Piece digests the scheduler vouched for (from the peer that read the origin). */
   private readonly digests = new Map<number, string>();
+  /** Checks waiting for a piece's digest (a piece a parent fetched on demand, vouched for as it was stored there). */
+  private readonly digestWaiters = new Map<number, Set<() => void>>();
+  /**
+   * Whether pieces not vouched for yet may be asked of a parent that fetches them on demand: not
+   * while no scheduler is there to vouch for them, nor after a digest failed to come, until the
+   * next one does. Else the attempts would keep the peer from ever falling back to the origin.
+   */
+  private unvouchedAllowed = true;
+  /** Until then, pieces only background readers want are not asked of a seed that put one off. */
+  private backgroundPutOffUntil = 0;
+  private schedulerLost = false;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
   private running = false;
@@ -82,7 +115,41 @@ export class PiecesFromParents {
   }
 
   vouch(digests: Record<string, string>): void {
-    for (const [index, digest] of Object.entries(digests)) this.digests.set(Number(index), digest);
+    this.unvouchedAllowed = true;
+    for (const [key, digest] of Object.entries(digests)) {
+      const index = Number(key);
+      this.digests.set(index, digest);
+      const waiters = this.digestWaiters.get(index);
+      this.digestWaiters.delete(index);
+      for (const wake of waiters ?? []) wake();
+    }
+  }
+
+  /** The piece's vouched digest, waiting up to DIGEST_WAIT_MS for it (or until the attempt is aborted). */
+  private async vouchedDigest(index: number, signal: AbortSignal): Promise<string> {
+    const known = this.digests.get(index);
+    if (known) return known;
+    await new Promise<void>((resolve) => {
+      const waiters = this.digestWaiters.get(index) ?? new Set<() => void>();
+      this.digestWaiters.set(index, waiters);
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, DIGEST_WAIT_MS);
+      signal.addEventListener('abort', done);
+      waiters.add(done);
+    });
+    const digest = this.digests.get(index);
+    if (!digest) throw new DigestNotVouchedError(`no digest vouched for piece ${index} within ${DIGEST_WAIT_MS} ms of its bytes`);
+    return digest;
+  }
+
+  /** Every scheduler was lost (or one is back): no digest can be vouched for meanwhile. */
+  schedulerGone(gone: boolean): void {
+    this.schedulerLost = gone;
   }
 
   /** Starts fetching (the scheduler named parents or said wait); stop() ends it for good. */
@@ -128,12 +195,13 @@ export class PiecesFromParents {
     if (!this.running || this.wanted.failed) return;
     let budget = this.settings.parallelism - this.attempts.size;
     const order = this.candidateOrder();
+    const whole = this.wantsWholeBlob();
     const choice = this.parentChoice();
     for (const index of order) {
       if (budget <= 0) break;
-      const link = bestParentFor(index, this.parents, choice);
+      const link = bestParentFor(index, this.askable(index, choice.now, whole), choice);
       if (!link) continue;
-      this.startAttempt(index, link);
+      this.startAttempt(index, link, whole);
       budget--;
     }
     if (order.length === 0 && this.attempts.size > 0) this.endgame();
@@ -142,24 +210,69 @@ export class PiecesFromParents {
   /**
    * Wanted pieces that can be fetched now, best first (policy/candidate-order.ts). A piece still
    * arriving at a parent counts: the parent relays it as it comes. Only pieces whose digest the
-   * scheduler has vouched for are asked for: a digest that never comes (its report lost with a
-   * scheduler) would keep an attempt waiting, and a peer with attempts on their way never falls
-   * back to the origin.
+   * scheduler has vouched for are asked for, or that a parent fetches on demand (a seed: it reads
+   * the origin for the piece, and the scheduler vouches for the digest it reports as it stores
+   * it): a digest that never comes otherwise (its report lost with a scheduler) would keep
+   * attempts waiting, and a peer with attempts on their way never falls back to the origin.
    */
   private candidateOrder(): number[] {
     const available: Candidate[] = [];
+    const now = Date.now();
+    const whole = this.wantsWholeBlob();
     for (const index of this.wanted) {
-      if (this.task.hasPiece(index) || this.attempts.has(index) || !this.digests.has(index)) continue;
+      if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
       let holders = 0;
       let nodeHolders = 0;
       for (const link of this.parents) {
-        if (!link.offers(index)) continue;
+        if (!this.mayAsk(link, index, now, whole)) continue;
         holders++;
         if (!link.seed) nodeHolders++;
       }
       if (holders > 0) available.push({ index, holders, nodeHolders });
     }
     return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
+  }
+
+  /**
+   * Whether piece `index` may be asked of `link` now: the link offers it, and either its digest is
+   * vouched for or the link fetches it on demand while a scheduler can vouch for it. A piece only
+   * background readers want, which a seed put off, waits for that seed (or a parent that has it).
+   */
+  private mayAsk(link: ParentLink, index: number, now: number, wholeBlob: boolean): boolean {
+    if (!link.offers(index)) return false;
+    // A parent other than a seed fetches a piece it lacks for a lazy reader only: a whole download
+    // asks each parent for what it holds or receives, and the parent graph brings the rest.
+    if (wholeBlob && !link.seed && !link.carries(index)) return false;
+    const vouched = this.digests.has(index);
+    if (!vouched && !(link.onDemand && this.unvouchedAllowed && !this.schedulerLost)) return false;
+    const putOff = now < this.backgroundPutOffUntil && this.task.wantedInBackgroundOnly(index);
+    return !putOff || link.carries(index);
+  }
+
+  /**
+   * The parents piece `index` may be asked of now, best kind first: those that hold or receive it,
+   * else seeds that fetch it from the origin, else peers that fetch it through their own parents.
+   */
+  private askable(index: number, now: number, wholeBlob: boolean): ParentLink[] {
+    const may = [...this.parents].filter((link) => this.mayAsk(link, index, now, wholeBlob));
+    const carriers = may.filter((link) => link.carries(index));
+    if (carriers.length) return carriers;
+    const seeds = may.filter((link) => link.seed);
+    return seeds.length ? seeds : may;
+  }
+
+  /**
+   * Every piece not held is wanted by a reader that waits for it: a download of the whole blob. A
+   * lazy reader wants a few; its background fetch may want the rest of a small layer at once, but
+   * is no whole download (a seed reading the rest of the blob for it would fill the registry's
+   * link while other nodes start: 3.26 copies of the bytes they needed, 8 nodes end to end).
+   */
+  private wantsWholeBlob(): boolean {
+    const missing = this.task.layout.pieceCount - this.task.blob.storedPieceCount;
+    if (this.wanted.size < missing) return false;
+    let waitedFor = 0;
+    for (const index of this.wanted) if (!this.task.wantedInBackgroundOnly(index)) waitedFor++;
+    return waitedFor >= missing;
   }
 
   private parentChoice(): ParentChoice<ParentLink> {
@@ -188,18 +301,19 @@ export class PiecesFromParents {
     for (const index of this.wanted) if (!this.attempts.has(index)) return;
     const now = Date.now();
     const choice = this.parentChoice();
+    const whole = this.wantsWholeBlob();
     for (const [index, attempts] of this.attempts) {
       // A piece just stored is still listed until its attempt settles: it needs no second parent.
       const first = attempts[0];
       if (!first || attempts.length !== 1 || this.task.hasPiece(index)) continue;
-      const link = bestParentFor(index, this.parents, choice, first.link);
+      const link = bestParentFor(index, this.askable(index, now, whole), choice, first.link);
       if (!link) continue;
       const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
-      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link);
+      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link, whole);
     }
   }
 
-  private startAttempt(index: number, link: ParentLink): void {
+  private startAttempt(index: number, link: ParentLink, wholeBlob: boolean): void {
     const { length } = pieceBounds(this.task.layout, index);
     const attempt: Attempt = { link, controller: new AbortController(), started: Date.now(), length };
     const list = this.attempts.get(index) ?? [];
@@ -209,7 +323,10 @@ export class PiecesFromParents {
     const stall = this.watchForStall(attempt);
     let stored = false;
     void link
-      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal)
+      .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, {
+        wholeBlob,
+        background: this.task.wantedInBackgroundOnly(index),
+      })
       .then(async (bytes) => {
         stored = await this.checkAndStore(index, attempt, bytes);
       })
@@ -263,8 +380,9 @@ export class PiecesFromParents {
   /** Stores the piece if it matches its vouched digest (the other attempts at it are aborted); a mismatch drops the parent. */
   private async checkAndStore(index: number, attempt: Attempt, bytes: Buffer): Promise<boolean> {
     const { link } = attempt;
-    const sha256 = await sha256Hex(bytes);
-    if (`sha256:${sha256}` !== this.digests.get(index)) {
+    const [sha256, vouched] = await Promise.all([sha256Hex(bytes), this.vouchedDigest(index, attempt.controller.signal)]);
+    if (attempt.controller.signal.aborted) return false; // another parent's copy won meanwhile
+    if (`sha256:${sha256}` !== vouched) {
       this.parents.drop(link, 'FAILURE_REASON_BAD_PIECE', `piece ${index} does not match its digest`, index);
       return false;
     }
@@ -286,6 +404,12 @@ export class PiecesFromParents {
         packet: 'pieceFailed',
         pieceFailed: { index, parentId: link.id, reason: 'FAILURE_REASON_PARENT_SLOW', message },
       });
+    } else if (error instanceof PieceDeferredError) {
+      // Not a stall: the seed is there, and serves the piece once its children's reads quieten.
+      this.backgroundPutOffUntil = Date.now() + BACKGROUND_RETRY_MS;
+      this.events.putOff();
+    } else if (error instanceof DigestNotVouchedError) {
+      this.unvouchedAllowed = false; // until the next digest comes
     } else if (attempt.controller.signal.aborted || error instanceof ParentBusyError || error instanceof PieceCutShortError) {
       // Lost the endgame race, the parent is busy, or a piece it relayed was given up
       // upstream: another parent or a later pump will do.

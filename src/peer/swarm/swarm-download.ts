@@ -77,9 +77,13 @@ export class SwarmDownload {
     this.wanted = new WantedPieces((index) => task.hasPiece(index));
     this.session = new SchedulerSession(task, this.peerId, settings.hostId, schedulers, log, {
       packet: (packet) => this.onPacket(packet),
-      registered: () => (this.idleReported = false), // a new scheduler schedules this peer afresh
+      registered: () => {
+        this.idleReported = false; // a new scheduler schedules this peer afresh
+        this.fromParents.schedulerGone(false);
+      },
       noScheduler: () => {
         if (this.finished) return;
+        this.fromParents.schedulerGone(true);
         // Mid-download with every missing piece's digest known, the parents held can bring the rest:
         // going on with them (the origin once they stall) spares the registry a copy per peer when
         // the only scheduler restarts. A piece with no digest yet could be checked by no one (the
@@ -101,6 +105,7 @@ export class SwarmDownload {
       report: (packet) => this.session.report(packet),
       beginPiece: (index) => this.beginPiece(index, false),
       settled: () => this.attemptSettled(),
+      putOff: () => (this.lastProgress = Date.now()),
     });
     this.fromOrigin = new PiecesFromOrigin(task, this.wanted, (index) => this.fromParents.isOnItsWay(index), log, {
       beginPiece: (index) => this.beginPiece(index, true),
@@ -129,6 +134,11 @@ export class SwarmDownload {
     else this.pump();
   }
 
+  /** How this peer reads the origin for the task (its first client's way), while the download goes on. */
+  get origin(): OriginSource | undefined {
+    return this.finished || this.wanted.failed ? undefined : this.fromOrigin.origin;
+  }
+
   /** Resolves once every piece of the run is stored; rejects if the download gives up. */
   waitRun(run: PieceRun): Promise<void> {
     return this.wanted.wait(run);
@@ -150,6 +160,16 @@ export class SwarmDownload {
         length,
       },
     });
+  }
+
+  /**
+   * A seed serving the task's pieces as children ask (Swarm.fetchForChild): registered now,
+   * wanting nothing yet, so the scheduler sends it to the origin and names it as a parent.
+   */
+  serveOnDemand(origin: OriginSource): void {
+    if (this.wanted.failed || this.finished) return;
+    this.fromOrigin.use(origin);
+    if (!this.session.started) this.start();
   }
 
   /** Registers a blob this peer already holds whole (after a restart), so others can fetch from it. */

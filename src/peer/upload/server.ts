@@ -13,9 +13,11 @@ import {
   PREHEAT_PATH,
   PREHEAT_STATUS_PATH,
   SEED_TRIGGER_PATH,
+  pieceWish,
   blobFetchRequestSchema,
   type BlobFetchRequest,
   type FetchStatus,
+  type PieceWish,
 } from '../../rpc/upload-api.js';
 import { parseWire, WireError } from '../../rpc/wire.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
@@ -47,8 +49,10 @@ export interface UploadServiceDeps {
   /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
   onRequest?(
     kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status',
-    outcome: 'sent' | 'relayed' | 'busy' | 'missing' | 'accepted' | 'refused',
+    outcome: 'sent' | 'relayed' | 'fetched' | 'put-off' | 'busy' | 'missing' | 'accepted' | 'refused',
   ): void;
+  /** A seed's pieces fetched as children ask for them; undefined on peers that fetch nothing for others. */
+  onDemand?: PiecesOnDemand;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (request: BlobFetchRequest) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
@@ -56,6 +60,25 @@ export interface UploadServiceDeps {
     start: (request: BlobFetchRequest) => Promise<void>;
     status: (digest: string) => FetchStatus | undefined;
   };
+}
+
+/**
+ * A seed triggered by the scheduler fetches from the origin only the pieces its children ask for
+ * (src/peer/swarm/swarm.ts): lazily read layers need a few pieces of hundreds, and a seed reading
+ * whole blobs fills the registry's link while the nodes wait for those few.
+ */
+export interface PiecesOnDemand {
+  /** This peer fetches any piece of the task a child asks for. */
+  offers(digest: string): boolean;
+  /** A child asked for a piece a workload waits for (any task): background pieces wait a while. */
+  demanded(): void;
+  /**
+   * Starts fetching piece `index` for a child, once whoever asks, and the rest of the blob too
+   * when the child wants all of it. A piece only background readers want is put off while
+   * children ask for pieces workloads wait for; `not-offered` when this peer does not fetch the
+   * task on demand.
+   */
+  fetch(task: BlobTask, index: number, wish: PieceWish): 'fetching' | 'put-off' | 'not-offered';
 }
 
 /** A relayed piece's fetch gave up before the piece was stored: the response is cut short. */
@@ -88,7 +111,8 @@ export class UploadService {
     if (!this.deps.clusterToken.accepts(req.headers.authorization))
       return this.reply(res, 401, { error: 'missing or wrong cluster token' });
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
-    if (pieceDigest !== undefined && req.method === 'GET') return this.servePiece(req, res, pieceDigest, Number(pieceIndex));
+    if (pieceDigest !== undefined && req.method === 'GET')
+      return this.servePiece(req, res, pieceDigest, Number(pieceIndex), pieceWish(new URLSearchParams(queryText ?? '')));
     const [, bitmapDigest] = BITMAP_PATH.exec(path) ?? [];
     if (bitmapDigest !== undefined && req.method === 'GET')
       return this.serveBitmap(req, res, bitmapDigest, new URLSearchParams(queryText ?? ''));
@@ -105,12 +129,13 @@ export class UploadService {
     return this.reply(res, 404, { error: `no such endpoint ${req.method} ${path}` });
   }
 
-  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number): Promise<void> {
+  private async servePiece(req: IncomingMessage, res: ServerResponse, digest: string, index: number, wish: PieceWish): Promise<void> {
     const lease = this.deps.tasks.lease(digest);
     if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
     try {
       const { task } = lease;
-      if (index >= task.layout.pieceCount || !(task.hasPiece(index) || task.isGrowing(index))) {
+      const here = (i: number) => task.hasPiece(i) || task.isGrowing(i);
+      if (index >= task.layout.pieceCount || !(here(index) || this.deps.onDemand?.offers(digest))) {
         this.deps.onRequest?.('piece', 'missing');
         return this.reply(res, 404, { error: `piece ${index} is not here` });
       }
@@ -126,11 +151,34 @@ export class UploadService {
       }
       this.inUse++;
       try {
+        if (!wish.background) this.deps.onDemand?.demanded();
+        const fetched = !here(index);
+        if (fetched) {
+          // The slot is the child's while the origin answers: the piece's bytes follow at once.
+          const fetch = this.deps.onDemand?.fetch(task, index, wish) ?? 'not-offered';
+          if (fetch === 'put-off') {
+            this.deps.onRequest?.('piece', 'put-off');
+            res.setHeader('retry-after', '1');
+            return this.reply(res, 503, { error: `background piece ${index} put off while children read what their workloads wait for` });
+          }
+          if (fetch === 'not-offered') {
+            this.deps.onRequest?.('piece', 'missing');
+            return this.reply(res, 404, { error: `piece ${index} is not here` });
+          }
+          const failure = await task.waitForFirstBytes(index).then(
+            () => undefined,
+            (error: Error) => error,
+          );
+          if (failure) {
+            this.deps.onRequest?.('piece', 'missing');
+            return this.reply(res, 502, { error: `piece ${index}: fetching it from the origin failed: ${failure.message}` });
+          }
+        }
         const { length } = pieceBounds(task.layout, index);
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': length });
         res.flushHeaders(); // the child knows at once it has the slot, even if the bytes are still to come
         const whole = task.hasPiece(index);
-        this.deps.onRequest?.('piece', whole ? 'sent' : 'relayed');
+        this.deps.onRequest?.('piece', whole ? 'sent' : fetched ? 'fetched' : 'relayed');
         const relayed = whole ? 0 : await this.relayGrowing(res, task, index, length);
         await this.sendStored(res, task, index, relayed, length);
         res.end();
@@ -247,6 +295,8 @@ export class UploadService {
         bitmap: encodeBitmap(task.layout.pieceCount, (index) => task.hasPiece(index)),
         // Pieces on their way here: a child may ask for them and get the bytes as they arrive.
         growing: encodeBitmap(task.layout.pieceCount, (index) => task.isGrowing(index)),
+        // Every other piece is fetched here when a child asks for it.
+        onDemand: !task.complete && (this.deps.onDemand?.offers(digest) ?? false),
       });
     } finally {
       lease.release();

@@ -13,7 +13,7 @@ export interface ParentView {
   readonly rate: number;
   /** After a 429 the parent is left alone until then (milliseconds, the caller's clock). */
   readonly busyUntil: number;
-  /** The parent holds the piece or is receiving it (and relays it as it arrives). */
+  /** The parent holds the piece, is receiving it (and relays it as it arrives), or fetches it when asked (a seed on demand). */
   offers(index: number): boolean;
   /** The parent holds the piece stored and verified, as the child last heard. */
   holdsWhole(index: number): boolean;

@@ -1,0 +1,17 @@
+/**
+ * What a client of the peer mirror may add to the OCI distribution API: how urgent a ranged read
+ * is. The snapshotter marks the reads of its background fetch (the rest of a lazily mounted
+ * layer, after its workload started); the peer passes the mark on to the seeds it reads through,
+ * which put such pieces after every read a workload is waiting for.
+ */
+
+/** A read a workload waits for (`demand`, the default), or one that fills a cache (`background`). */
+export type ReadPriority = 'demand' | 'background';
+
+/** Request header on a blob GET with a Range: `background` marks a background read. */
+export const READ_PRIORITY_HEADER = 'x-starling-priority';
+
+/** The priority a request's header names; anything but `background` (or no header) is `demand`. */
+export function readPriority(header: string | string[] | undefined): ReadPriority {
+  return header === 'background' ? 'background' : 'demand';
+}
