@@ -41,10 +41,8 @@ export default defineConfig(
   },
   {
     // An index or a lookup the code knows is there says so with a check or itemAt() (common/indexing.ts),
-    // which names the index if the proof was wrong, not with `!`. Not yet in scheduler/ (in code
-    // another branch was changing) nor in test/, bench/ and sim/.
+    // which names the index if the proof was wrong, not with `!`.
     files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}'],
-    ignores: ['src/scheduler/**'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'error' },
   },
   {
