@@ -42,7 +42,7 @@ export default defineConfig(
   {
     // An index or a lookup the code knows is there says so with a check or itemAt() (common/indexing.ts),
     // which names the index if the proof was wrong, not with `!`.
-    files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}'],
+    files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}', 'sim/**/*.ts', 'bench/**/*.ts'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'error' },
   },
   {
