@@ -87,7 +87,7 @@ describe('containerd config plan', () => {
     assert.deepEqual(plan.changes, [`${CRI}.registry.config_path = "/etc/containerd/certs.d"`]);
     assert.ok(plan.text.startsWith(DEBIAN_CONFIG), 'the original text is kept as it was');
     const doc = parse(plan.text) as Doc;
-    assert.equal((doc.plugins!['io.containerd.grpc.v1.cri']!.registry as Record<string, unknown>).config_path, '/etc/containerd/certs.d');
+    assert.equal(doc.plugins?.['io.containerd.grpc.v1.cri']?.registry?.config_path, '/etc/containerd/certs.d');
   });
 
   it('keeps an existing config_path and uses its first folder', () => {
@@ -110,8 +110,8 @@ describe('containerd config plan', () => {
     const first = planContainerdConfig(DEBIAN_CONFIG, 'config.toml', { lazy: { snapshotterSocket: '/run/starling/snapshotter.sock' } });
     assert.equal(first.changes.length, 5);
     const doc = parse(first.text) as Doc;
-    assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
-    assert.deepEqual(doc.plugins!['io.containerd.grpc.v1.cri']!.containerd, {
+    assert.deepEqual(doc.proxy_plugins?.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
+    assert.deepEqual(doc.plugins?.['io.containerd.grpc.v1.cri']?.containerd, {
       snapshotter: 'starling',
       disable_snapshot_annotations: false,
     });
@@ -132,7 +132,8 @@ describe('containerd config plan', () => {
   it('uses the containerd 2.x names for a version 3 config', () => {
     const plan = planContainerdConfig('version = 3\n', 'config.toml', { lazy: { snapshotterSocket: '/s' } });
     const doc = parse(plan.text) as Doc;
-    const images = doc.plugins!['io.containerd.cri.v1.images']!;
+    const images = doc.plugins?.['io.containerd.cri.v1.images'];
+    assert.ok(images, 'the 2.x images plugin is configured');
     assert.deepEqual(images.registry, { config_path: '/etc/containerd/certs.d' });
     assert.equal(images.snapshotter, 'starling');
     assert.equal(images.disable_snapshot_annotations, false);
@@ -179,7 +180,7 @@ describe('hosts.toml merge', () => {
     const doc = parse(merged) as { server: string; host: Record<string, { ca?: string; header?: Record<string, string> }> };
     assert.deepEqual(Object.keys(doc.host), ['http://127.0.0.1:65001', 'https://reg.example:5000']);
     assert.equal(doc.server, 'https://reg.example:5000');
-    assert.equal(doc.host['http://127.0.0.1:65001']!.header!['x-starling-registry'], 'reg.example:5000');
+    assert.equal(doc.host['http://127.0.0.1:65001']?.header?.['x-starling-registry'], 'reg.example:5000');
     assert.ok(
       merged.endsWith(
         '\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n',
@@ -849,7 +850,7 @@ describe('node labels from the Kubernetes API', () => {
       rackLabel: 'example.com/rack',
     });
     assert.equal(labels.rack, 'r7');
-    assert.equal(requests.at(-1)!.authorization, 'Bearer sa-token');
+    assert.equal(requests.at(-1)?.authorization, 'Bearer sa-token');
     const file = join(dir, 'labels.yaml');
     await writeNodeLabels(file, labels);
     const read = readLabelsFile(file);
