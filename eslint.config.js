@@ -41,8 +41,17 @@ export default defineConfig(
   },
   {
     // An index or a lookup the code knows is there says so with a check or itemAt() (common/indexing.ts),
-    // which names the index if the proof was wrong, not with `!`.
-    files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}', 'sim/**/*.ts', 'bench/**/*.ts'],
+    // which names the index if the proof was wrong, not with `!`; a test checks with assert.ok().
+    // Not yet in the test files other branches were changing when the rest went (59 `!` in them:
+    // replicas 25, kubernetes/ 24, swarm 6, blob-task 3, hostile-clients 1).
+    files: ['src/**/*.ts', 'console/src/**/*.{ts,tsx}', 'sim/**/*.ts', 'bench/**/*.ts', 'test/**/*.ts'],
+    ignores: [
+      'test/manager/replicas.test.ts',
+      'test/kubernetes/**',
+      'test/integration/swarm.test.ts',
+      'test/unit/blob-task.test.ts',
+      'test/integration/hostile-clients.test.ts',
+    ],
     rules: { '@typescript-eslint/no-non-null-assertion': 'error' },
   },
   {
