@@ -545,7 +545,7 @@ describe('node-setup on containerd 2.x (config version 3), k3s and RKE2', () => 
       `${images}: in place`,
     );
     const doc = parse(text) as Doc;
-    assert.equal((doc.plugins!['io.containerd.cri.v1.images']!.registry as Record<string, unknown>).config_path, hostsDir);
+    assert.equal(doc.plugins?.['io.containerd.cri.v1.images']?.registry?.config_path, hostsDir);
     assert.match(await readFile(join(hostsDir, 'reg.example:5000', 'hosts.toml'), 'utf8'), /\[host\."http:\/\/127\.0\.0\.1:65001"\]/);
     assert.equal((await stat(config)).mode & 0o777, 0o600, 'the mode is kept');
 
@@ -647,8 +647,8 @@ describe('node-setup on containerd 2.x (config version 3), k3s and RKE2', () => 
     assert.ok(report.changedFiles.includes(template), report.lines.join('\n'));
     assert.equal(existsSync(join(agentDir, 'config.toml.tmpl')), false, 'the version 3 template, not the version 2 one');
     const doc = parse(await readFile(template, 'utf8')) as Doc;
-    assert.equal(doc.plugins!['io.containerd.cri.v1.images']!.snapshotter, 'starling');
-    assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/s' });
+    assert.equal(doc.plugins?.['io.containerd.cri.v1.images']?.snapshotter, 'starling');
+    assert.deepEqual(doc.proxy_plugins?.starling, { type: 'snapshot', address: '/s' });
     assert.ok(existsSync(join(agentDir, 'certs.d', 'reg.example', 'hosts.toml')));
 
     await n.undo(config);
@@ -774,8 +774,9 @@ describe('the restart node-setup runs in the host namespaces', () => {
         { mode: 0o755 },
       );
       const [program, ...args] = command.slice(HOST.length);
+      assert.ok(program, `a command after ${HOST.join(' ')}`);
       const result = await new Promise<{ code: number; stderr: string }>((resolve) => {
-        execFile(program!, args, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } }, (error, _stdout, stderr) =>
+        execFile(program, args, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } }, (error, _stdout, stderr) =>
           resolve({ code: error ? Number(error.code) : 0, stderr }),
         );
       });
