@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, it } from 'node:test';
 import type { BufferBody } from '../../src/oci/buffer-body.js';
 import { directGet, DirectGetError } from '../../src/oci/direct-get.js';
@@ -101,7 +101,8 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
     assert.ok(waits >= 3);
 
     // Small fills, served from bytes read ahead as well as from the socket: none may end
-    // before the wait its last onFill asked for.
+    // before the wait its last onFill asked for. The wait is one turn of the event loop (3,146 of
+    // them; a 1 ms timer each made this test take 4 s).
     const again = await directGet(new URL(`${base}/blob`), {});
     assert.ok(again, 'an answer with a Content-Length');
     let waiting = false;
@@ -109,7 +110,7 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
     for (let at = 0; at < data.length;) {
       const n = await again.body.fill(out, at, 1000, async () => {
         waiting = true;
-        await sleep(0);
+        await nextTurn();
         waiting = false;
       });
       assert.ok(!waiting, 'a fill ended while its onFill was still waiting');
