@@ -23,8 +23,10 @@ import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, runOk, type Service } from '../test/fixtures/processes.js';
 import { infoHash } from './lib/bencode.js';
 import {
+  capOf,
   clusterLowerBound,
   createCluster,
+  hostEntry,
   softnetDrops,
   startCpuSampler,
   tcpPayloadBytes,
@@ -47,6 +49,7 @@ import {
 } from './lib/scenario.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const a = scenarioArgs('bittorrent-baseline', {
   'piece-length': {
@@ -76,7 +79,7 @@ try {
   const { sha256 } = await writeRandomFile(path.join(seedDir, name), F, `bittorrent-${F}`);
   cluster = await createCluster({ nodes: N, nodeRate: startRates(a.links), originRate: a.originRate, extras: [{ name: 'tracker' }] });
   const c = cluster;
-  const tracker = c.extras.tracker!;
+  const tracker = c.host('tracker');
   const announce = `http://${tracker.ip}:${TRACKER_PORT}/announce`;
   const torrent = path.join(work.path, `${name}.torrent`);
   await runOk('mktorrent', ['-a', announce, '-l', String(pieceLog2), '-n', name, '-o', torrent, path.join(seedDir, name)]);
@@ -172,15 +175,15 @@ try {
   let allAtLast: Map<string, Counters> | undefined;
   let qAtLast: Map<string, QdiscStats> | undefined;
   while (done.size < N) {
-    for (let i = 0; i < N; i++) {
-      const node = c.nodes[i]!;
+    for (const [i, node] of c.nodes.entries()) {
       if (done.has(node.name)) continue;
-      const stamp = path.join(nodeDirs[i]!, `${name}.done`);
+      const stamp = path.join(itemAt(nodeDirs, i), `${name}.done`);
+      const leecher = itemAt(leechers, i);
       if (fs.existsSync(stamp)) {
         const text = fs.readFileSync(stamp, 'utf8').trim();
         if (text) done.set(node.name, Number(text) - t0);
-      } else if (!leechers[i]!.running) {
-        throw new Error(`leecher on ${node.name} exited before finishing:\n${leechers[i]!.logTail()}`);
+      } else if (!leecher.running) {
+        throw new Error(`leecher on ${node.name} exited before finishing:\n${leecher.logTail()}`);
       }
     }
     if (done.size === N) {
@@ -192,7 +195,7 @@ try {
     if (Date.now() / 1000 - t0 > timeoutS) {
       const missing = c.nodes.filter((n) => !done.has(n.name)).map((n) => n.name);
       throw new Error(
-        `timed out after ${timeoutS} s; not done: ${missing.join(' ')}; log of ${missing[0]}:\n${c.nodes.length && leechers[c.nodes.findIndex((n) => n.name === missing[0])]!.logTail()}`,
+        `timed out after ${timeoutS} s; not done: ${missing.join(' ')}; log of ${missing[0]}:\n${leechers[c.nodes.findIndex((n) => n.name === missing[0])]?.logTail() ?? ''}`,
       );
     }
     await sleep(50);
@@ -203,25 +206,27 @@ try {
   await Promise.all(services.map((s) => s.stop(2000)));
 
   // Every node's copy must be the blob.
-  for (let i = 0; i < N; i++) {
+  for (const [i, node] of c.nodes.entries()) {
     const h = createHash('sha256');
-    for await (const chunk of fs.createReadStream(path.join(nodeDirs[i]!, name))) h.update(chunk as Buffer);
+    for await (const chunk of fs.createReadStream(path.join(itemAt(nodeDirs, i), name))) h.update(chunk as Buffer);
     const got = h.digest('hex');
-    if (got !== sha256) throw new Error(`${c.nodes[i]!.name}: sha256 ${got}, expected ${sha256}`);
+    if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
   }
+  // Read when the last node finished; the loop above ends only then (or throws).
+  if (!originAtLast || !allAtLast || !qAtLast) throw new Error('the counters were not read when the last node finished');
 
   // ------------------------------------------------------------ report
-  const timings: NodeTiming[] = c.nodes.map((n) => ({ node: n.name, done: done.get(n.name)! }));
+  const timings: NodeTiming[] = c.nodes.map((n) => ({ node: n.name, done: hostEntry(done, n.name, 'finishing time') }));
   const s = summarize(timings);
-  const own = againstOwnBounds(timings, a.links, F, c.origin.rate.up!);
-  const egressWire = originAtLast!.txBytes - originBefore.txBytes;
-  const egressPayload = tcpPayloadBytes(egressWire, originAtLast!.txPackets - originBefore.txPackets);
+  const own = againstOwnBounds(timings, a.links, F, capOf(c.origin, 'up'));
+  const egressWire = originAtLast.txBytes - originBefore.txBytes;
+  const egressPayload = tcpPayloadBytes(egressWire, originAtLast.txPackets - originBefore.txPackets);
   // What the nodes uploaded to each other (payload), in copies of the blob.
   let peerPayload = 0;
   let receivedPayload = 0;
   for (const n of c.nodes) {
-    const b = allBefore.get(n.name)!;
-    const e = allAtLast!.get(n.name)!;
+    const b = hostEntry(allBefore, n.name, 'link counters');
+    const e = hostEntry(allAtLast, n.name, 'link counters');
     peerPayload += tcpPayloadBytes(e.txBytes - b.txBytes, e.txPackets - b.txPackets);
     receivedPayload += tcpPayloadBytes(e.rxBytes - b.rxBytes, e.rxPackets - b.rxPackets);
   }
@@ -229,8 +234,10 @@ try {
   let drops = 0;
   let sent = 0;
   for (const n of c.nodes) {
-    drops += qAtLast!.get(n.name)!.drops - qBefore.get(n.name)!.drops;
-    sent += qAtLast!.get(n.name)!.sentPackets - qBefore.get(n.name)!.sentPackets;
+    const q = hostEntry(qAtLast, n.name, 'qdisc stats');
+    const q0 = hostEntry(qBefore, n.name, 'qdisc stats');
+    drops += q.drops - q0.drops;
+    sent += q.sentPackets - q0.sentPackets;
   }
   const result = {
     kind: 'bittorrent',

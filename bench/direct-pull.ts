@@ -14,6 +14,7 @@ import { writeRandomFile } from '../test/fixtures/images.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { makeTempDir } from '../test/fixtures/processes.js';
 import {
+  capOf,
   clusterLowerBound,
   createCluster,
   nowSeconds,
@@ -38,6 +39,7 @@ import {
   type NodeTiming,
 } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const a = scenarioArgs('direct-pull');
 warnIfOverBudget(a);
@@ -84,8 +86,8 @@ try {
   // What the registry says it wrote for GETs of this blob (its access log), as a cross-check.
   const logged = blobBytesSent(registry.requests(), digest);
   const s = summarize(timings);
-  const own = againstOwnBounds(timings, a.links, F, c.origin.rate.up!);
-  const directBound = (N * F) / (c.origin.rate.up! / 8); // the best any direct pull can do
+  const own = againstOwnBounds(timings, a.links, F, capOf(c.origin, 'up'));
+  const directBound = (N * F) / (capOf(c.origin, 'up') / 8); // the best any direct pull can do
   const result = {
     kind: 'direct-pull',
     nodes: N,
@@ -107,7 +109,7 @@ try {
     softnetDrops: softnetDrops() - softnet0,
     egress: egressRecord,
     ownBound: own.ownBound,
-    perNode: own.perNode.map((p, i) => ({ ...p, curl: timings[i]!.curlSeconds })),
+    perNode: own.perNode.map((p, i) => ({ ...p, curl: itemAt(timings, i).curlSeconds })),
   };
 
   console.log(`direct pull: ${N} nodes × ${a.sizeText} (${F} B) from docker-registry; nodes ${a.nodeRate}, origin ${a.originRate}`);

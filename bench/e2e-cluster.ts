@@ -21,7 +21,7 @@ import { makeTempDir } from '../test/fixtures/processes.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
 import { busyboxModelImage, debianModelImage, type WorkloadImage } from './lib/e2e-image.js';
 import { parseRows, runRow, startE2eCluster, type RowName, type RowResult } from './lib/e2e-rows.js';
-import { cpuLine, scenarioArgs, warnIfOverBudget } from './lib/scenario.js';
+import { cpuLine, scenarioArgs, stringFlag, warnIfOverBudget } from './lib/scenario.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, median, table } from './lib/stats.js';
 
@@ -46,11 +46,11 @@ const args = scenarioArgs(
 const flags = args.extra as Record<string, string | undefined>;
 const N = args.nodes;
 if (N > 64) throw new Error(`--nodes must be 1…64, got ${N}`);
-const rows = parseRows(flags.rows!);
+const rows = parseRows(stringFlag(args.extra, 'rows'));
 warnIfOverBudget(args);
 const modelOptions = {
-  modelBytes: parseSize(flags['model-size']!),
-  shardBytes: parseSize(flags['shard-size']!),
+  modelBytes: parseSize(stringFlag(args.extra, 'model-size')),
+  shardBytes: parseSize(stringFlag(args.extra, 'shard-size')),
   shardsLoaded: Number(flags['shards-loaded']),
 };
 if (flags.image !== 'debian' && flags.image !== 'busybox') throw new Error(`--image must be debian or busybox, got "${flags.image}"`);

@@ -29,6 +29,7 @@ import { Errno, FuseError, mountFuse, S_IFDIR, S_IFREG, type FuseMount } from '.
 import { mountLazyLayer, setReadAhead, type LazyLayer, type LazyLayerOptions } from '../src/lazy/index.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, median, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -188,10 +189,9 @@ try {
   const fetchedAfterFill = layers.map((l) => l.stats().bytesFetched);
 
   let residentAfterEvict = 0;
-  const paired: Record<string, number[]> = {};
   for (let i = 0; i < runs; i++) {
     // Rotate the order so that no target always goes first.
-    const order = targets.map((_, k) => targets[(k + i) % targets.length]!);
+    const order = targets.map((_, k) => itemAt(targets, (k + i) % targets.length));
     for (const t of order) {
       residentAfterEvict += await evict(t.evict);
       const cpu = process.cpuUsage();
@@ -200,14 +200,13 @@ try {
       t.cpu.push((used.user + used.system) / 1e6);
       t.warm.push(await ddRead(t.file));
     }
-    for (const t of targets.slice(1)) (paired[t.name] ??= []).push(targets[0]!.cold[i]! / t.cold[i]!);
   }
   layers.forEach((l, k) => {
     if (l.stats().bytesFetched !== fetchedAfterFill[k]) throw new Error('a read fetched from the source: the cache was not complete');
   });
 
   const rate = (seconds: number) => size / 1e6 / seconds;
-  const [localDisk] = targets;
+  const localDisk = itemAt(targets, 0);
   console.log(
     `${(size / 1e6).toFixed(0)} MB file, ${Math.ceil(size / chunkSize)} chunks of ${chunkSize} B, all cached; dd bs=${flags.bs}; ` +
       `${runs} round(s), targets in rotating order, medians; pages left resident after eviction: ${residentAfterEvict} B`,
@@ -218,10 +217,11 @@ try {
       targets.map((t) => [
         t.name,
         fixed(rate(median(t.cold)), 0),
-        fixed(median(localDisk!.cold) / median(t.cold)),
-        t === localDisk ? '-' : fixed(median(paired[t.name]!)),
+        fixed(median(localDisk.cold) / median(t.cold)),
+        // Run by run: the local disk's cold read against this target's in the same round.
+        t === localDisk ? '-' : fixed(median(t.cold.map((seconds, i) => itemAt(localDisk.cold, i) / seconds))),
         fixed(rate(median(t.warm)), 0),
-        fixed(median(localDisk!.warm) / median(t.warm)),
+        fixed(median(localDisk.warm) / median(t.warm)),
         t === localDisk ? '-' : fixed(median(t.cpu)),
       ]),
     ),

@@ -31,9 +31,10 @@ import { startContainerd, writeHostsToml, type Containerd } from '../test/fixtur
 import { makeTempDir, type Service, type TempDir } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
 import { createCluster, type Cluster, type ClusterHost } from './lib/cluster.js';
-import { debianImages, layoutLayers, recordedPaths, requireRootfs, SUITE, WORKLOAD, type OciLayer } from './lib/debian-image.js';
+import { debianImages, firstLayer, recordedPaths, requireRootfs, SUITE, WORKLOAD, type OciLayer } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { fixed, median, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const CLI = path.resolve(import.meta.dirname, '../dist/cli/main.js');
 const REPO = 'debian/python';
@@ -204,7 +205,7 @@ async function measure(
   work: TempDir,
   n: number,
 ): Promise<Measurement> {
-  const node = cluster.nodes[0]!;
+  const node = itemAt(cluster.nodes, 0);
   const registryHost = `${registry.host.ip}:${registry.port}`;
   const ref = `${registryHost}/${REPO}:${TAGS[scenario]}`;
   const dir = path.join(work.path, `${scenario}-${n}`);
@@ -220,8 +221,9 @@ async function measure(
     });
     // Lazy: pulls go to the node's peer (the mirror); full: straight to the registry.
     await writeHostsToml(containerd.hostsDir, registryHost, lazy ? `http://${PEER}` : undefined);
+    const { address } = containerd;
     const ctr = (cmd: string, args: string[]) =>
-      cluster.exec(node, cmd, ['--address', containerd!.address, '--namespace', 'default', ...args], { timeoutMs: 1_800_000 });
+      cluster.exec(node, cmd, ['--address', address, '--namespace', 'default', ...args], { timeoutMs: 1_800_000 });
     const registryBefore = blobBytesSent(registry.requests(), layer.digest);
     const before = await cluster.counters(node);
     const t0 = performance.now();
@@ -265,9 +267,9 @@ try {
   const { plain, esgz: esgzLayout, optimized: optLayout, convertSeconds, optimizeSeconds } = images;
   const recorded = (await recordedPaths(images.record)).length;
   const layers: Record<Scenario, OciLayer> = {
-    full: (await layoutLayers(plain, 'plain'))[0]!,
-    lazy: (await layoutLayers(esgzLayout, 'esgz'))[0]!,
-    optimized: (await layoutLayers(optLayout, 'optimized'))[0]!,
+    full: await firstLayer(plain, 'plain'),
+    lazy: await firstLayer(esgzLayout, 'esgz'),
+    optimized: await firstLayer(optLayout, 'optimized'),
   };
 
   // ---- the cluster: the registry behind one capped NIC, the node behind another
@@ -290,7 +292,7 @@ try {
   const results: Measurement[] = [];
   for (let n = 0; n < runs; n++) {
     // Rotate the order so that no scenario always runs first.
-    const order = SCENARIOS.map((_, i) => SCENARIOS[(i + n) % SCENARIOS.length]!);
+    const order = SCENARIOS.map((_, i) => itemAt(SCENARIOS, (i + n) % SCENARIOS.length));
     for (const scenario of order) {
       const m = await measure(scenario, cluster, registry, layers[scenario], work, n);
       console.error(

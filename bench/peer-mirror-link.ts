@@ -24,6 +24,7 @@ import { formatBitRate, parseBitRate, parseSize } from '../src/common/units.js';
 import { createCluster, type Cluster } from './lib/cluster.js';
 import { startNsRegistry } from './lib/ns-registry.js';
 import { fixed, mbps, median, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const GOAL = 0.9;
 const REPO = 'bench/link';
@@ -49,7 +50,7 @@ interface Get {
 
 async function curl(cluster: Cluster, url: string): Promise<Get> {
   const res = await cluster.exec(
-    cluster.nodes[0]!,
+    itemAt(cluster.nodes, 0),
     'curl',
     ['-sS', '--fail', '-o', '/dev/null', '--noproxy', '*', '-w', '%{size_download} %{time_total}', url],
     { timeoutMs: 1_800_000 },
@@ -79,7 +80,7 @@ try {
         const dataDir = path.join(work.path, `peer-${rate}-${round}`);
         const port = 65001;
         const peer = await cluster.spawn(
-          cluster.nodes[0]!,
+          itemAt(cluster.nodes, 0),
           process.execPath,
           [
             ...CPU_PROF,
@@ -101,7 +102,7 @@ try {
             async () =>
               (
                 await cluster.exec(
-                  cluster.nodes[0]!,
+                  itemAt(cluster.nodes, 0),
                   'curl',
                   ['-s', '-o', '/dev/null', '-w', '%{http_code}', `http://127.0.0.1:${port}/healthz`],
                   { allowFail: true },

@@ -37,6 +37,7 @@ import { startNginx } from './lib/nginx.js';
 import { cpuSeconds, sampleRss, statusBytes } from './lib/proc.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, mb, mbps, median, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const GOALS = { hitRatio: 0.8, coldRatio: 0.9, peakRssBytes: 250e6 };
 const REPO = 'bench/peer-mirror';
@@ -198,6 +199,9 @@ async function main(): Promise<void> {
       log(`peer ${peer.host} now holds the blob (${mb(stored)} MB downloaded)`);
     }
   }
+  // The parts below restart the peer that holds the blob, on its data dir.
+  if (!cachedPeer || !cachedDir) throw new Error('the cold pull left no peer holding the blob');
+  const blobDir = cachedDir;
   if (ONLY.has('cold')) {
     const ratio = median(cold.map((c) => c.ratio));
     const directSpeed = median(cold.map((c) => c.direct.speed));
@@ -229,8 +233,8 @@ async function main(): Promise<void> {
   if (ONLY.has('hit')) {
     // A fresh process on the data dir that holds the blob (its pages are still in the page cache):
     // the hit figures (and a --cpu-prof profile) then cover serving only, not the earlier fetch.
-    await cachedPeer!.stop();
-    cachedPeer = await launchPeer(cachedDir!.path, registry.host);
+    await cachedPeer.stop();
+    cachedPeer = await launchPeer(blobDir.path, registry.host);
     const peer = cachedPeer;
     const peerUrl = `${peer.url}${mirrorPath}`;
     await curlGet(peerUrl, { bytes: SIZE }); // warm-up, not counted
@@ -295,11 +299,11 @@ async function main(): Promise<void> {
       nginxAgg: number;
       peerCpu: number;
     }> = [];
-    let peer = cachedPeer!;
+    let peer = cachedPeer;
     for (let round = 0; round < ROUNDS; round++) {
       // A fresh process per round, on the data dir that holds the blob: VmHWM then covers this round only.
       await peer.stop();
-      peer = await launchPeer(cachedDir!.path, registry.host);
+      peer = await launchPeer(blobDir.path, registry.host);
       const pid = peer.service.pid;
       const peerUrl = `${peer.url}${mirrorPath}`;
       await sleep(200);
@@ -384,20 +388,20 @@ async function main(): Promise<void> {
   result.loadAverage = { start: loadStart, end: loadEnd };
   console.log(`\nstarling peer mirror — ${mb(SIZE)} MB blob, median of ${ROUNDS} alternating rounds, ${notes.cpus}, loopback`);
   console.log(
-    `load average (1 min) at start ${fixed(loadStart[0]!)}, at end ${fixed(loadEnd[0]!)}; src at ${build.commit}${build.dirtySrc === 'yes' ? ' + local changes' : ''}, dist built ${build.distBuilt}`,
+    `load average (1 min) at start ${fixed(itemAt(loadStart, 0))}, at end ${fixed(itemAt(loadEnd, 0))}; src at ${build.commit}${build.dirtySrc === 'yes' ? ' + local changes' : ''}, dist built ${build.distBuilt}`,
   );
   console.log(table(['measure', 'starling', 'baseline', 'ratio', 'goal', 'result'], rows));
   if (result.cold) {
     const c = result.cold as Record<string, number>;
     console.log(
-      `cold pull detail: mirror ${fixed(c.mirrorSeconds!)} s (first byte ${fixed(c.mirrorTtfbSeconds!, 3)} s, peer CPU ${fixed(c.peerCpuSeconds!)} s), direct ${fixed(c.directSeconds!)} s`,
+      `cold pull detail: mirror ${fixed(c.mirrorSeconds ?? NaN)} s (first byte ${fixed(c.mirrorTtfbSeconds ?? NaN, 3)} s, peer CPU ${fixed(c.peerCpuSeconds ?? NaN)} s), direct ${fixed(c.directSeconds ?? NaN)} s`,
     );
   }
   if (result.hit) {
     const h = result.hit as Record<string, number>;
     console.log(
-      `cache hit detail: server CPU per GB — peer ${fixed(h.peerCpuSecondsPerGB!)} s, nginx ${fixed(h.nginxCpuSecondsPerGB!)} s, ` +
-        `nginx sendfile off ${fixed(h.nginxSendfileOffCpuSecondsPerGB!)} s`,
+      `cache hit detail: server CPU per GB — peer ${fixed(h.peerCpuSecondsPerGB ?? NaN)} s, nginx ${fixed(h.nginxCpuSecondsPerGB ?? NaN)} s, ` +
+        `nginx sendfile off ${fixed(h.nginxSendfileOffCpuSecondsPerGB ?? NaN)} s`,
     );
   }
   const json = JSON.stringify(result);

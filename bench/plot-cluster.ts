@@ -11,6 +11,7 @@
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import { writeBoundPlot, writeClusterPlots } from './lib/cluster-plots.js';
+import { itemAt } from '../src/common/indexing.js';
 
 interface ClusterResult {
   kind: string;
@@ -18,6 +19,12 @@ interface ClusterResult {
   sizeBytes: number;
   perNode: Array<{ done: number; bound?: number; group?: string }>;
   egress?: { samples: Array<[number, number]>; bytes: number; peakBitsPerSecond: number };
+}
+
+type NodeResult = ClusterResult['perNode'][number];
+
+function hasOwnBound(p: NodeResult): p is Required<NodeResult> {
+  return p.bound !== undefined && p.group !== undefined;
 }
 
 const LABELS: Record<string, string> = {
@@ -40,7 +47,7 @@ const results = positionals.map((arg) => {
   if (!Array.isArray(result.perNode) || !result.lowerBound)
     throw new Error(`${file}: not the JSON of a cluster benchmark (no perNode or lowerBound)`);
   if (!result.egress?.samples) throw new Error(`${file}: has no egress samples (written before --json-out recorded them?)`);
-  return { ...result, label: name || undefined };
+  return { ...result, egress: result.egress, label: name || undefined };
 });
 const label = (r: ClusterResult & { label?: string }) => r.label ?? LABELS[r.kind] ?? r.kind;
 writeClusterPlots(
@@ -49,17 +56,15 @@ writeClusterPlots(
   results.map((r) => ({
     label: label(r),
     done: r.perNode.map((p) => p.done),
-    egressSamples: r.egress!.samples,
-    egressTitle: `${label(r)}: origin egress, ${(r.egress!.bytes / r.sizeBytes).toFixed(2)} copies`,
+    egressSamples: r.egress.samples,
+    egressTitle: `${label(r)}: origin egress, ${(r.egress.bytes / r.sizeBytes).toFixed(2)} copies`,
   })),
-  [{ x: results[0]!.lowerBound.seconds, label: 'T*' }],
+  [{ x: itemAt(results, 0).lowerBound.seconds, label: 'T*' }],
 );
 console.log(`wrote ${values.out}-cdf.svg and ${values.out}-egress.svg`);
-if (results.every((r) => r.perNode.every((p) => p.bound !== undefined && p.group !== undefined))) {
-  writeBoundPlot(
-    values.out,
-    `${values.title ? `${values.title}: ` : ''}nodes against their own bound (emulated cluster)`,
-    results.map((r) => ({ label: label(r), perNode: r.perNode.map((p) => ({ done: p.done, bound: p.bound!, group: p.group! })) })),
-  );
+// Runs written before each node's own bound was recorded have none: no plot of them.
+const withBounds = results.map((r) => ({ label: label(r), perNode: r.perNode.filter(hasOwnBound) }));
+if (withBounds.every((r, i) => r.perNode.length === itemAt(results, i).perNode.length)) {
+  writeBoundPlot(values.out, `${values.title ? `${values.title}: ` : ''}nodes against their own bound (emulated cluster)`, withBounds);
   console.log(`wrote ${values.out}-own-bound.svg`);
 }

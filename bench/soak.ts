@@ -17,6 +17,7 @@ import { request } from 'undici';
 import { startLyingRegistry, type Lies } from '../test/fixtures/lying-registry.js';
 import { startPeer, startScheduler, type RunningPeerProcess } from '../test/fixtures/peer.js';
 import { fixed, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const { values } = parseArgs({
   options: {
@@ -61,7 +62,7 @@ async function main(): Promise<void> {
   registry.chaos((digest) => {
     if (Math.random() >= failureRate) return undefined;
     const size = blobs.find((b) => b.digest === digest)?.bytes.length ?? 1;
-    return failures[randomInt(failures.length)]!(size);
+    return itemAt(failures, randomInt(failures.length))(size);
   });
 
   const scheduler = await startScheduler({ ip: '127.0.80.2', extraArgs: ['--log-level', 'warn'] });
@@ -95,8 +96,8 @@ async function main(): Promise<void> {
         await sleep(50);
         continue;
       }
-      const peer = peers[which]!;
-      const blob = blobs[randomInt(blobs.length)]!;
+      const peer = itemAt(peers, which);
+      const blob = itemAt(blobs, randomInt(blobs.length));
       const size = blob.bytes.length;
       const ranged = Math.random() < 0.3;
       const start = ranged ? randomInt(size) : 0;
@@ -149,8 +150,9 @@ async function main(): Promise<void> {
       await sleep(every);
       const which = randomInt(peers.length);
       down.add(which);
-      await peers[which]!.stop();
-      peers[which] = await peers[which]!.restart();
+      const stopped = itemAt(peers, which);
+      await stopped.stop();
+      peers[which] = await stopped.restart();
       down.delete(which);
       count('peer restarts');
     }
@@ -216,7 +218,7 @@ async function main(): Promise<void> {
 /** Every byte that differs is the registry's inverted one (a range may mix its lie with verified pieces). */
 function isInverted(body: Buffer, expected: Buffer): boolean {
   if (body.length !== expected.length) return false;
-  for (let i = 0; i < body.length; i++) if (body[i] !== expected[i] && (body[i]! ^ 0xff) !== expected[i]) return false;
+  for (const [i, byte] of body.entries()) if (byte !== expected[i] && (byte ^ 0xff) !== expected[i]) return false;
   return true;
 }
 

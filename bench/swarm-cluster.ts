@@ -17,7 +17,16 @@ import path from 'node:path';
 import { writeRandomFile } from '../test/fixtures/images.js';
 import { makeTempDir, type Service } from '../test/fixtures/processes.js';
 import { blobBytesSent } from '../test/fixtures/registry.js';
-import { clusterLowerBound, createCluster, nowSeconds, startCpuSampler, tcpPayloadBytes, type Cluster } from './lib/cluster.js';
+import {
+  capOf,
+  clusterLowerBound,
+  createCluster,
+  nowSeconds,
+  seedOf,
+  startCpuSampler,
+  tcpPayloadBytes,
+  type Cluster,
+} from './lib/cluster.js';
 import { startEgressSampler } from './lib/egress.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
 import { MIRROR, startSwarm, sumPeerMetric } from './lib/swarm.js';
@@ -90,7 +99,7 @@ try {
   services.push(...swarm.services);
 
   // T* with the links as they start (changes during the run count in each node's own bound).
-  const lb = clusterLowerBound(F, c.seed!, c.nodes);
+  const lb = clusterLowerBound(F, seedOf(c), c.nodes);
   const before = await c.counters(c.origin);
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
@@ -121,7 +130,7 @@ try {
   const egressPayload = tcpPayloadBytes(after.txBytes - before.txBytes, after.txPackets - before.txPackets);
   const logged = blobBytesSent(registry.requests(), digest);
   const s = summarize(timings);
-  const own = againstOwnBounds(timings, a.links, F, c.seed!.rate.up!);
+  const own = againstOwnBounds(timings, a.links, F, capOf(seedOf(c), 'up'));
   const result = {
     kind: 'starling-swarm',
     shape: String(a.extra.shape),

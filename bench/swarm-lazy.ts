@@ -23,7 +23,9 @@ import { blobBytesSent } from '../test/fixtures/registry.js';
 import {
   clusterLowerBound,
   createCluster,
+  hostEntry,
   nowSeconds,
+  seedOf,
   startCpuSampler,
   tcpPayloadBytes,
   type Cluster,
@@ -32,11 +34,12 @@ import {
 import type { LowerBound } from './lib/lower-bound.js';
 import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
-import { debianImages, layoutLayers, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
+import { debianImages, firstLayer, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, scenarioArgs, startRates, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import { boundLine, cpuLine, scenarioArgs, startRates, stringFlag, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 import { MIRROR, startSwarm } from './lib/swarm.js';
+import { itemAt } from '../src/common/indexing.js';
 
 type Scenario = 'full' | 'lazy';
 const LABELS: Record<Scenario, string> = { full: '(b) swarm, full download', lazy: '(c) swarm, lazy start' };
@@ -60,7 +63,9 @@ if (N > 64) throw new Error(`--nodes must be 1…64, got ${N}`);
 const { nodeRate, originRate } = args;
 if (args.rateChanges) throw new Error('swarm-lazy does not apply --rate-change');
 const flags = { ...args.extra, 'json-out': args.jsonOut } as Record<string, string | undefined>;
-const SCENARIOS = flags.scenarios!.split(',').map((s) => s.trim()) as Scenario[];
+const SCENARIOS = stringFlag(args.extra, 'scenarios')
+  .split(',')
+  .map((s) => s.trim()) as Scenario[];
 for (const s of SCENARIOS) if (!(s in LABELS)) throw new Error(`--scenarios: unknown scenario "${s}" (full, lazy)`);
 warnIfOverBudget(args);
 
@@ -94,7 +99,7 @@ const services: Service[] = [];
 const logFiles: string[] = [];
 try {
   const images = await debianImages(work.path, true);
-  const layer = (await layoutLayers(images.optimized, 'optimized'))[0]!;
+  const layer = await firstLayer(images.optimized, 'optimized');
   const tocDigest = layer.annotations?.[TOC_DIGEST];
   if (!tocDigest) throw new Error(`the optimized layer has no ${TOC_DIGEST} annotation`);
   const files = await recordedPaths(images.record);
@@ -116,14 +121,14 @@ try {
 
   const results: ScenarioResult[] = [];
   for (const scenario of SCENARIOS) {
-    const peerArgs = flags['peer-args']!.split(' ').filter(Boolean);
+    const peerArgs = stringFlag(args.extra, 'peer-args').split(' ').filter(Boolean);
     const swarm = await startSwarm(c, {
       registryHost,
       workDir: work.path,
       tag: scenario,
       peerArgs,
       seedArgs: peerArgs,
-      schedulerArgs: ['--shape', flags.shape!],
+      schedulerArgs: ['--shape', stringFlag(args.extra, 'shape')],
     });
     services.push(...swarm.services);
     logFiles.push(...swarm.logFiles());
@@ -183,7 +188,7 @@ try {
           if (exit.code !== 0 || !line) throw new Error(`${reader.name} failed (${exit.code}):\n${reader.logTail()}`);
           const r = JSON.parse(line.slice(7)) as { mounted: number; done: number; fetched: number; digest: string };
           if (r.digest !== expected) throw new Error(`${reader.name}: the files read do not match the original rootfs`);
-          return { node: c.nodes[i]!.name, ...r };
+          return { node: itemAt(c.nodes, i).name, ...r };
         }),
       );
       timings = outcomes.map((o) => ({ node: o.node, done: o.done }));
@@ -206,13 +211,19 @@ try {
     const egressRecord = await egress.stop();
     const countersAfter = await c.allCounters();
     const received = c.nodes.map((node) => {
-      const b = countersBefore.get(node.name)!;
-      const a = countersAfter.get(node.name)!;
+      const b = hostEntry(countersBefore, node.name, 'link counters');
+      const a = hostEntry(countersAfter, node.name, 'link counters');
       return tcpPayloadBytes(a.rxBytes - b.rxBytes, a.rxPackets - b.rxPackets);
     });
     const nodeReceivedBytes = received.reduce((x, y) => x + y, 0) / received.length;
-    const neededBytes = scenario === 'lazy' ? [...fetched].sort((x, y) => x - y)[Math.floor(fetched.length / 2)]! : F;
-    const lowerBound = clusterLowerBound(neededBytes, c.seed!, c.nodes);
+    const neededBytes =
+      scenario === 'lazy'
+        ? itemAt(
+            [...fetched].sort((x, y) => x - y),
+            Math.floor(fetched.length / 2),
+          )
+        : F;
+    const lowerBound = clusterLowerBound(neededBytes, seedOf(c), c.nodes);
     const s = summarize(timings);
     results.push({
       scenario,

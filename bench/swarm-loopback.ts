@@ -15,6 +15,7 @@ import { pullThrough, startPeer, startScheduler } from '../test/fixtures/peer.js
 import { startRegistry, type Registry } from '../test/fixtures/registry.js';
 import { parseSize } from '../src/common/units.js';
 import { fixed, median, table } from './lib/stats.js';
+import { itemAt } from '../src/common/indexing.js';
 
 const SHAPES = ['mesh', 'pipeline'] as const;
 type Shape = (typeof SHAPES)[number];
@@ -87,7 +88,7 @@ console.log(
       String(i + 1),
       `${fixed(Math.min(...row.mesh))} / ${fixed(last(row.mesh))}`,
       `${fixed(Math.min(...row.pipeline))} / ${fixed(last(row.pipeline))}`,
-      fixed(ratios[i]!),
+      fixed(itemAt(ratios, i)),
     ]),
   ),
 );

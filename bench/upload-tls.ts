@@ -35,7 +35,10 @@ const atOnce = Number(values['at-once']);
 
 /** The parent's user + system CPU seconds so far (from /proc). */
 async function cpuSeconds(pid: number): Promise<number> {
-  const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
+  // After the command's name in parentheses: state, ppid, … utime (14th field), stime (15th).
+  const [, afterName] = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ');
+  if (afterName === undefined) throw new Error(`/proc/${pid}/stat has no ") " after the command name`);
+  const fields = afterName.split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
@@ -74,12 +77,9 @@ async function main(): Promise<void> {
     /** Every piece from one parent, `atOnce` at a time: seconds, and the parent's CPU seconds. */
     const readAll = async (side: 'plain' | 'tls') => {
       const parent = parents[side];
-      const fetcher = new PieceFetcher(
-        parent.host.split(':')[0]!,
-        parent.options.uploadPort!,
-        headers,
-        side === 'tls' ? clientTls : undefined,
-      );
+      const { uploadPort } = parent.options;
+      if (uploadPort === undefined) throw new Error(`the ${side} parent has no upload port (started without a scheduler?)`);
+      const fetcher = new PieceFetcher(new URL(parent.url).hostname, uploadPort, headers, side === 'tls' ? clientTls : undefined);
       const cpuBefore = await cpuSeconds(parent.service.pid);
       const started = performance.now();
       let next = 0;
@@ -108,10 +108,15 @@ async function main(): Promise<void> {
     const ratios: number[] = [];
     for (let round = 1; round <= rounds; round++) {
       const order: Array<'plain' | 'tls'> = round % 2 ? ['plain', 'tls'] : ['tls', 'plain'];
-      const result: Record<string, { seconds: number; cpu: number }> = {};
-      for (const side of order) result[side] = await readAll(side);
-      const rate = (side: string) => size / result[side]!.seconds / 1e6;
-      const cpuPerGb = (side: string) => (result[side]!.cpu / size) * 1e9;
+      const result = new Map<'plain' | 'tls', { seconds: number; cpu: number }>();
+      for (const side of order) result.set(side, await readAll(side));
+      const measured = (side: 'plain' | 'tls') => {
+        const m = result.get(side);
+        if (!m) throw new Error(`round ${round}: ${side} was not measured`);
+        return m;
+      };
+      const rate = (side: 'plain' | 'tls') => size / measured(side).seconds / 1e6;
+      const cpuPerGb = (side: 'plain' | 'tls') => (measured(side).cpu / size) * 1e9;
       ratios.push(rate('tls') / rate('plain'));
       rows.push([
         String(round),

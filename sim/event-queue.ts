@@ -1,6 +1,8 @@
 // The simulator's clock and agenda: a binary min-heap of events ordered by time, then by the
 // order they were scheduled in (so events at the same instant run first-in first-out).
 
+import { itemAt } from '../src/common/indexing.js';
+
 export type Action = () => void;
 
 interface Entry {
@@ -29,7 +31,7 @@ export class EventQueue {
     heap.push(entry);
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      const p = heap[parent]!;
+      const p = itemAt(heap, parent);
       if (p.t < entry.t || (p.t === entry.t && p.seq < entry.seq)) break;
       heap[i] = p;
       i = parent;
@@ -44,7 +46,7 @@ export class EventQueue {
 
   /** Time of the next event, or Infinity. */
   peekTime(): number {
-    return this.heap.length ? this.heap[0]!.t : Infinity;
+    return this.heap[0]?.t ?? Infinity;
   }
 
   /** Removes the next event, advances the clock to it and runs it. */
@@ -63,9 +65,9 @@ export class EventQueue {
 
   private pop(): Entry | undefined {
     const heap = this.heap;
-    if (heap.length === 0) return undefined;
-    const top = heap[0]!;
-    const last = heap.pop()!;
+    const top = heap[0];
+    const last = heap.pop();
+    if (top === undefined || last === undefined) return undefined;
     const n = heap.length;
     if (n > 0) {
       let i = 0;
@@ -75,11 +77,11 @@ export class EventQueue {
         const r = l + 1;
         let c = l;
         if (r < n) {
-          const a = heap[l]!;
-          const b = heap[r]!;
+          const a = itemAt(heap, l);
+          const b = itemAt(heap, r);
           if (b.t < a.t || (b.t === a.t && b.seq < a.seq)) c = r;
         }
-        const child = heap[c]!;
+        const child = itemAt(heap, c);
         if (last.t < child.t || (last.t === child.t && last.seq < child.seq)) break;
         heap[i] = child;
         i = c;

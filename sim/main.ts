@@ -32,6 +32,8 @@ import {
 } from './scenario.js';
 import { cdfPoints, lineChart, stackedCharts, type Series } from '../bench/lib/svg.js';
 import { parseBitRate, parseSize } from '../src/common/units.js';
+import { itemAt } from '../src/common/indexing.js';
+import { median, table as plainTable } from '../bench/lib/stats.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -216,8 +218,8 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
     setup.links = planNodeLinks(str('node-rate'), setup.nodes, str('rate-change'), seededRandom(setup.rngSeed));
     // The seed's NIC defaults to the nodes': take the fastest node's.
     if (!seedNic) {
-      setup.seedUp = Math.max(...setup.links.map((l) => l.steps[0]!.up));
-      setup.seedDown = Math.max(...setup.links.map((l) => l.steps[0]!.down));
+      setup.seedUp = Math.max(...setup.links.map((l) => l.steps[0].up));
+      setup.seedDown = Math.max(...setup.links.map((l) => l.steps[0].down));
     }
   } else if (str('rate-change')) {
     throw new Error('--rate-change needs --node-rate (the links it changes)');
@@ -272,9 +274,7 @@ function table(header: string[], rows: string[][]): string {
     const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
     return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
   }
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+  return plainTable(header, rows);
 }
 
 const SCENARIO_LABEL: Record<ScenarioName, string> = { direct: 'direct pull', p2p: 'P2P full download', lazy: 'P2P lazy (eStargz)' };
@@ -341,8 +341,8 @@ function thin<T>(points: T[], max = 2000): T[] {
   if (points.length <= max) return points;
   const step = points.length / max;
   const out: T[] = [];
-  for (let i = 0; i < max; i++) out.push(points[Math.floor(i * step)]!);
-  out.push(points[points.length - 1]!);
+  for (let i = 0; i < max; i++) out.push(itemAt(points, Math.floor(i * step)));
+  out.push(itemAt(points, points.length - 1));
   return out;
 }
 
@@ -468,7 +468,7 @@ function seedTable(): void {
         log(table(RESULT_HEADER, [resultRow(r)]));
         const ticks = [...r.tickMs].sort((a, b) => a - b);
         const passes = ticks.length
-          ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)`
+          ? ` (periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(itemAt(ticks, ticks.length - 1) / 1000).toFixed(2)} s)`
           : '';
         log(
           `  rng seed ${setup.rngSeed + k}; scheduler: ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ${r.events} events, ${r.recomputations} rate recomputations; ` +
@@ -476,7 +476,7 @@ function seedTable(): void {
         );
       }
       const byLast = [...results].sort((a, b) => a.last - b.last);
-      const r = byLast[(byLast.length - 1) >> 1]!;
+      const r = itemAt(byLast, (byLast.length - 1) >> 1);
       shown.push(r);
       const ratios = results.map((x) => x.ratio);
       rows.push([
@@ -518,11 +518,6 @@ interface MeasuredRun {
   lowerBound: number;
   fromSeedCopies?: number;
   fromNodesCopies?: number;
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
 function validate(): void {
@@ -679,7 +674,7 @@ function single(): void {
   for (const r of results) {
     const ticks = [...r.tickMs].sort((a, b) => a - b);
     const passes = ticks.length
-      ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(ticks[ticks.length - 1]! / 1000).toFixed(2)} s)`
+      ? ` (${ticks.length} periodic passes: median ${(median(ticks) / 1000).toFixed(2)} s, max ${(itemAt(ticks, ticks.length - 1) / 1000).toFixed(2)} s)`
       : '';
     log(
       `${SCENARIO_LABEL[r.scenario]}: T* ${r.lowerBound.seconds.toFixed(3)} s (${r.lowerBound.binding}); scheduler ${(r.schedulerMs / 1000).toFixed(1)} s in ${r.schedulerCalls} calls${passes}; ` +
@@ -698,7 +693,7 @@ function single(): void {
       `${setup.nodes} nodes × ${bytes(setup.size)}, ${setup.scheduling.shape}: nodes against their own bound (simulated)`,
       results.map((r) => ({
         label: SCENARIO_LABEL[r.scenario],
-        perNode: r.ready.map((done, i) => ({ done, bound: r.bounds[i]!, group: r.groups[i]! })),
+        perNode: r.ready.map((done, i) => ({ done, bound: itemAt(r.bounds, i), group: itemAt(r.groups, i) })),
       })),
     );
     log(`plots: ${[...files, `${boundPrefix}-own-bound.svg`].join(', ')}`);

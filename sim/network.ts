@@ -9,6 +9,7 @@
 // until then, and a finished flow's share stays unused until then. Each transfer can thus
 // start up to one quantum late (an error of quantum / transfer time). quantum = 0 is exact.
 
+import { itemAt } from '../src/common/indexing.js';
 import type { EventQueue } from './event-queue.js';
 
 /** The capacity of a relay cap whose feeding flow has ended. */
@@ -229,7 +230,7 @@ export class Network {
     if (noise > 0) flow.weight = Math.exp(noise * normal(this.options.random ?? Math.random));
     if (path.length === 0) throw new Error(`no capped link between ${src.name} and ${dst.name}: the flow would be infinitely fast`);
     for (let i = 0; i < path.length; i++) {
-      const link = path[i]!;
+      const link = itemAt(path, i);
       flow.slots[i] = link.flows.length;
       link.flows.push(flow);
     }
@@ -274,8 +275,8 @@ export class Network {
   /** Time of the next flow completion. */
   nextCompletion(): number {
     const heap = this.heap;
-    while (heap.length && !heap[0]!.active) this.pop();
-    return heap.length ? heap[0]!.finishAt : Infinity;
+    while (heap[0]?.active === false) this.pop();
+    return heap[0]?.finishAt ?? Infinity;
   }
 
   /** Ends the flow that finishes first (the clock is already at its finishing time). */
@@ -313,7 +314,7 @@ export class Network {
     for (const flow of this.active) {
       if (!flow.feed) continue;
       relayed = true;
-      flow.path[flow.path.length - 1]!.capacity = flow.feed.active ? Math.max(flow.feed.rate, 1) : UNCAPPED;
+      itemAt(flow.path, flow.path.length - 1).capacity = flow.feed.active ? Math.max(flow.feed.rate, 1) : UNCAPPED;
       if (!flow.feed.active) flow.feed = undefined;
     }
     if (relayed) {
@@ -392,9 +393,10 @@ export class Network {
     flow.active = false;
     this.active.delete(flow);
     for (let i = 0; i < flow.path.length; i++) {
-      const link = flow.path[i]!;
-      const at = flow.slots[i]!;
-      const last = link.flows.pop()!;
+      const link = itemAt(flow.path, i);
+      const at = itemAt(flow.slots, i);
+      const last = link.flows.pop();
+      if (last === undefined) throw new Error(`flow ${flow.src.name}->${flow.dst.name} is not on link ${link.name}`);
       if (last !== flow) {
         link.flows[at] = last;
         last.slots[last.path.indexOf(link)] = at;
@@ -422,8 +424,9 @@ export class Network {
     let i = heap.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (heap[parent]!.finishAt <= flow.finishAt) break;
-      heap[i] = heap[parent]!;
+      const above = itemAt(heap, parent);
+      if (above.finishAt <= flow.finishAt) break;
+      heap[i] = above;
       i = parent;
     }
     heap[i] = flow;
@@ -431,9 +434,9 @@ export class Network {
 
   private pop(): Flow | undefined {
     const heap = this.heap;
-    if (!heap.length) return undefined;
-    const top = heap[0]!;
-    const last = heap.pop()!;
+    const top = heap[0];
+    const last = heap.pop();
+    if (top === undefined || last === undefined) return undefined;
     if (heap.length) {
       heap[0] = last;
       this.siftDown(0);
@@ -444,14 +447,15 @@ export class Network {
   private siftDown(i: number): void {
     const heap = this.heap;
     const n = heap.length;
-    const item = heap[i]!;
+    const item = itemAt(heap, i);
     for (;;) {
       const l = 2 * i + 1;
       if (l >= n) break;
       const r = l + 1;
-      const c = r < n && heap[r]!.finishAt < heap[l]!.finishAt ? r : l;
-      if (item.finishAt <= heap[c]!.finishAt) break;
-      heap[i] = heap[c]!;
+      const c = r < n && itemAt(heap, r).finishAt < itemAt(heap, l).finishAt ? r : l;
+      const child = itemAt(heap, c);
+      if (item.finishAt <= child.finishAt) break;
+      heap[i] = child;
       i = c;
     }
     heap[i] = item;
@@ -478,10 +482,11 @@ class ShareHeap {
     versions.push(version);
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (keys[parent]! <= key) break;
-      keys[i] = keys[parent]!;
-      links[i] = links[parent]!;
-      versions[i] = versions[parent]!;
+      const parentKey = itemAt(keys, parent);
+      if (parentKey <= key) break;
+      keys[i] = parentKey;
+      links[i] = itemAt(links, parent);
+      versions[i] = itemAt(versions, parent);
       i = parent;
     }
     keys[i] = key;
@@ -492,10 +497,13 @@ class ShareHeap {
   pop(): { link: Link; version: number } | undefined {
     const { keys, links, versions } = this;
     if (!keys.length) return undefined;
-    const out = { link: links[0]!, version: versions[0]! };
-    const key = keys.pop()!;
-    const link = links.pop()!;
-    const version = versions.pop()!;
+    const out = { link: itemAt(links, 0), version: itemAt(versions, 0) };
+    const key = itemAt(keys, keys.length - 1);
+    const link = itemAt(links, links.length - 1);
+    const version = itemAt(versions, versions.length - 1);
+    keys.pop();
+    links.pop();
+    versions.pop();
     const n = keys.length;
     if (n) {
       let i = 0;
@@ -503,11 +511,12 @@ class ShareHeap {
         const l = 2 * i + 1;
         if (l >= n) break;
         const r = l + 1;
-        const c = r < n && keys[r]! < keys[l]! ? r : l;
-        if (key <= keys[c]!) break;
-        keys[i] = keys[c]!;
-        links[i] = links[c]!;
-        versions[i] = versions[c]!;
+        const c = r < n && itemAt(keys, r) < itemAt(keys, l) ? r : l;
+        const childKey = itemAt(keys, c);
+        if (key <= childKey) break;
+        keys[i] = childKey;
+        links[i] = itemAt(links, c);
+        versions[i] = itemAt(versions, c);
         i = c;
       }
       keys[i] = key;

@@ -14,8 +14,10 @@ import { Scheduling } from '../src/scheduler/scheduling.js';
 import { pieceSizeFor } from '../src/storage/piece-plan.js';
 import { seededRandom } from '../bench/lib/random.js';
 import { EventQueue } from './event-queue.js';
-import { Network, runUntil, type Latency, type LoadSample, type NetHost } from './network.js';
+import { Network, runUntil, type Latency, type Link, type LoadSample, type NetHost } from './network.js';
 import { DEFAULT_UPLOAD_SLOTS, defaultPeerSettings, World, type PeerSettings, type SimDownload, type SimTask } from './peer.js';
+import { itemAt } from '../src/common/indexing.js';
+import { median } from '../bench/lib/stats.js';
 
 export type ScenarioName = 'direct' | 'p2p' | 'lazy';
 
@@ -192,24 +194,25 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   // has an infrastructure rack for its seeds; the registry and the scheduler sit in z0's.
   const zones = Array.from({ length: setup.zones }, (_, z) => net.zone(`z${z}`, setup.zoneUplink));
   const infra = zones.map((zone) => net.rack(`${zone.name}-infra`, zone, setup.rackUplink));
-  const registry = net.host('registry', infra[0]!, setup.registryUp, setup.registryDown);
-  const schedulerHost = net.host('scheduler', infra[0]!, undefined, undefined);
-  net.monitor(registry.up!);
+  const registry = net.host('registry', itemAt(infra, 0), setup.registryUp, setup.registryDown);
+  const schedulerHost = net.host('scheduler', itemAt(infra, 0), undefined, undefined);
+  net.monitor(linkOf(registry, 'up'));
   const nodeNets: NetHost[] = [];
   const links = nodeLinksOf(setup);
   for (let i = 0; i < setup.nodes; i++) {
     const rackNo = Math.floor(i / setup.rackSize);
-    const zone = zones[rackNo % zones.length]!;
+    const zone = itemAt(zones, rackNo % zones.length);
     const rack = net.rack(`${zone.name}-r${rackNo}`, zone, setup.rackUplink);
-    const start = links[i]!.steps[0]!;
+    const link = itemAt(links, i);
+    const start = link.steps[0];
     const host = net.host(`n${i}`, rack, start.up, start.down);
-    net.monitor(host.up!);
+    net.monitor(linkOf(host, 'up'));
     nodeNets.push(host);
     // A link that changes mid-run (the emulated cluster's tc change at a given second).
-    for (const step of links[i]!.steps.slice(1)) {
+    for (const step of link.steps.slice(1)) {
       queue.at(step.at, () => {
-        net.setRate(host.up!, step.up);
-        net.setRate(host.down!, step.down);
+        net.setRate(linkOf(host, 'up'), step.up);
+        net.setRate(linkOf(host, 'down'), step.down);
       });
     }
   }
@@ -243,8 +246,8 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   if (scenario !== 'direct') {
     for (let s = 0; s < setup.seeds; s++) {
       const zone = s % zones.length;
-      const seedNet = net.host(`seed${s}`, infra[zone]!, setup.seedUp, setup.seedDown);
-      net.monitor(seedNet.up!);
+      const seedNet = net.host(`seed${s}`, itemAt(infra, zone), setup.seedUp, setup.seedDown);
+      net.monitor(linkOf(seedNet, 'up'));
       world.addHost(seedNet, info(seedNet, true));
     }
   }
@@ -272,7 +275,7 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
 
   for (let i = 0; i < setup.nodes; i++) {
     const start = setup.startSpread > 0 ? random() * setup.startSpread : 0;
-    const nodeNet = nodeNets[i]!;
+    const nodeNet = itemAt(nodeNets, i);
     const toRegistry = net.latency(nodeNet, registry);
     if (scenario === 'direct') {
       // containerd's GET straight to the registry.
@@ -281,7 +284,8 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
       );
       continue;
     }
-    const host = nodes[i]!;
+    const host = nodes[i];
+    if (!host) throw new Error(`node n${i} has no peer in a ${scenario} run`);
     // The mirror first asks the origin for the blob's size (HEAD), then opens the task.
     queue.at(start + 2 * toRegistry, () => {
       const download = host.download(task);
@@ -341,18 +345,17 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   for (const host of world.hosts.values()) if (host.seed) for (const d of host.tasks.values()) seedDownloads.push(d);
 
   const sorted = [...ready].sort((a, b) => a - b);
-  const first = sorted[0]!;
-  const last = sorted[sorted.length - 1]!;
-  const median = sorted.length % 2 ? sorted[sorted.length >> 1]! : (sorted[sorted.length / 2 - 1]! + sorted[sorted.length / 2]!) / 2;
+  const first = itemAt(sorted, 0);
+  const last = itemAt(sorted, sorted.length - 1);
   const lb = lowerBound({
     F: neededBytes,
     us: setup.registryUp / 8,
-    ui: links.map((l) => l.steps[0]!.up / 8),
-    dmin: Math.min(...links.map((l) => l.steps[0]!.down / 8)),
+    ui: links.map((l) => l.steps[0].up / 8),
+    dmin: Math.min(...links.map((l) => l.steps[0].down / 8)),
   });
   const bounds = nodeBounds(neededBytes, setup.registryUp, links).map((b) => b.seconds);
   const groups = links.map((l) => l.group);
-  const samples = net.samples(registry.up!);
+  const samples = net.samples(linkOf(registry, 'up'));
   const nodeDownloads = nodes.map((h) => h?.tasks.get(task.id)).filter((d): d is SimDownload => !!d);
   const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
   const stat = scheduling.stat(task.id);
@@ -365,14 +368,14 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     pieceCount: task.pieceCount,
     ready,
     first,
-    median,
+    median: median(ready),
     last,
     neededBytes,
     lowerBound: lb,
     ratio: last / lb.seconds,
     bounds,
     groups,
-    ownBound: boundRatios(ready.map((done, i) => ({ node: `n${i}`, done, bound: bounds[i]!, group: groups[i]! }))),
+    ownBound: boundRatios(ready.map((done, i) => ({ node: `n${i}`, done, bound: itemAt(bounds, i), group: itemAt(groups, i) }))),
     registryBytes: integrate(samples, last),
     registryBytesTotal: registry.sent,
     registryPeakBps: Math.max(0, ...samples.map((s) => s.rate)) * 8,
@@ -384,14 +387,14 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
     copiesFromOrigin: scenario === 'direct' ? setup.nodes : sum(nodeDownloads.map((d) => d.bytesFrom.origin)) / setup.size,
     seedUploadCopies: sum(seedHosts.map((h) => h.net.sent)) / setup.size,
     seedUploadUse: seedHosts.length
-      ? sum(seedHosts.map((h) => integrate(net.samples(h.net.up!), last))) /
+      ? sum(seedHosts.map((h) => integrate(net.samples(linkOf(h.net, 'up')), last))) /
         (seedHosts.length * (setup.seedUp / 8) * setup.efficiency * last)
       : 0,
     nodeUploadUse:
       scenario === 'direct'
         ? 0
-        : sum(nodeNets.map((h) => integrate(net.samples(h.up!), last))) /
-          (sum(links.map((l) => l.steps[0]!.up / 8)) * setup.efficiency * last),
+        : sum(nodeNets.map((h) => integrate(net.samples(linkOf(h, 'up')), last))) /
+          (sum(links.map((l) => l.steps[0].up / 8)) * setup.efficiency * last),
     schedulerMs: world.schedulerMs,
     schedulerCalls: world.schedulerCalls,
     tickMs,
@@ -406,14 +409,21 @@ export function run(scenario: ScenarioName, setup: Setup, lazy: LazyOptions = de
   };
 }
 
+/** A host's link that the run measures or changes: the set-up gives each such link a finite rate. */
+function linkOf(host: NetHost, side: 'up' | 'down'): Link {
+  const link = host[side];
+  if (!link) throw new Error(`${host.name} has no ${side}load rate: an uncapped link cannot be measured or changed`);
+  return link;
+}
+
 /** Bytes sent under a load step function from 0 to `until`. */
 export function integrate(samples: LoadSample[], until: number): number {
   let bytes = 0;
   for (let i = 0; i < samples.length; i++) {
-    const from = samples[i]!.t;
+    const { t: from, rate } = itemAt(samples, i);
     if (from >= until) break;
     const to = Math.min(until, samples[i + 1]?.t ?? until);
-    bytes += samples[i]!.rate * (to - from);
+    bytes += rate * (to - from);
   }
   return bytes;
 }

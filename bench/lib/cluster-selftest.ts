@@ -19,6 +19,7 @@ import {
 } from './cluster.js';
 import { curlFrom, startHttpSource } from './http-source.js';
 import { fixed, table } from './stats.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 /** Payload share of a full-size frame: 1448 bytes of TCP payload per 1514-byte Ethernet frame. */
 const PAYLOAD_SHARE = 1448 / 1514;
@@ -84,21 +85,19 @@ async function checkCaps(): Promise<void> {
       rows.push(row(name, cap, await transfer(c, pairs, bytes)));
       cpu[name] = s.stop().meanBusyPct;
     };
-    await measure('node download (origin → n0)', nodeBits, [[c.nodes[0]!, c.origin]], sized(nodeBits));
-    await measure('node upload (n0 → origin)', nodeBits, [[c.origin, c.nodes[0]!]], sized(nodeBits));
+    const n0 = itemAt(c.nodes, 0);
+    await measure('node download (origin → n0)', nodeBits, [[n0, c.origin]], sized(nodeBits));
+    await measure('node upload (n0 → origin)', nodeBits, [[c.origin, n0]], sized(nodeBits));
     {
       // A cap changed mid-transfer (setRate, what --rate-change does): n0's link drops to a
       // quarter halfway through. Half the bytes at the full rate, half at a quarter: 2.5 × as long,
       // an effective rate of 0.4 × the cap.
       const name = 'rate change (n0 to 1/4 halfway)';
       const s0 = startCpuSampler();
-      const timer = setTimeout(
-        () => void c.setRate(c.nodes[0]!, { up: nodeBits / 4, down: nodeBits / 4 }),
-        ((secs / 2) * 1000) / PAYLOAD_SHARE,
-      );
-      rows.push(row(name, 0.4 * nodeBits, await transfer(c, [[c.nodes[0]!, c.origin]], sized(nodeBits))));
+      const timer = setTimeout(() => void c.setRate(n0, { up: nodeBits / 4, down: nodeBits / 4 }), ((secs / 2) * 1000) / PAYLOAD_SHARE);
+      rows.push(row(name, 0.4 * nodeBits, await transfer(c, [[n0, c.origin]], sized(nodeBits))));
       clearTimeout(timer);
-      await c.setRate(c.nodes[0]!, { up: nodeBits, down: nodeBits });
+      await c.setRate(n0, { up: nodeBits, down: nodeBits });
       cpu[name] = s0.stop().meanBusyPct;
     }
     // Fan-out: every node pulls from the origin; the aggregate is capped by the origin's upload.
@@ -111,19 +110,20 @@ async function checkCaps(): Promise<void> {
       fanBytes,
     );
     const wall = (Date.now() - t1) / 1000;
-    cpu['fan-out'] = s.stop().meanBusyPct;
+    const fanCpu = s.stop().meanBusyPct;
+    cpu['fan-out'] = fanCpu;
     rows.push(row(`fan-out per node (origin → ${N} nodes)`, Math.min(originBits / N, nodeBits), fan));
     rows.push({
       ...row(`fan-out aggregate (origin upload)`, Math.min(originBits, N * nodeBits), [(8 * fanBytes * N) / wall / 1e6]),
       flows: N,
     });
-    cpu['fan-out aggregate (origin upload)'] = cpu['fan-out']!;
-    cpu[`fan-out per node (origin → ${N} nodes)`] = cpu['fan-out']!;
+    cpu['fan-out aggregate (origin upload)'] = fanCpu;
+    cpu[`fan-out per node (origin → ${N} nodes)`] = fanCpu;
     if (N >= 2) {
       await measure(
         `ring (n[i] ← n[i+1], all at once)`,
         nodeBits,
-        c.nodes.map((n, i) => [n, c.nodes[(i + 1) % N]!]),
+        c.nodes.map((n, i) => [n, itemAt(c.nodes, (i + 1) % N)]),
         sized(nodeBits),
       );
       // Fan-in: n0 pulls from every other node at once; n0's download cap binds.
@@ -133,17 +133,18 @@ async function checkCaps(): Promise<void> {
       const samples: Array<[number, number]> = [];
       const poll = setInterval(() => {
         const t = Date.now();
-        void c.counters(c.nodes[0]!).then((x) => samples.push([t, tcpPayloadBytes(x.rxBytes, x.rxPackets)]));
+        void c.counters(n0).then((x) => samples.push([t, tcpPayloadBytes(x.rxBytes, x.rxPackets)]));
       }, 250);
       await transfer(
         c,
-        c.nodes.slice(1).map((n) => [c.nodes[0]!, n]),
+        c.nodes.slice(1).map((n) => [n0, n]),
         sized(nodeBits / k),
       );
       clearInterval(poll);
       const wall2 = (Date.now() - t2) / 1000;
       const name = `fan-in aggregate (n0 ← ${k} nodes)`;
-      cpu[name] = s2.stop().meanBusyPct;
+      const fanInCpu = s2.stop().meanBusyPct;
+      cpu[name] = fanInCpu;
       rows.push({ ...row(name, nodeBits, [(8 * sized(nodeBits / k) * k) / wall2 / 1e6]), flows: k });
       // Steady state: n0's received payload between 20% and 80% of the transfer.
       const at = (f: number) =>
@@ -151,7 +152,7 @@ async function checkCaps(): Promise<void> {
       const [a, b] = [at(0.2), at(0.8)];
       const steady = b[0] > a[0] ? (8 * (b[1] - a[1])) / ((b[0] - a[0]) / 1000) / 1e6 : NaN;
       const name2 = `fan-in steady state (20–80% of the time)`;
-      cpu[name2] = cpu[name]!;
+      cpu[name2] = fanInCpu;
       rows.push({ ...row(name2, nodeBits, [steady]), flows: k });
     }
     if (N >= 3) {
@@ -159,7 +160,7 @@ async function checkCaps(): Promise<void> {
       // (the traffic pattern of a swarm). Per-node download rate = sum of its flows.
       const m = Math.min(4, N - 1);
       const pairs: Array<[ClusterHost, ClusterHost]> = [];
-      for (let i = 0; i < N; i++) for (let j = 1; j <= m; j++) pairs.push([c.nodes[i]!, c.nodes[(i + j) % N]!]);
+      for (let i = 0; i < N; i++) for (let j = 1; j <= m; j++) pairs.push([itemAt(c.nodes, i), itemAt(c.nodes, (i + j) % N)]);
       const bytes = sized(nodeBits / m);
       const s3 = startCpuSampler();
       const per = await transfer(c, pairs, bytes);
@@ -224,7 +225,7 @@ async function checkLifecycle(sizes: number[]): Promise<void> {
         c.exec(
           h,
           'curl',
-          ['-s', '-o', '/dev/null', '--connect-timeout', '3', '-w', '%{http_code}', `http://${c.nodes[(i + 1) % n]!.ip}:1/`],
+          ['-s', '-o', '/dev/null', '--connect-timeout', '3', '-w', '%{http_code}', `http://${itemAt(c.nodes, (i + 1) % n).ip}:1/`],
           { allowFail: true },
         ),
       ),
@@ -232,7 +233,7 @@ async function checkLifecycle(sizes: number[]): Promise<void> {
     // Connection refused (curl exit 7) proves the packet got there and back (RST).
     const reached = probes.filter((p) => p.code === 7).length;
     const counters = await c.allCounters();
-    const q = await c.qdiscStats(c.nodes[n - 1]!);
+    const q = await c.qdiscStats(itemAt(c.nodes, n - 1));
     const t1 = Date.now();
     await c.destroy();
     const destroyed = Date.now() - t1;

@@ -38,6 +38,7 @@ import { onExitCleanup, run, spawnService, type RunResult, type Service } from '
 import { parseBitRate } from '../../src/common/units.js';
 import { lowerBound, type LowerBound } from './lower-bound.js';
 import { cpuSeconds } from './proc.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 // ---------------------------------------------------------------- rates
 
@@ -68,16 +69,32 @@ function toLinkRate(spec: RateSpec): LinkRate {
 
 /** T* for sending F bytes from `source` to `receivers` with the caps the cluster gave them. */
 export function clusterLowerBound(F: number, source: ClusterHost, receivers: ClusterHost[]): LowerBound {
-  const need = (v: number | undefined, what: string) => {
-    if (v === undefined) throw new Error(`lower bound needs a capped ${what}`);
-    return v / 8;
-  };
   return lowerBound({
     F,
-    us: need(source.rate.up, `upload on ${source.name}`),
-    ui: receivers.map((h) => need(h.rate.up, `upload on ${h.name}`)),
-    dmin: Math.min(...receivers.map((h) => need(h.rate.down, `download on ${h.name}`))),
+    us: capOf(source, 'up') / 8,
+    ui: receivers.map((h) => capOf(h, 'up') / 8),
+    dmin: Math.min(...receivers.map((h) => capOf(h, 'down') / 8)),
   });
+}
+
+/** A host's cap in bits/s one way: the bounds a benchmark reports need the link capped. */
+export function capOf(host: ClusterHost, side: 'up' | 'down'): number {
+  const bits = host.rate[side];
+  if (bits === undefined) throw new Error(`the bounds need a capped ${side === 'up' ? 'upload' : 'download'} on ${host.name}`);
+  return bits;
+}
+
+/** A host's entry in a map by host name (allCounters(), allDownloadQdiscStats(), a benchmark's own). */
+export function hostEntry<T>(byHost: Map<string, T>, host: string, what: string): T {
+  const entry = byHost.get(host);
+  if (entry === undefined) throw new Error(`no ${what} for ${host}`);
+  return entry;
+}
+
+/** The cluster's seed host, for a benchmark that created its cluster with `seed`. */
+export function seedOf(c: Cluster): ClusterHost {
+  if (!c.seed) throw new Error(`cluster ${c.prefix} has no seed host (createCluster needs seed: true)`);
+  return c.seed;
 }
 
 // ---------------------------------------------------------------- the cluster
@@ -186,7 +203,7 @@ export interface Cluster {
   /** Start a long-running process inside the host's network namespace (stopped by destroy() at the latest). */
   spawn(host: ClusterHost | string, cmd: string, args?: string[], opts?: SpawnOptions): Promise<Service>;
   /** The argv prefix that runs a command in the host's network namespace (for your own spawn). */
-  nsArgv(host: ClusterHost | string): string[];
+  nsArgv(host: ClusterHost | string): [string, ...string[]];
   /** Byte/packet counters of the host's eth0 (tx = what it sent: its egress). */
   counters(host: ClusterHost | string): Promise<Counters>;
   /** Counters of every host at once, read from the hub side in one call (tx/rx seen from the host). */
@@ -280,7 +297,7 @@ async function must(cmd: string, args: string[], input?: string): Promise<RunRes
 async function pool<T>(items: T[], concurrency: number, fn: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   const workers = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
-    while (next < items.length) await fn(items[next++]!);
+    while (next < items.length) await fn(itemAt(items, next++));
   });
   await Promise.all(workers);
 }
@@ -407,7 +424,7 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
     if (!found) throw new Error(`no host "${h}" in cluster ${prefix}`);
     return found;
   };
-  const nsArgv = (h: ClusterHost | string) => ['nsenter', `--net=/run/netns/${resolve(h).ns}`, '--'];
+  const nsArgv = (h: ClusterHost | string): [string, ...string[]] => ['nsenter', `--net=/run/netns/${resolve(h).ns}`, '--'];
 
   const cluster: Cluster = {
     prefix,
@@ -423,7 +440,7 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
     nsArgv,
     async exec(h, cmd, args = [], o = {}) {
       const [c, ...pre] = nsArgv(h);
-      const res = await run(c!, [...pre, cmd, ...args], { env: o.env, cwd: o.cwd, input: o.input, timeoutMs: o.timeoutMs ?? 120_000 });
+      const res = await run(c, [...pre, cmd, ...args], { env: o.env, cwd: o.cwd, input: o.input, timeoutMs: o.timeoutMs ?? 120_000 });
       if (res.code !== 0 && !o.allowFail) {
         throw new Error(
           `[${resolve(h).name}] ${cmd} ${args.join(' ')} failed (exit ${res.code ?? res.signal}): ${res.stderr.trim() || res.stdout.trim()}`,
@@ -435,7 +452,7 @@ export async function createCluster(opts: ClusterOptions): Promise<Cluster> {
       const host = resolve(h);
       const [c, ...pre] = nsArgv(host);
       const svc = await spawnService({
-        cmd: c!,
+        cmd: c,
         args: [...pre, cmd, ...args],
         env: o.env,
         cwd: o.cwd,
@@ -654,7 +671,7 @@ async function setup(
   // Static FDB entries: the bridge never has to flood or learn.
   await must('bridge', ['-n', c.hubNs, '-batch', '-'], hosts.map((h) => `fdb replace ${h.mac} dev ${h.hubPort} master static\n`).join(''));
   // Hub-side caps (= each host's download) and offloads.
-  const hubTc = hosts.filter((h) => h.rate.down !== undefined).flatMap((h) => shaperLines(h.hubPort, h.rate.down!, shaper, queueMs));
+  const hubTc = hosts.flatMap((h) => (h.rate.down === undefined ? [] : shaperLines(h.hubPort, h.rate.down, shaper, queueMs)));
   if (hubTc.length) await must('tc', ['-n', c.hubNs, '-batch', '-'], hubTc.map((l) => l + '\n').join(''));
   const ports = hosts.map((h) => h.hubPort).join(' ');
   await must('nsenter', [
@@ -769,8 +786,9 @@ export function startCpuSampler(intervalMs = 500, ownCpuSeconds: () => number = 
   let samples = 0;
   const timer = setInterval(() => {
     const now = readProcStat();
-    const dt = now[0]!.total - prev[0]!.total;
-    if (dt > 0) maxBusy = Math.max(maxBusy, (100 * (dt - (now[0]!.idle - prev[0]!.idle))) / dt);
+    const [all, allBefore] = [itemAt(now, 0), itemAt(prev, 0)];
+    const dt = all.total - allBefore.total;
+    if (dt > 0) maxBusy = Math.max(maxBusy, (100 * (dt - (all.idle - allBefore.idle))) / dt);
     prev = now;
     samples++;
   }, intervalMs);
@@ -780,7 +798,7 @@ export function startCpuSampler(intervalMs = 500, ownCpuSeconds: () => number = 
       clearInterval(timer);
       const last = readProcStat();
       const own = selfAndReapedChildrenCpuSeconds() + ownCpuSeconds() - own0;
-      const d = (i: number, k: keyof CpuTimes) => last[i]![k] - first[i]![k];
+      const d = (i: number, k: keyof CpuTimes) => itemAt(last, i)[k] - itemAt(first, i)[k];
       const total = d(0, 'total') || 1;
       const pct = (k: keyof CpuTimes) => (100 * d(0, k)) / total;
       const perCpu = last.slice(1).map((_, j) => {

@@ -23,9 +23,13 @@ interface Profile {
 export function summarize(file: string, top = 25): string {
   const profile = JSON.parse(fs.readFileSync(file, 'utf8')) as Profile;
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const nodeOf = (id: number): Node => {
+    const node = byId.get(id);
+    if (!node) throw new Error(`${file}: sample or parent ${id} names no node of the profile`);
+    return node;
+  };
   const selfUs = new Map<number, number>();
-  for (let i = 0; i < profile.samples.length; i++) {
-    const id = profile.samples[i]!;
+  for (const [i, id] of profile.samples.entries()) {
     selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
   }
   const parent = new Map<number, number>();
@@ -37,11 +41,11 @@ export function summarize(file: string, top = 25): string {
   const self = new Map<string, number>();
   const total = new Map<string, number>();
   for (const [id, us] of selfUs) {
-    const node = byId.get(id)!;
+    const node = nodeOf(id);
     self.set(label(node), (self.get(label(node)) ?? 0) + us);
     const seen = new Set<string>();
     for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
-      const l = label(byId.get(cur)!);
+      const l = label(nodeOf(cur));
       if (seen.has(l)) continue;
       seen.add(l);
       total.set(l, (total.get(l) ?? 0) + us);

@@ -132,6 +132,13 @@ export async function layoutLayers(layout: string, tag: string): Promise<OciLaye
   return manifest.layers.map(({ digest, size, annotations }) => ({ digest, size, annotations }));
 }
 
+/** The first layer of the image a layout holds under `tag` (the Debian image's is its root filesystem). */
+export async function firstLayer(layout: string, tag: string): Promise<OciLayer> {
+  const [layer] = await layoutLayers(layout, tag);
+  if (!layer) throw new Error(`${layout}: the image tagged ${tag} has no layers`);
+  return layer;
+}
+
 /** The paths a recording holds, in the order the workload opened them. */
 export async function recordedPaths(record: string): Promise<string[]> {
   const lines = (await fsp.readFile(record, 'utf8')).split('\n').filter((l) => l.trim());

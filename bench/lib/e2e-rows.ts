@@ -20,6 +20,7 @@ import { startEgressSampler, type EgressSampler } from './egress.js';
 import { startNsRegistry, type NsRegistry } from './ns-registry.js';
 import { summarize } from './scenario.js';
 import { MIRROR, startSwarm, type Swarm } from './swarm.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 export type RowName = 'a' | 'b' | 'c' | 'c-no-bg' | 'd';
 
@@ -207,7 +208,8 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     };
     const registrySent = async () => {
       const now = await c.counters(c.origin);
-      const b = base.get(c.origin.name)!;
+      const b = base.get(c.origin.name);
+      if (!b) throw new Error(`no link counters for ${c.origin.name}`);
       return tcpPayloadBytes(now.txBytes - b.txBytes, now.txPackets - b.txPackets);
     };
     egress = await startEgressSampler(c, c.origin);
@@ -249,7 +251,10 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
         return { node: node.host.name, pulledSeconds, readySeconds, readBytes, diskBytes };
       }),
     );
-    const registryBytes = await registryAtLastReady!;
+    // Set by the last node's ready line; every node printed one, or the pulls above threw.
+    if (!registryAtLastReady || !cpuToReady)
+      throw new Error(`${readyCount} of ${nodes.length} nodes printed their ready line: no registry bytes or CPU at ready to report`);
+    const registryBytes = await registryAtLastReady;
 
     // Lazy rows: the rest of each layer arrives in the background; note when each node holds it all.
     const whole = spec.lazy?.backgroundFetch
@@ -260,17 +265,20 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     egress = undefined;
     const after = await c.allCounters();
     const nodeResults: NodeResult[] = await Promise.all(
-      results.map(async (r, i) => ({
-        ...r,
-        wholeImageSeconds: spec.lazy ? whole.get(r.node) : r.pulledSeconds,
-        finalReadBytes: received(after.get(r.node), r.node),
-        finalDiskBytes: await nodes[i]!.diskBytes(nodeDirs(nodes[i]!)),
-      })),
+      results.map(async (r, i) => {
+        const node = itemAt(nodes, i);
+        return {
+          ...r,
+          wholeImageSeconds: spec.lazy ? whole.get(r.node) : r.pulledSeconds,
+          finalReadBytes: received(after.get(r.node), r.node),
+          finalDiskBytes: await node.diskBytes(nodeDirs(node)),
+        };
+      }),
     );
     const summary = summarize(nodeResults.map((n) => ({ node: n.node, done: n.readySeconds })));
     const neededBytes = spec.image === 'plain' ? ctx.image.plain.bytes : ctx.image.lazy.neededBytes;
     const wholeTimes = nodeResults.map((n) => n.wholeImageSeconds).filter((t): t is number => t !== undefined);
-    const nodeLink = c.nodes[0]!.rate.down;
+    const nodeLink = itemAt(c.nodes, 0).rate.down;
     if (nodeLink === undefined) throw new Error("the nodes' links must be capped");
     return {
       row,
@@ -291,7 +299,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       lastWholeImageSeconds: wholeTimes.length === nodeResults.length ? Math.max(...wholeTimes) : undefined,
       nodes: nodeResults,
       egressSamples: egressRecord.samples,
-      cpu: cpuToReady!,
+      cpu: cpuToReady,
       cpuSecondsByProgram: cpuByProgramToReady,
       cpuAfterReady: spec.lazy?.backgroundFetch ? backgroundCpu : undefined,
     };

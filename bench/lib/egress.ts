@@ -1,6 +1,7 @@
 // A host's egress over time during a cluster benchmark (the registry's, or a seeder's): its NIC's
 // counters read every 250 ms, as TCP payload. For the report's peak rate and its egress plots.
 import { nowSeconds, tcpPayloadBytes, type Cluster, type ClusterHost } from './cluster.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 export interface EgressRecord {
   /** [seconds since the sampler started, payload bytes sent since then]. */
@@ -36,7 +37,7 @@ export async function startEgressSampler(c: Cluster, host: ClusterHost, interval
       running = false;
       await loop;
       samples.push(await read());
-      return { samples, bytes: samples[samples.length - 1]![1], peakBitsPerSecond: peakRate(samples) };
+      return { samples, bytes: itemAt(samples, samples.length - 1)[1], peakBitsPerSecond: peakRate(samples) };
     },
   };
 }
@@ -46,9 +47,9 @@ function peakRate(samples: Array<[number, number]>): number {
   let peak = 0;
   for (let i = 1; i < samples.length; i++) {
     let j = i - 1;
-    while (j > 0 && samples[i]![0] - samples[j]![0] < 0.5) j--;
-    const [t1, b1] = samples[i]!;
-    const [tj, bj] = samples[j]!;
+    const [t1, b1] = itemAt(samples, i);
+    while (j > 0 && t1 - itemAt(samples, j)[0] < 0.5) j--;
+    const [tj, bj] = itemAt(samples, j);
     if (t1 > tj) peak = Math.max(peak, ((b1 - bj) * 8) / (t1 - tj));
   }
   return peak;
@@ -58,8 +59,8 @@ function peakRate(samples: Array<[number, number]>): number {
 export function egressRateSteps(samples: Array<[number, number]>): Array<[number, number]> {
   const points: Array<[number, number]> = [];
   for (let i = 1; i < samples.length; i++) {
-    const [t0, b0] = samples[i - 1]!;
-    const [t1, b1] = samples[i]!;
+    const [t0, b0] = itemAt(samples, i - 1);
+    const [t1, b1] = itemAt(samples, i);
     if (t1 > t0) points.push([t0, ((b1 - b0) * 8) / (t1 - t0) / 1e6]);
   }
   return points;

@@ -21,6 +21,7 @@
 
 import { formatBitRate, parseBitRate } from '../../src/common/units.js';
 import { seededRandom } from './random.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 /** A node's link from `at` seconds after the start on, in bits/s. */
 export interface LinkStep {
@@ -33,7 +34,7 @@ export interface NodeLink {
   /** The description group the node came from, plus its changes: nodes with equal links share it. */
   group: string;
   /** The node's link over time: steps[0] is at 0; each holds until the next. */
-  steps: LinkStep[];
+  steps: [LinkStep, ...LinkStep[]];
 }
 
 export interface RateChange {
@@ -58,7 +59,7 @@ type Term = (random: () => number) => number;
 function parseTerm(text: string, where: string): Term {
   const m = /^lognormal\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)$/i.exec(text);
   if (m) {
-    const medianBits = parseBitRate(m[1]!);
+    const medianBits = parseBitRate(itemAt(m, 1));
     const sigma = Number(m[2]);
     if (!(sigma >= 0) || !Number.isFinite(sigma)) throw new Error(`${where}: lognormal σ must be a number ≥ 0, got "${m[2]}"`);
     return (random) => medianBits * Math.exp(sigma * normal(random));
@@ -97,7 +98,8 @@ function splitSides(text: string, where: string): [string, string | undefined] {
   }
   if (slashes.length > 1) throw new Error(`${where}: one slash at most (DOWN/UP)`);
   if (slashes.length === 0) return [text.trim(), undefined];
-  return [text.slice(0, slashes[0]).trim(), text.slice(slashes[0]! + 1).trim()];
+  const slash = itemAt(slashes, 0);
+  return [text.slice(0, slash).trim(), text.slice(slash + 1).trim()];
 }
 
 /**
@@ -112,7 +114,7 @@ export function planNodeLinks(description: string, nodes: number, changes = '', 
   const parsed = groups.map((group) => {
     const where = `node rates group "${group}"`;
     const star = /^(.*?)\*\s*(\d+(?:\.\d+)?)(%?)\s*$/.exec(group);
-    const rateText = star ? star[1]!.trim() : group;
+    const rateText = star ? itemAt(star, 1).trim() : group;
     let count: number | undefined;
     if (star) {
       const value = Number(star[2]);
@@ -145,15 +147,15 @@ export function planNodeLinks(description: string, nodes: number, changes = '', 
   // Groups dealt in a random order (Fisher-Yates, from the seed): no group gathers at one end.
   for (let i = links.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
-    [links[i], links[j]] = [links[j]!, links[i]!];
+    [links[i], links[j]] = [itemAt(links, j), itemAt(links, i)];
   }
   // In time order, so that a factor applies to the rates the node has at that moment.
   for (const change of parseRateChanges(changes, nodes).sort((x, y) => x.at - y.at)) {
-    const link = links[change.node]!;
+    const link = itemAt(links, change.node);
     const steps = link.steps;
     let i = steps.length - 1;
-    while (i > 0 && steps[i]!.at > change.at) i--;
-    const before = steps[i]!;
+    while (i > 0 && itemAt(steps, i).at > change.at) i--;
+    const before = itemAt(steps, i);
     const step = change.relative
       ? { at: change.at, down: before.down * change.down, up: before.up * change.up }
       : { at: change.at, down: change.down, up: change.up };
@@ -173,7 +175,7 @@ export function parseRateChanges(text: string, nodes: number): RateChange[] {
     if (!m) throw new Error(`${where}: write it as nNODE=RATE@SECONDS, e.g. n7=1mbit@20s or n7=0.1x@20s`);
     const node = Number(m[1]);
     if (node >= nodes) throw new Error(`${where}: there are only ${nodes} nodes (n0…n${nodes - 1})`);
-    const [downText, upText] = splitSides(m[2]!, where);
+    const [downText, upText] = splitSides(itemAt(m, 2), where);
     const side = (t: string): { value: number; relative: boolean } => {
       const factor = /^(\d+(?:\.\d+)?)x$/i.exec(t);
       if (factor) {
@@ -192,7 +194,7 @@ export function parseRateChanges(text: string, nodes: number): RateChange[] {
 
 /** The link at `t` seconds. */
 export function linkAt(link: NodeLink, t: number): LinkStep {
-  let current = link.steps[0]!;
+  let current = link.steps[0];
   for (const step of link.steps) if (step.at <= t) current = step;
   return current;
 }

@@ -11,12 +11,13 @@
 
 import { median } from './stats.js';
 import type { NodeLink } from './link-plan.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 /** Seconds until `bytes` have moved at a rate (bytes/s) that is `rate` from each step's `at` on. */
 export function timeToMove(bytes: number, steps: Array<{ at: number; rate: number }>): number {
   let moved = 0;
   for (let i = 0; i < steps.length; i++) {
-    const { at, rate } = steps[i]!;
+    const { at, rate } = itemAt(steps, i);
     const end = steps[i + 1]?.at ?? Infinity;
     if (rate > 0 && moved + rate * (end - at) >= bytes) return at + (bytes - moved) / rate;
     moved += rate * (end - at);
@@ -39,7 +40,7 @@ export function nodeBounds(F: number, sourceUp: number, links: NodeLink[]): Node
   // The aggregate upload over time: the source plus every node's upload at each change.
   const moments = [...new Set(links.flatMap((l) => l.steps.map((s) => s.at)))].sort((a, b) => a - b);
   const upAt = (link: NodeLink, t: number) => {
-    let up = link.steps[0]!.up;
+    let up = link.steps[0].up;
     for (const s of link.steps) if (s.at <= t) up = s.up;
     return up;
   };
@@ -82,7 +83,7 @@ export function boundRatios(nodes: Array<{ node: string; done: number; bound: nu
   const stats = (list: typeof nodes): RatioStats => {
     const ratios = list.map((n) => n.done / n.bound);
     let worst = 0;
-    for (let i = 1; i < ratios.length; i++) if (ratios[i]! > ratios[worst]!) worst = i;
+    for (let i = 1; i < ratios.length; i++) if (itemAt(ratios, i) > itemAt(ratios, worst)) worst = i;
     return { nodes: list.length, median: median(ratios), worst: ratios[worst] ?? NaN, worstNode: list[worst]?.node ?? '' };
   };
   const byGroup = new Map<string, typeof nodes>();

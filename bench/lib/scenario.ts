@@ -9,6 +9,7 @@ import type { LowerBound } from './lower-bound.js';
 import { formatLink, planNodeLinks, type NodeLink } from './link-plan.js';
 import { boundRatioLines, boundRatios, nodeBounds, type BoundRatios } from './node-bounds.js';
 import { fixed, median } from './stats.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 export interface ScenarioArgs {
   nodes: number;
@@ -82,15 +83,15 @@ export function scenarioArgs(
     const sizeBytes = size === null ? 0 : parseSize(sizeText);
     const rateChanges = String(values['rate-change']);
     const links = planNodeLinks(String(values['node-rate']), nodes, rateChanges);
-    const fastest = Math.max(...links.map((l) => l.steps[0]!.down));
+    const fastest = Math.max(...links.map((l) => l.steps[0].down));
     const originBits = values['origin-rate'] ? parseBitRate(String(values['origin-rate'])) : 4 * fastest;
     const extra: Record<string, string | boolean | undefined> = {};
     for (const k of Object.keys(extraOptions)) extra[k] = values[k];
     const jsonOut = values['json-out'] === undefined ? undefined : String(values['json-out']);
     // One rate for every node is written as before ('20mbit'); a description stays as given.
-    const uniform = links.every((l) => l.steps.length === 1 && formatLink(l.steps[0]!) === formatLink(links[0]!.steps[0]!));
-    const nodeRateText =
-      uniform && !/[*/,]/.test(String(values['node-rate'])) ? formatLink(links[0]!.steps[0]!) : String(values['node-rate']);
+    const first = formatLink(itemAt(links, 0).steps[0]);
+    const uniform = links.every((l) => l.steps.length === 1 && formatLink(l.steps[0]) === first);
+    const nodeRateText = uniform && !/[*/,]/.test(String(values['node-rate'])) ? first : String(values['node-rate']);
     return {
       nodes,
       sizeBytes,
@@ -108,9 +109,16 @@ export function scenarioArgs(
   }
 }
 
+/** The value of one of a script's own string options (one with a default always has one). */
+export function stringFlag(extra: ScenarioArgs['extra'], name: string): string {
+  const value = extra[name];
+  if (typeof value !== 'string') throw new Error(`--${name} needs a value`);
+  return value;
+}
+
 /** Each node's caps at the start, as createCluster takes them. */
 export function startRates(links: NodeLink[]): Array<{ up: number; down: number }> {
-  return links.map((l) => ({ up: l.steps[0]!.up, down: l.steps[0]!.down }));
+  return links.map((l) => ({ up: l.steps[0].up, down: l.steps[0].down }));
 }
 
 /**
@@ -127,7 +135,7 @@ export function startRateChanges(
   const made: Array<Promise<{ node: string; at: number; inPlace: number }>> = [];
   links.forEach((link, i) => {
     for (const step of link.steps.slice(1)) {
-      const node = c.nodes[i]!;
+      const node = itemAt(c.nodes, i);
       timers.push(
         setTimeout(
           () => {
@@ -191,8 +199,8 @@ export function againstOwnBounds(
   const perNode = timings.map((t, i) => ({
     node: t.node,
     done: +t.done.toFixed(3),
-    bound: +bounds[i]!.seconds.toFixed(3),
-    group: links[i]!.group,
+    bound: +itemAt(bounds, i).seconds.toFixed(3),
+    group: itemAt(links, i).group,
   }));
   const ownBound = boundRatios(perNode);
   return { perNode, ownBound, lines: boundRatioLines(ownBound) };

@@ -1,5 +1,7 @@
 // A small SVG line-chart writer for the simulator's plots (no dependencies).
 
+import { itemAt } from '../../src/common/indexing.js';
+
 export interface Series {
   label: string;
   /** Points in data coordinates, drawn in order. */
@@ -109,7 +111,7 @@ export function lineChart(options: ChartOptions): string {
   }
   // series
   options.series.forEach((series, i) => {
-    const color = COLORS[i % COLORS.length]!;
+    const color = itemAt(COLORS, i % COLORS.length);
     const coords: string[] = [];
     let previous: [number, number] | undefined;
     for (const point of series.points) {
@@ -153,7 +155,7 @@ export function cdfPoints(values: number[]): Array<[number, number]> {
   const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
   const points: Array<[number, number]> = [];
   if (!sorted.length) return points;
-  points.push([sorted[0]!, 0]);
+  points.push([itemAt(sorted, 0), 0]);
   sorted.forEach((v, i) => points.push([v, (i + 1) / sorted.length]));
   return points;
 }

@@ -6,7 +6,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { waitFor, type Service } from '../../test/fixtures/processes.js';
-import type { Cluster, ClusterHost } from './cluster.js';
+import { seedOf, type Cluster, type ClusterHost } from './cluster.js';
 
 const CLI = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../dist/cli/main.js');
 /** Every peer's mirror, inside its own namespace. */
@@ -168,7 +168,7 @@ export async function startSwarm(c: Cluster, options: SwarmOptions): Promise<Swa
 export async function sumPeerMetric(c: Cluster, pattern: RegExp): Promise<Record<string, number>> {
   const sums: Record<string, number> = {};
   await Promise.all(
-    [c.seed!, ...c.nodes].map(async (host) => {
+    [seedOf(c), ...c.nodes].map(async (host) => {
       const text = (await c.exec(host, 'curl', ['-s', '--noproxy', '*', `http://${MIRROR}/metrics`], { allowFail: true })).stdout;
       for (const m of text.matchAll(pattern)) {
         const key = m.slice(1, -1).join(' ');

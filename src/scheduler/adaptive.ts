@@ -76,13 +76,14 @@ export class Adaptation {
     for (const peer of [...task.peers.values()]) {
       if (peer.state !== 'running' || peer.parents.length === 0) continue;
       const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
-      const slow = peer.parents.length === 1 ? slowAgainstParent(peer, peer.parents[0]!, arriving, now) : undefined;
-      if (slow) {
+      const onlyParent = peer.parents.length === 1 ? peer.parents[0] : undefined;
+      const slow = onlyParent ? slowAgainstParent(peer, onlyParent, arriving, now) : undefined;
+      if (onlyParent && slow) {
         const cap = peer.host.links.downCap;
         // Found slow before and no slower now: nothing new.
         if (cap !== undefined && slow.rate > SLOW * cap) continue;
         peer.pace.slowArrival = slow;
-        this.slowDownload(peer.parents[0]!, peer, slow.rate);
+        this.slowDownload(onlyParent, peer, slow.rate);
         continue;
       }
       const bound = peer.pace.receiveBound(arriving, now, task.pieceSize);

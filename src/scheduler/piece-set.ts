@@ -1,3 +1,5 @@
+import { itemAt } from '../common/indexing.js';
+
 /**
  * The pieces a peer holds, as a bitset: whether a parent has a piece its child lacks is a walk
  * over words, not pieces (the scheduler asks it for every pair of peers on every pass).
@@ -15,13 +17,14 @@ export class PieceSet implements Iterable<number> {
   }
 
   has(index: number): boolean {
-    return index >= 0 && index < this.capacity && (this.words[index >>> 5]! & (1 << (index & 31))) !== 0;
+    return index >= 0 && index < this.capacity && (itemAt(this.words, index >>> 5) & (1 << (index & 31))) !== 0;
   }
 
   /** Adds a piece; indexes outside [0, capacity) are ignored. */
   add(index: number): this {
     if (!Number.isInteger(index) || index < 0 || index >= this.capacity || this.has(index)) return this;
-    this.words[index >>> 5]! |= 1 << (index & 31);
+    const word = index >>> 5;
+    this.words[word] = itemAt(this.words, word) | (1 << (index & 31));
     this.count++;
     return this;
   }
@@ -29,7 +32,8 @@ export class PieceSet implements Iterable<number> {
   /** Removes a piece (one that was on its way and is no longer). */
   delete(index: number): this {
     if (!this.has(index)) return this;
-    this.words[index >>> 5]! &= ~(1 << (index & 31));
+    const word = index >>> 5;
+    this.words[word] = itemAt(this.words, word) & ~(1 << (index & 31));
     this.count--;
     return this;
   }
@@ -39,13 +43,13 @@ export class PieceSet implements Iterable<number> {
     const mine = this.words;
     const theirs = other.words;
     const more = also?.words;
-    for (let w = 0; w < mine.length; w++) if ((mine[w]! & ~((theirs[w] ?? 0) | (more?.[w] ?? 0))) !== 0) return true;
+    for (let w = 0; w < mine.length; w++) if ((itemAt(mine, w) & ~((theirs[w] ?? 0) | (more?.[w] ?? 0))) !== 0) return true;
     return false;
   }
 
   *[Symbol.iterator](): Iterator<number> {
     for (let w = 0; w < this.words.length; w++) {
-      let bits = this.words[w]!;
+      let bits = itemAt(this.words, w);
       while (bits !== 0) {
         const low = bits & -bits;
         yield w * 32 + (31 - Math.clz32(low));

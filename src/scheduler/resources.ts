@@ -1,3 +1,4 @@
+import { itemAt } from '../common/indexing.js';
 import type { HostInfo, OriginRequest, SchedulerPacket } from '../rpc/scheduler-api.js';
 import { LinkKnowledge, PeerPace } from './pace.js';
 import { PieceSet } from './piece-set.js';
@@ -125,7 +126,7 @@ export class Peer {
   }
 
   recentFailures(now: number, windowMs = 60_000): number {
-    while (this.failuresAsParent.length && this.failuresAsParent[0]! < now - windowMs) this.failuresAsParent.shift();
+    while (this.failuresAsParent.length && itemAt(this.failuresAsParent, 0) < now - windowMs) this.failuresAsParent.shift();
     return this.failuresAsParent.length;
   }
 
@@ -246,8 +247,7 @@ export class Resources {
 export function descendantsOf(peer: Peer): Set<Peer> {
   const seen = new Set<Peer>();
   const stack = [...peer.children];
-  while (stack.length) {
-    const current = stack.pop()!;
+  for (let current = stack.pop(); current !== undefined; current = stack.pop()) {
     if (seen.has(current)) continue;
     seen.add(current);
     for (const child of current.children) stack.push(child);

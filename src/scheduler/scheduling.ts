@@ -356,7 +356,7 @@ export class Scheduling {
     }
     // The graph was acyclic before; only the new edges can close a cycle: a parent below the peer.
     const below = parents.length > 0 ? descendantsOf(peer) : undefined;
-    if (parents.some((parent) => parent === peer || below!.has(parent))) {
+    if (parents.some((parent) => parent === peer || below?.has(parent))) {
       peer.task.cyclesDetected++;
       this.log.error({ task: peer.task.id, peer: peer.id }, 'parent graph has a cycle');
     }

@@ -1,3 +1,4 @@
+import { itemAt } from '../common/indexing.js';
 import type { SchedulingConfig, TopologyRule } from './config.js';
 import { SLOW } from './pace.js';
 import { canTake, feedsEach, misplaced, offerTo, rankForChild, riderNeeds, slowFeeder, spareFor } from './placement.js';
@@ -85,7 +86,7 @@ function withoutSlowOutliers(candidates: Peer[], factor: number, exclude: (p: Pe
     .filter((cost): cost is number => cost !== undefined)
     .sort((a, b) => a - b);
   if (costs.length < 3) return candidates;
-  const median = costs[Math.floor(costs.length / 2)]!;
+  const median = itemAt(costs, Math.floor(costs.length / 2));
   return candidates.filter((peer) => {
     const slow = peer.costPerMiB !== undefined && peer.costPerMiB > factor * median;
     if (slow) exclude(peer, 'slow');

@@ -19,7 +19,7 @@ function basicOk(req: IncomingMessage): boolean {
 
 before(async () => {
   server = createServer((req, res) => {
-    const url = new URL(req.url!, `http://${host}`);
+    const url = new URL(req.url ?? '/', `http://${host}`);
     if (url.pathname === '/token') {
       tokenRequests.push(url);
       if (req.headers.authorization && !basicOk(req)) {
@@ -72,8 +72,8 @@ test('Bearer: anonymous first, then a token from the realm with service and scop
     assert.equal(manifest.mediaType, 'application/vnd.oci.image.manifest.v1+json');
     await client.getManifest('team/app', 'v2');
     assert.equal(tokenRequests.length, 1, 'one token for two requests of the same scope');
-    assert.equal(tokenRequests[0]!.searchParams.get('service'), 'test-registry');
-    assert.deepEqual(tokenRequests[0]!.searchParams.getAll('scope'), ['repository:team/app:pull']);
+    assert.equal(tokenRequests[0]?.searchParams.get('service'), 'test-registry');
+    assert.deepEqual(tokenRequests[0]?.searchParams.getAll('scope'), ['repository:team/app:pull']);
     assert.deepEqual(registryAuth, ['', 'Bearer tok-repository:team/app:pull', 'Bearer tok-repository:team/app:pull']);
     await client.getManifest('team/other', 'v1');
     assert.equal(tokenRequests.length, 2, 'another scope, another token');

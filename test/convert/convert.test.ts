@@ -20,11 +20,12 @@ import {
 import { RegistryClient } from '../../src/oci/client.js';
 import { RegistryHosts } from '../../src/oci/registry-hosts.js';
 import { MediaType } from '../../src/oci/media-types.js';
-import { harness, harnessSkip, readTarOracle, sha256hex } from '../estargz/helpers.js';
+import { entryOf, harness, harnessSkip, readTarOracle, sha256hex } from '../estargz/helpers.js';
 import { startContainerd, writeHostsToml, type Containerd } from '../fixtures/containerd.js';
 import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
 import { makeTempDir, run, type TempDir } from '../fixtures/processes.js';
 import { startRegistry, type Registry } from '../fixtures/registry.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const MAIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
 const CHUNK = 1 << 20;
@@ -40,6 +41,13 @@ let converted: { stdout: string; manifest: any; config: any };
 interface Manifest {
   config: { digest: string };
   layers: Array<{ digest: string; size: number; mediaType: string; annotations?: Record<string, string> }>;
+}
+
+/** A converted layer's TOC digest, from its annotation. */
+function tocDigestOf(layer: Manifest['layers'][number]): string {
+  const digest = layer.annotations?.[TOC_DIGEST_ANNOTATION];
+  assert.ok(digest, `layer ${layer.digest} has no ${TOC_DIGEST_ANNOTATION} annotation`);
+  return digest;
 }
 
 async function starling(...args: string[]) {
@@ -120,12 +128,12 @@ test('(a) every converted layer verifies with Starling against its TOC digest an
   const layers = await verifyLayers(manifest, (d) => registryBlobSource(client, 'dst/img', d), config.rootfs.diff_ids);
   const originals = await originalLayerFiles();
   for (const [i, { reader }] of layers.entries()) {
-    for (const [name, file] of originals[i]!) {
+    for (const [name, file] of itemAt(originals, i)) {
       if (file.type === 'reg') assert.equal(sha256hex(await reader.readFile(name)), file.sha256, `layer ${i} ${name}`);
     }
     assert.ok(reader.lookup('.no.prefetch.landmark'), 'no prioritized files: .no.prefetch.landmark');
   }
-  assert.ok(layers[1]!.reader.lookup('data/layer0.bin')!.chunks.length >= 4, 'the large file is chunked');
+  assert.ok(entryOf(itemAt(layers, 1).reader, 'data/layer0.bin').chunks.length >= 4, 'the large file is chunked');
   // Only the new blobs were uploaded: nothing was copied twice, the tag was written once.
   assert.equal(registry.requests().filter((r) => r.method === 'PUT' && r.uri === '/v2/dst/img/manifests/esgz').length, 1);
 });
@@ -134,12 +142,12 @@ test('(b) the Go reference verifies every converted layer (TOC digest and every 
   for (const [i, layer] of (converted.manifest as Manifest).layers.entries()) {
     const path = join(tmp.path, `go-${i}.blob`);
     await writeFile(path, await getBlobBytes('dst/img', layer.digest));
-    const out = await harness(['verify-and-dump', '-blob', path, '-toc-digest', layer.annotations![TOC_DIGEST_ANNOTATION]!]);
+    const out = await harness(['verify-and-dump', '-blob', path, '-toc-digest', tocDigestOf(layer)]);
     const dump = out
       .trim()
       .split('\n')
       .map((line) => JSON.parse(line));
-    const original = (await originalLayerFiles())[i]!;
+    const original = itemAt(await originalLayerFiles(), i);
     for (const [name, file] of original) {
       if (file.type === 'reg') assert.equal(dump.find((e) => e.name === name)?.sha256, file.sha256, `Go reads layer ${i} ${name}`);
     }
@@ -154,7 +162,7 @@ test('(c) plain containerd pulls and runs the converted image; a file hashes as 
   await writeHostsToml(containerd.hostsDir, registry.host);
   const ref = `${registry.host}/dst/img:esgz`;
   await containerd.pull(ref);
-  const file = image.randomFiles[0]!;
+  const file = itemAt(image.randomFiles, 0);
   const res = await containerd.runContainer(ref, ['sha256sum', file.path]);
   assert.equal(res.code, 0, res.stderr);
   assert.equal(res.stdout.split(/\s+/)[0], file.sha256);
@@ -167,7 +175,8 @@ test('(d) ctr-remote images convert --estargz --oci output is read and verified 
   const src = `${registry.host}/src/img:v1`;
   const dst = `${registry.host}/ref/img:esgz`;
   await containerd.pull(src);
-  const ctrRemote = (...args: string[]) => run('ctr-remote', ['--address', containerd!.address, '--namespace', 'default', ...args]);
+  const { address } = containerd;
+  const ctrRemote = (...args: string[]) => run('ctr-remote', ['--address', address, '--namespace', 'default', ...args]);
   const conv = await ctrRemote('images', 'convert', '--estargz', '--oci', '--estargz-chunk-size', String(CHUNK), src, dst);
   assert.equal(conv.code, 0, conv.stderr);
   const push = await containerd.ctr(['images', 'push', '--plain-http', dst]);
@@ -177,7 +186,7 @@ test('(d) ctr-remote images convert --estargz --oci output is read and verified 
   const layers = await verifyLayers(manifest, (d) => registryBlobSource(client, 'ref/img', d), config.rootfs.diff_ids);
   const originals = await originalLayerFiles();
   for (const [i, { reader }] of layers.entries()) {
-    for (const [name, file] of originals[i]!) {
+    for (const [name, file] of itemAt(originals, i)) {
       const entry = reader.lookup(name);
       assert.ok(entry, `layer ${i}: ${name} in ctr-remote's TOC`);
       if (file.type === 'reg') assert.equal(sha256hex(await reader.readFile(name)), file.sha256, `layer ${i} ${name}`);
@@ -236,7 +245,7 @@ test('(f) --record-in puts the recorded files first in their layers, before .pre
     record,
     [
       { path: 'etc/app/conf', manifestDigest: srcDigest, layerIndex: 1 },
-      { path: image.randomFiles[0]!.path.slice(1), manifestDigest: srcDigest, layerIndex: 1 },
+      { path: itemAt(image.randomFiles, 0).path.slice(1), manifestDigest: srcDigest, layerIndex: 1 },
       { path: 'app/run.sh', manifestDigest: srcDigest, layerIndex: 2 },
     ]
       .map((r) => JSON.stringify(r))
@@ -254,9 +263,8 @@ test('(f) --record-in puts the recorded files first in their layers, before .pre
   assert.equal(res.code, 0, res.stderr);
   const manifest: Manifest = await getJson('dst/img', 'rec');
   const names = async (i: number) => {
-    const reader = await openEstargz(await registryBlobSource(client, 'dst/img', manifest.layers[i]!.digest), {
-      tocDigest: manifest.layers[i]!.annotations![TOC_DIGEST_ANNOTATION],
-    });
+    const layer = itemAt(manifest.layers, i);
+    const reader = await openEstargz(await registryBlobSource(client, 'dst/img', layer.digest), { tocDigest: tocDigestOf(layer) });
     return { reader, names: reader.entries.map((e) => e.name) };
   };
   const layer1 = await names(1);
@@ -269,7 +277,7 @@ test('(f) --record-in puts the recorded files first in their layers, before .pre
   assert.ok(at(layer1.names, 'etc/app/conf') < landmark);
   assert.ok(at(layer1.names, 'data/layer0.bin') < landmark);
   assert.ok(at(layer1.names, 'etc/hello.txt') > landmark, 'unrecorded files come after the landmark');
-  assert.ok(layer1.reader.prefetchRange()!.length > 3 * CHUNK, 'the prefetch range covers the recorded big file');
+  assert.ok((layer1.reader.prefetchRange()?.length ?? 0) > 3 * CHUNK, 'the prefetch range covers the recorded big file');
   const layer2 = await names(2);
   assert.ok(at(layer2.names, 'app/run.sh') < at(layer2.names, '.prefetch.landmark'));
   assert.ok(at(layer2.names, 'app/data.txt') > at(layer2.names, '.prefetch.landmark'));
@@ -424,12 +432,12 @@ test('layers already in eStargz are kept and mounted across repositories of one 
 });
 
 test('estargz verify|ls|cat on a registry layer read with Range requests', async () => {
-  const layer = (converted.manifest as Manifest).layers[1]!;
+  const layer = itemAt((converted.manifest as Manifest).layers, 1);
   const ref = `${registry.host}/dst/img@${layer.digest}`;
   const flags = ['--insecure-registry', registry.host];
-  const verify = await starling('estargz', 'verify', ref, '--toc-digest', layer.annotations![TOC_DIGEST_ANNOTATION]!, ...flags);
+  const verify = await starling('estargz', 'verify', ref, '--toc-digest', tocDigestOf(layer), ...flags);
   assert.equal(verify.code, 0, verify.stderr);
-  assert.equal(JSON.parse(verify.stdout).tocDigest, layer.annotations![TOC_DIGEST_ANNOTATION]);
+  assert.equal(JSON.parse(verify.stdout).tocDigest, tocDigestOf(layer));
   const ls = await starling('estargz', 'ls', ref, ...flags);
   assert.match(ls.stdout, /reg .* etc\/hello\.txt/);
   const before = registry.requests().length;

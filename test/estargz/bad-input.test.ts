@@ -3,8 +3,9 @@ import { test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { bufferSource, encodeFooter, EstargzError, openEstargz, verifyEstargz, type EstargzErrorCode } from '../../src/estargz/index.js';
 import { ustarFileHeader } from '../../src/estargz/tar.js';
-import { build, everyTypeEntries, rewriteToc } from './helpers.js';
+import { build, entryOf, everyTypeEntries, rewriteToc } from './helpers.js';
 import { makeTar } from '../fixtures/tar.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const CHUNK = 64 * 1024;
 const isError = (code: EstargzErrorCode, message: RegExp) => (e: unknown) =>
@@ -95,9 +96,9 @@ test('chunk digest mismatch: lazy reads and the verifier both refuse the data', 
 test('corrupted compressed data is a clear gzip or digest error', async () => {
   const { blob } = await goodBlob();
   const reader = await openEstargz(bufferSource(blob));
-  const chunk = reader.lookup('d/big.bin')!.chunks[1]!;
+  const chunk = itemAt(entryOf(reader, 'd/big.bin').chunks, 1);
   const corrupt = Buffer.from(blob);
-  for (let i = chunk.offset + 20; i < chunk.offset + 60; i++) corrupt[i]! ^= 0x5a;
+  for (let i = chunk.offset + 20; i < chunk.offset + 60; i++) corrupt[i] = corrupt.readUInt8(i) ^ 0x5a;
   const bad = await openEstargz(bufferSource(corrupt));
   await assert.rejects(
     bad.readRange('d/big.bin', CHUNK, 1),
@@ -152,6 +153,6 @@ test('the writer refuses unsafe, duplicate (unless spooling), unsupported and tr
 function fixChecksum(block: Buffer): void {
   block.fill(0x20, 148, 156);
   let sum = 0;
-  for (let i = 0; i < 512; i++) sum += block[i]!;
+  for (const byte of block.subarray(0, 512)) sum += byte;
   block.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 'latin1');
 }

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { everyTypeEntries, withTempDir } from './helpers.js';
 import { makeTar } from '../fixtures/tar.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const CLI = resolve(import.meta.dirname, '../../dist/cli/main.js');
 const run = promisify(execFile);
@@ -41,8 +42,8 @@ test('estargz build, verify, ls and cat', { skip: existsSync(CLI) ? false : 'dis
     assert.equal(verified.diffID, built.diffID);
 
     const listing = (await starling('ls', blob)).stdout.toString().trim().split('\n');
-    assert.match(listing[0]!, /^dir\s+0755 .* d$/);
-    assert.match(listing[2]!, /^reg .* \.prefetch\.landmark$/);
+    assert.match(itemAt(listing, 0), /^dir\s+0755 .* d$/);
+    assert.match(itemAt(listing, 2), /^reg .* \.prefetch\.landmark$/);
     assert.ok(listing.some((line) => /^symlink .* d\/link -> small\.txt$/.test(line)));
 
     const cat = (await starling('cat', blob, '/d/small.txt')).stdout;

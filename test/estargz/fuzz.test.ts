@@ -7,6 +7,7 @@ import { bufferSource, EstargzError, openEstargz, verifyEstargz } from '../../sr
 import { streamedEntries } from '../../src/estargz/entries.js';
 import { build, prng, rewriteToc, seededBytes } from './helpers.js';
 import { makeTar } from '../fixtures/tar.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const CHUNK = 1024;
 /**
@@ -70,7 +71,7 @@ const WEIRD_VALUES: unknown[] = [
 
 test('fuzz: footers, TOC JSON, compressed data', { timeout: 60_000 * SCALE }, async () => {
   const random = prng(SEED);
-  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+  const pick = <T>(items: readonly T[]): T => itemAt(items, Math.floor(random() * items.length));
   const { blob } = await fixture();
   let cases = 0;
 
@@ -130,13 +131,13 @@ test('fuzz: tar headers fed to the writer', { timeout: 60_000 * SCALE }, async (
 
   const mutate = (fixChecksum: boolean) => {
     const mutated = Buffer.from(tar);
-    const at = headerOffsets[Math.floor(random() * headerOffsets.length)]!;
+    const at = itemAt(headerOffsets, Math.floor(random() * headerOffsets.length));
     for (let f = 0; f < 1 + random() * 3; f++) mutated[at + Math.floor(random() * 512)] = Math.floor(random() * 256);
     if (fixChecksum) {
       // Keep the checksum valid so the mutation reaches the field parsers.
       mutated.fill(0x20, at + 148, at + 156);
       let sum = 0;
-      for (let b = 0; b < 512; b++) sum += mutated[at + b]!;
+      for (const byte of mutated.subarray(at, at + 512)) sum += byte;
       mutated.write(`${sum.toString(8).padStart(6, '0')}\0 `, at + 148, 'latin1');
     }
     return mutated;

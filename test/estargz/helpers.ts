@@ -1,5 +1,6 @@
 /* Shared fixtures for the eStargz tests: generated layers, an independent tar oracle (tar-stream),
    blob surgery for bad-input cases, and the Go reference harness. */
+import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -10,7 +11,15 @@ import { PassThrough, Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import tarStream from 'tar-stream';
-import { buildEstargz, encodeFooter, parseAnyFooter, type BuildOptions, type BuildResult } from '../../src/estargz/index.js';
+import {
+  buildEstargz,
+  encodeFooter,
+  parseAnyFooter,
+  type BuildOptions,
+  type BuildResult,
+  type EstargzEntry,
+  type EstargzReader,
+} from '../../src/estargz/index.js';
 import { END_OF_ARCHIVE, paddingFor, ustarFileHeader } from '../../src/estargz/tar.js';
 import { collect, type TarEntry } from '../fixtures/tar.js';
 
@@ -169,6 +178,13 @@ export function rewriteToc(blob: Buffer, edit: (toc: any) => any): { blob: Buffe
     blob: Buffer.concat([blob.subarray(0, tocOffset), member, encodeFooter(tocOffset)]),
     tocDigest: `sha256:${sha256hex(json)}`,
   };
+}
+
+/** The entry `name` of a layer the test built; an assertion names it if the TOC lacks it. */
+export function entryOf(reader: EstargzReader, name: string): EstargzEntry {
+  const entry = reader.lookup(name);
+  assert.ok(entry, `no entry ${name} in the TOC`);
+  return entry;
 }
 
 export async function withTempDir<T>(use: (dir: string) => Promise<T>): Promise<T> {

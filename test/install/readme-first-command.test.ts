@@ -64,7 +64,8 @@ describe("the README's first command on a fresh machine", { timeout: 40 * 60_000
     registry = await startRegistry({ tls: true });
     machine = await startFreshMachine({ env: { NODE_EXTRA_CA_CERTS: REGISTRY_CA } });
     if ('skip' in machine) return;
-    await fsp.copyFile(registry.caFile!, machine.hostPath(REGISTRY_CA));
+    assert.ok(registry.caFile, 'a TLS registry writes its CA');
+    await fsp.copyFile(registry.caFile, machine.hostPath(REGISTRY_CA));
     const archive = machine.hostPath('/root/starling.tar');
     await runOk('git', ['-C', REPO_ROOT, 'archive', '--format=tar', '-o', archive, 'HEAD']);
     await fsp.mkdir(machine.hostPath(CHECKOUT));

@@ -205,12 +205,15 @@ describe('manager, two schedulers, a seed and four containerd nodes', { timeout:
       const received = async () =>
         (await Promise.all(nodes.map(({ peer }) => peer.metric('starling_peer_downloaded_bytes_total')))).reduce((a, b) => a + b, 0);
       await waitFor(async () => (await holder()) !== undefined && (await received()) > 4 * MiB, 60_000, 'the big layer flowing');
-      killed = (await holder())!;
+      const found = await holder();
+      assert.ok(found, 'a scheduler holds the task');
+      killed = found;
       bytesAtKill = await received();
       await killed.service.kill9();
     });
     assert.ok(killed, 'a scheduler was killed');
-    const survivor = schedulers.find((s) => s !== killed)!;
+    const survivor = schedulers.find((s) => s !== killed);
+    assert.ok(survivor, 'another scheduler is left');
     const total = big.size * nodes.length;
     console.log(
       `# killed ${killed.address} with ${(bytesAtKill / MiB).toFixed(1)} of ${(total / MiB).toFixed(0)} MiB received by the nodes`,

@@ -11,6 +11,7 @@ import { STARLING_CLI, startPeer, type RunningPeerProcess } from '../fixtures/pe
 import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js';
 import { startLyingRegistry, type LyingRegistry } from '../fixtures/lying-registry.js';
 import { blobRequests, startRegistry, type Creds, type Registry } from '../fixtures/registry.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const MiB = 1024 * 1024;
 const creds: Creds = { user: 'alice', password: 's3cret-pass' };
@@ -77,9 +78,10 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
       await containerd
         .ctr(['images', 'pull', '--hosts-dir', hostsDir, '--user', `${creds.user}:${creds.password}`, `${registry.host}/${ref}`])
         .then((result) => assert.equal(result.code, 0, result.stderr));
-      const ran = await containerd.runContainer(`${registry.host}/${ref}`, ['sha256sum', image.randomFiles[0]!.path]);
+      const file = itemAt(image.randomFiles, 0);
+      const ran = await containerd.runContainer(`${registry.host}/${ref}`, ['sha256sum', file.path]);
       assert.equal(ran.code, 0, ran.stderr);
-      assert.match(ran.stdout, new RegExp(image.randomFiles[0]!.sha256));
+      assert.match(ran.stdout, new RegExp(file.sha256));
     } finally {
       await containerd.stop();
     }

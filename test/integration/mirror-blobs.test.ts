@@ -11,6 +11,7 @@ import { startPeer, type RunningPeerProcess } from '../fixtures/peer.js';
 import { pushRandomBlob, type PushedBlob } from '../fixtures/images.js';
 import { blobBytesSent, blobRequests, corruptBlob, startRegistry, type Registry } from '../fixtures/registry.js';
 import { waitFor } from '../fixtures/processes.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const MiB = 1024 * 1024;
 
@@ -75,13 +76,16 @@ describe('peer mirror: blobs through a real registry', { timeout: 300_000 }, () 
 
     const multi = await get(blobUrl(small.digest), { range: 'bytes=0-4,8388600-8388700' });
     assert.equal(multi.status, 206);
-    const boundary = /boundary=(\S+)/.exec(String(multi.headers['content-type']))![1]!;
+    const boundaryMatch = /boundary=(\S+)/.exec(String(multi.headers['content-type']));
+    assert.ok(boundaryMatch, `a multipart Content-Type: ${String(multi.headers['content-type'])}`);
+    const boundary = itemAt(boundaryMatch, 1);
     const text = multi.body.toString('latin1');
     const parts = text.split(`--${boundary}`).filter((p) => p.includes('Content-Range'));
     assert.equal(parts.length, 2);
-    assert.match(parts[0]!, new RegExp(`Content-Range: bytes 0-4/${size}`));
-    assert.match(parts[1]!, new RegExp(`Content-Range: bytes 8388600-8388700/${size}`));
-    const secondBody = Buffer.from(parts[1]!.split('\r\n\r\n')[1]!.replace(/\r\n$/, ''), 'latin1');
+    const [first, second] = [itemAt(parts, 0), itemAt(parts, 1)];
+    assert.match(first, new RegExp(`Content-Range: bytes 0-4/${size}`));
+    assert.match(second, new RegExp(`Content-Range: bytes 8388600-8388700/${size}`));
+    const secondBody = Buffer.from(itemAt(second.split('\r\n\r\n'), 1).replace(/\r\n$/, ''), 'latin1');
     assert.ok(secondBody.equals(smallBytes.subarray(8388600, 8388701)));
     assert.equal(Number(multi.headers['content-length']), multi.body.length);
 

@@ -99,7 +99,7 @@ export function isMounted(mountpoint: string): boolean {
 /** TOC entries as the mount shows them: whiteouts and root landmarks hidden. */
 export function visibleEntries(reader: EstargzReader): EstargzEntry[] {
   return reader.entries.filter((e) => {
-    const base = e.name.split('/').pop()!;
+    const base = e.name.slice(e.name.lastIndexOf('/') + 1);
     if (e.name === '') return false;
     if (base.startsWith('.wh.')) return false;
     return e.name !== '.prefetch.landmark' && e.name !== '.no.prefetch.landmark';
@@ -108,6 +108,10 @@ export function visibleEntries(reader: EstargzReader): EstargzEntry[] {
 
 export function resolveHardlink(reader: EstargzReader, entry: EstargzEntry): EstargzEntry {
   let current = entry;
-  while (current.type === 'hardlink') current = reader.lookup(current.linkName)!;
+  while (current.type === 'hardlink') {
+    const target = reader.lookup(current.linkName);
+    if (!target) throw new Error(`${current.name} links to ${current.linkName}, which the TOC lacks`);
+    current = target;
+  }
   return current;
 }

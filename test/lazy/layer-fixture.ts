@@ -105,8 +105,8 @@ export async function corruptChunkCopy(layer: BuiltLayer, file: string, out: str
   // Locate the file's first bytes in the stored block and flip one.
   const at = member.indexOf(original.subarray(0, Math.min(64, original.length)));
   if (at < 0) throw new Error('chunk bytes not stored verbatim (build at level 0)');
-  member[at] = member[at]! ^ 0x01;
-  plain[0] = plain[0]! ^ 0x01;
+  member[at] = member.readUInt8(at) ^ 0x01;
+  plain[0] = plain.readUInt8(0) ^ 0x01;
   member.writeUInt32LE(crc32(plain) >>> 0, member.length - 8);
   await fsp.writeFile(out, blob);
   return { digest: `sha256:${createHash('sha256').update(blob).digest('hex')}`, size: blob.length };

@@ -25,6 +25,8 @@ import {
   visibleEntries,
   type Env,
 } from './helpers.js';
+import { itemAt } from '../../src/common/indexing.js';
+import { entryOf } from '../estargz/helpers.js';
 
 const SERVE_LAYER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'serve-layer.ts');
 
@@ -62,7 +64,7 @@ describe('lazy layer lifecycle and failures', () => {
       }
       // Each read checked the chunk again (the kernel may retry a failed read): nothing was cached.
       assert.ok(layer.stats().digestMismatches >= 2, `mismatches: ${layer.stats().digestMismatches}`);
-      const badChunk = stored.reader.lookup('x/attrs')!.chunks[0]!.digest.slice(7);
+      const badChunk = itemAt(entryOf(stored.reader, 'x/attrs').chunks, 0).digest.slice(7);
       assert.equal(fs.existsSync(path.join(layer.cacheDir, 'sha256', badChunk.slice(0, 2), badChunk)), false);
       assert.ok(
         warnings.some((w) => /does not match the TOC/.test(w)),
@@ -95,7 +97,8 @@ describe('lazy layer lifecycle and failures', () => {
     try {
       assert.ok(layer.backgroundDone, 'background fetch runs');
       await layer.backgroundDone;
-      const progress = layer.stats().background!;
+      const progress = layer.stats().background;
+      assert.ok(progress, 'background fetch reports progress');
       assert.equal(progress.failed, 0);
       assert.equal(progress.done, progress.total);
       const digests = new Set(built.reader.chunks.map((c) => c.digest));

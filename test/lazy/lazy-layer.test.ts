@@ -26,6 +26,8 @@ import {
   visibleEntries,
   type Env,
 } from './helpers.js';
+import { itemAt } from '../../src/common/indexing.js';
+import { entryOf } from '../estargz/helpers.js';
 
 const BIG_SIZE = 20 * 1024 * 1024;
 const FOOTER_SIZE = 51;
@@ -64,7 +66,8 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
   test('mounting fetches the footer, the TOC and the prefetch region, nothing else', () => {
     const { size } = built.result;
     const tocOffset = built.reader.tocOffset;
-    const landmark = built.reader.prefetchRange()!;
+    const landmark = built.reader.prefetchRange();
+    assert.ok(landmark, 'the layer has a prefetch range');
     assert.ok(landmark.length > 300_000, 'the prioritized files come before the landmark');
     const prefetch = layer.stats().prefetch;
     // From the first prioritized chunk up to the landmark, in one request.
@@ -119,18 +122,18 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
     assert.equal(lines.length, entries.length);
     lines.forEach((line, i) => {
       const [name, modeHex, uid, gid, size, nlink, major, minor, mtime] = line.split('|');
-      const entry = entries[i]!;
+      const entry = itemAt(entries, i);
       const data = resolveHardlink(built.reader, entry);
       const type = data.type as keyof typeof TYPE_BITS;
       assert.equal(name, path.join(mnt, entry.name));
-      assert.equal(parseInt(modeHex!, 16), TYPE_BITS[type] | (data.mode & 0o7777), `mode of ${entry.name}`);
+      assert.equal(parseInt(modeHex ?? '', 16), TYPE_BITS[type] | (data.mode & 0o7777), `mode of ${entry.name}`);
       assert.equal(Number(uid), data.uid, `uid of ${entry.name}`);
       assert.equal(Number(gid), data.gid, `gid of ${entry.name}`);
       const expectSize = type === 'reg' ? data.size : type === 'symlink' ? Buffer.byteLength(data.linkName) : 0;
       assert.equal(Number(size), expectSize, `size of ${entry.name}`);
       assert.equal(Number(mtime), Math.floor(Date.parse(data.modtime) / 1000), `mtime of ${entry.name}`);
       if (type === 'char' || type === 'block') {
-        assert.deepEqual([parseInt(major!, 16), parseInt(minor!, 16)], [data.devMajor, data.devMinor], `device of ${entry.name}`);
+        assert.deepEqual([parseInt(major ?? '', 16), parseInt(minor ?? '', 16)], [data.devMajor, data.devMinor], `device of ${entry.name}`);
       }
       if (type !== 'dir') {
         const links = built.reader.entries.filter(
@@ -154,13 +157,13 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
         .trim()
         .split('\n')
         .slice(1)
-        .map((row) => [row.split(/\s+/).slice(8).join(' ').split(' -> ')[0]!, row]),
+        .map((row) => [itemAt(row.split(/\s+/).slice(8).join(' ').split(' -> '), 0), row]),
     );
     const children = built.reader.entries.filter((e) => path.dirname(e.name) === 'data').map((e) => path.basename(e.name));
     assert.deepEqual([...rows.keys()].sort(), ['.', '..', ...children].sort());
-    assert.match(rows.get('fifo')!, /^prw------- +1 +0 +0 +0 /);
-    assert.match(rows.get('link')!, /^lrwxrwxrwx .* link -> small\.txt$/);
-    assert.match(rows.get('small.txt')!, /^-rw-r----- +2 1000 +1001 +17 /);
+    assert.match(rows.get('fifo') ?? '', /^prw------- +1 +0 +0 +0 /);
+    assert.match(rows.get('link') ?? '', /^lrwxrwxrwx .* link -> small\.txt$/);
+    assert.match(rows.get('small.txt') ?? '', /^-rw-r----- +2 1000 +1001 +17 /);
     const dev = await sh('ls', ['-lan', path.join(mnt, 'dev')]);
     assert.match(dev.stdout, /crw-rw-rw- +1 0 +0 +1, +3 .* null/);
     assert.match(dev.stdout, /brw-rw---- +1 0 +6 +8, +0 .* sda/);
@@ -237,7 +240,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
   });
 
   test('a read fetches only the chunks it needs', async () => {
-    const small = built.reader.lookup('data/small.txt')!.chunks[0]!;
+    const small = itemAt(entryOf(built.reader, 'data/small.txt').chunks, 0);
     const bytes = source.counters.bytes;
     const cat = await sh('cat', [path.join(mnt, 'data/small.txt')]);
     assert.equal(cat.stdout, 'hello lazy layer\n');
@@ -245,13 +248,13 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
 
     // 4 KiB from the middle of a 6-chunk file: its chunk, maybe the next two (chunk read-ahead),
     // never the ones before it nor the rest of the file.
-    const multi = built.reader.lookup('data/multi.bin')!.chunks;
+    const multi = entryOf(built.reader, 'data/multi.bin').chunks;
     const dd = await sh('dd', [
       `if=${path.join(mnt, 'data/multi.bin')}`,
       'of=/dev/null',
       'bs=4096',
       'count=1',
-      `skip=${(multi[2]!.chunkOffset + 8192) / 4096}`,
+      `skip=${(itemAt(multi, 2).chunkOffset + 8192) / 4096}`,
     ]);
     assert.equal(dd.code, 0, dd.stderr);
     await sleep(200); // let read-ahead settle
@@ -275,7 +278,7 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
         .map((l) => [l.slice(66), l.slice(0, 64)]),
     );
     const original = new Map(
-      layerSpec.filter((e) => e.content).map((e) => [e.name, createHash('sha256').update(e.content!).digest('hex')]),
+      layerSpec.flatMap((e) => (e.content ? [[e.name, createHash('sha256').update(e.content).digest('hex')] as const] : [])),
     );
     for (const entry of files) {
       const data = resolveHardlink(built.reader, entry);
@@ -299,8 +302,8 @@ describe('lazy eStargz layer mounted through the peer mirror', () => {
 
     // Cached chunks are answered from their files by the FUSE addon. A chunk file cut short
     // behind the layer's back is noticed, fetched again, and the bytes are still right.
-    const multi = built.reader.lookup('data/multi.bin')!;
-    const damaged = multi.chunks[3]!;
+    const multi = entryOf(built.reader, 'data/multi.bin');
+    const damaged = itemAt(multi.chunks, 3);
     await fs.promises.truncate(chunkPath(layer.cacheDir, damaged.digest), 100);
     const before = warm.source.counters.requests;
     const reread = await sh('sha256sum', [path.join(warm.mountpoint, 'data/multi.bin')]);

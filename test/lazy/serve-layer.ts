@@ -3,7 +3,18 @@
 // Prints "ready" once mounted, then serves until killed.
 import { HttpRangeSource, mountLazyLayer } from '../../src/lazy/index.js';
 
-const { url, tocDigest, mountpoint, cacheDir } = JSON.parse(process.argv[2] ?? '{}') as Record<string, string>;
-const source = await HttpRangeSource.open(url!);
-await mountLazyLayer({ source, tocDigest: tocDigest!, mountpoint: mountpoint!, cacheDir: cacheDir!, prefetch: false });
+const config = JSON.parse(process.argv[2] ?? '{}') as Record<string, unknown>;
+const field = (name: string): string => {
+  const value = config[name];
+  if (typeof value !== 'string') throw new Error(`serve-layer: "${name}" missing from ${process.argv[2]}`);
+  return value;
+};
+const source = await HttpRangeSource.open(field('url'));
+await mountLazyLayer({
+  source,
+  tocDigest: field('tocDigest'),
+  mountpoint: field('mountpoint'),
+  cacheDir: field('cacheDir'),
+  prefetch: false,
+});
 console.log('ready');

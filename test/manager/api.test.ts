@@ -44,9 +44,11 @@ for (const backend of backends()) {
         assert.deepEqual(store.migrationsApplied, ['001-initial', '002-job-leases']);
         const clusters = await store.db.selectFrom('scheduler_clusters').selectAll().execute();
         assert.equal(clusters.length, 1);
-        assert.equal(clusters[0]!.name, 'default');
-        assert.equal(clusters[0]!.is_default, 1);
-        assert.deepEqual(JSON.parse(clusters[0]!.config), defaultScheduling());
+        const [cluster] = clusters;
+        assert.ok(cluster, 'the default cluster is created');
+        assert.equal(cluster.name, 'default');
+        assert.equal(cluster.is_default, 1);
+        assert.deepEqual(JSON.parse(cluster.config), defaultScheduling());
         assert.deepEqual(await migrateToLatest(store.db, store.dialect), []);
       } finally {
         await store.close();
@@ -184,7 +186,8 @@ for (const backend of backends()) {
         'exactly one default',
       );
       assert.equal((await admin('DELETE', `/api/v1/clusters/${c.id}`)).status, 409, 'the default cannot be deleted');
-      const original = all.find((x) => x.name === 'default')!;
+      const original = all.find((x) => x.name === 'default');
+      assert.ok(original, 'the default cluster is listed');
       await admin('PATCH', `/api/v1/clusters/${original.id}`, { isDefault: true });
       assert.equal((await admin('DELETE', `/api/v1/clusters/${c.id}`)).status, 204);
       assert.equal((await admin('GET', `/api/v1/clusters/${c.id}`)).status, 404);
@@ -463,7 +466,7 @@ for (const backend of backends()) {
         .map((a) => a.action)
         .reverse();
       assert.deepEqual(forPeer, ['peer.register', 'peer.inactive', 'peer.active']);
-      assert.equal(audit.find((a) => a.action === 'scheduler.inactive')!.actor, 'system');
+      assert.equal(audit.find((a) => a.action === 'scheduler.inactive')?.actor, 'system');
     });
 
     test('replicas marking the same silent peer inactive at once change it, and audit it, once', async () => {
@@ -525,13 +528,14 @@ for (const backend of backends()) {
       const fallback = await ask('s5', '127.200.0.2', 'web-5');
       const defaultId = ((await admin('GET', '/api/v1/clusters')).body as Array<{ id: number; isDefault: boolean }>).find(
         (c) => c.isDefault,
-      )!.id;
+      )?.id;
+      assert.ok(defaultId !== undefined, 'a default cluster is listed');
       assert.equal(fallback.clusterId, defaultId);
       assert.ok(fallback.schedulers.includes('127.0.1.5:8002'));
       const listed = (await admin('GET', '/api/v1/peers?zone=west')).body as Array<z.infer<typeof peerSchema>>;
       assert.deepEqual(listed.map((p) => p.hostId).sort(), ['s1', 's2', 's3', 's4']);
       for (const p of listed) peerSchema.parse(p);
-      assert.deepEqual(listed.find((p) => p.hostId === 's1')!.labels, { zone: 'west', rack: 'r1' });
+      assert.deepEqual(listed.find((p) => p.hostId === 's1')?.labels, { zone: 'west', rack: 'r1' });
     });
 
     test('peer task reports feed the overview ("is P2P working?") and the task list, as numbers', async () => {
@@ -560,12 +564,14 @@ for (const backend of backends()) {
         peers: Array<{ hostId: string }>;
         bytesFromOrigin: number;
       }>;
-      const task = tasks.find((t) => t.digest === digest(0xabc))!;
+      const task = tasks.find((t) => t.digest === digest(0xabc));
+      assert.ok(task, 'the reported task is listed');
       assert.deepEqual(task.peers.map((p) => p.hostId).sort(), ['bytes-a', 'bytes-b', 'bytes-seed']);
       assert.equal(task.bytesFromOrigin, 3_000_000_000);
       const peer = ((await admin('GET', '/api/v1/peers?type=seed')).body as Array<z.infer<typeof peerSchema>>).find(
         (p) => p.hostId === 'bytes-seed',
-      )!;
+      );
+      assert.ok(peer, 'the seed is listed');
       assert.deepEqual(peer.tasks, { count: 1, complete: 1, bytesFromPeers: 0, bytesFromSeeds: 0, bytesFromOrigin: 3_000_000_000 });
       const metrics = (await call<string>(m.url, 'GET', '/metrics')).body;
       assert.match(metrics, new RegExp(`^starling_manager_peer_reported_bytes\\{source="peer"\\} ${after.bytes.fromPeers}$`, 'm'));
@@ -575,16 +581,17 @@ for (const backend of backends()) {
       const missing = await call(m.url, 'GET', '/');
       assert.equal(missing.status, 404);
       assert.match(missing.body.error.message, /console is not built/);
-      const dir = m.config.consoleDir!;
+      const dir = m.config.consoleDir;
+      assert.ok(dir, 'the test manager has a console folder');
       await fsp.mkdir(path.join(dir, 'assets'), { recursive: true });
       await fsp.writeFile(path.join(dir, 'index.html'), '<!doctype html><title>Starling</title>');
       await fsp.writeFile(path.join(dir, 'assets', 'app.js'), 'console.log(1)');
       const index = await fetch(`${m.url}/`);
       assert.equal(index.status, 200);
-      assert.match(index.headers.get('content-type')!, /text\/html/);
+      assert.match(index.headers.get('content-type') ?? '', /text\/html/);
       assert.match(await index.text(), /Starling/);
       const asset = await fetch(`${m.url}/assets/app.js`);
-      assert.match(asset.headers.get('content-type')!, /javascript/);
+      assert.match(asset.headers.get('content-type') ?? '', /javascript/);
       assert.equal(await asset.text(), 'console.log(1)');
       assert.match(await (await fetch(`${m.url}/jobs/12`)).text(), /Starling/, 'client-side routes get index.html');
       assert.equal((await fetch(`${m.url}/assets/nope.js`)).status, 404);
@@ -595,7 +602,7 @@ for (const backend of backends()) {
           .get({ host: url.hostname, port: url.port, path: '/assets/../../../../../etc/passwd' }, (res) => {
             let body = '';
             res.on('data', (chunk: Buffer) => (body += chunk.toString()));
-            res.on('end', () => resolve({ status: res.statusCode!, body }));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
           })
           .on('error', reject);
       });

@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { clusterToken, STARLING_CLI } from '../fixtures/peer.js';
 import { freePort, makeTempDir, run, spawnService, waitForHttp, type TempDir } from '../fixtures/processes.js';
 import { call } from './helpers.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 async function startCli(args: string[]) {
   const port = await freePort();
@@ -37,7 +38,7 @@ describe('starling manager (CLI)', () => {
     try {
       const printed = /Initial admin token[^\n]*\n\n\s+(stl_\S+)/.exec(first.service.readLog());
       assert.ok(printed, first.service.logTail());
-      token = printed[1]!;
+      token = itemAt(printed, 1);
       assert.equal((await call(first.url, 'GET', '/api/v1/me', { token })).body.user.role, 'admin');
       assert.equal((await call(first.url, 'POST', '/api/v1/clusters', { token, body: { name: 'from-cli' } })).status, 201);
     } finally {

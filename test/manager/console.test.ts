@@ -15,6 +15,7 @@ import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
 import { STARLING_CLI, startPeer, startScheduler, type RunningPeerProcess } from '../fixtures/peer.js';
 import { freePort, makeTempDir, spawnService, waitFor, waitForHttp, type TempDir } from '../fixtures/processes.js';
 import { startRegistry, type Registry } from '../fixtures/registry.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CONSOLE_INDEX = path.join(ROOT, 'console/dist/index.html');
@@ -282,7 +283,7 @@ describe('web console in headless Chromium', { timeout: 100_000 }, () => {
   });
 
   it('shows who holds each layer after a pull through a peer, and bytes from seeds versus the origin', async () => {
-    const layer = image.layers[0]!;
+    const layer = itemAt(image.layers, 0);
     const response = await request(`${peer.url}/v2/console/app/blobs/${layer.digest}?ns=${registry.host}`);
     assert.equal(response.statusCode, 200);
     const hash = createHash('sha256');

@@ -16,6 +16,7 @@ import { waitFor } from '../fixtures/processes.js';
 import { startRegistry, type Registry } from '../fixtures/registry.js';
 import { ADMIN_TOKEN, backends, call, CLUSTER_TOKEN, peerBody, startTestManager, type TestManager } from './helpers.js';
 import { startStubPeer, type StubPeer } from './stub-peer.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const MINUTE = 60_000;
 
@@ -153,9 +154,11 @@ for (const backend of databases) {
       const { id } = await insertJob(store, 'replica-dead', 1);
       const racers = replicas.map((r, i) => leases(`racer-${i}`, MINUTE, r));
       const results = await Promise.all(racers.map((r) => r.takeOverExpired(10)));
-      const winners = results.flatMap((taken, i) => taken.filter((t) => t.job.id === id).map((t) => ({ racer: racers[i]!.replica, t })));
+      const winners = results.flatMap((taken, i) =>
+        taken.filter((t) => t.job.id === id).map((t) => ({ racer: itemAt(racers, i).replica, t })),
+      );
       assert.equal(winners.length, 1, JSON.stringify(results));
-      const { racer, t } = winners[0]!;
+      const { racer, t } = itemAt(winners, 0);
       assert.deepEqual([t.from, t.leaseExpiredAt, t.job.owner, t.job.takeovers], ['replica-dead', 1, racer, 1]);
       const row = await jobRow(store, id);
       assert.equal(row.owner, racer);
@@ -218,7 +221,8 @@ for (const backend of databases) {
 }
 
 describe('two managers on one PostgreSQL database, in one process', () => {
-  const postgres = databases.find((b) => b.name === 'postgres')!;
+  const postgres = databases.find((b) => b.name === 'postgres');
+  assert.ok(postgres, 'PostgreSQL is among the databases');
   let registry: Registry;
   let image: string;
   let url: string;
@@ -355,7 +359,7 @@ describe('two managers on one PostgreSQL database, in one process', () => {
       fromA.every((r) => r.endedAt !== undefined),
       'every request of A had ended',
     );
-    const lastOfA = Math.max(...fromA.map((r) => r.endedAt!));
+    const lastOfA = Math.max(...fromA.map((r) => r.endedAt ?? Infinity));
     const firstOfB = Math.min(...fromB.map((r) => r.startedAt));
     assert.ok(lastOfA <= firstOfB, `A's last request ended ${(lastOfA - firstOfB).toFixed(0)} ms after B's first began`);
     assert.ok(tookMs < 1_000 + 1_000 / 3 + 1_500, `taken over ${tookMs.toFixed(0)} ms after the cut (lease 1 s)`);

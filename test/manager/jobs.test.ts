@@ -134,6 +134,7 @@ for (const backend of databases) {
         { id: 'seed-b', behaviour: 'complete', seed: true },
         { id: 'normal', behaviour: 'complete' },
       ]);
+      assert.ok(seedA && seedB && normal, 'every stub peer started');
       const created = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${registry.host}/app/web:1`,
@@ -168,15 +169,16 @@ for (const backend of databases) {
         done.layers.map((l) => [l.digest, l.size, l.peers, l.succeeded]),
         blobs.map((l) => [l.digest, l.size, 2, 2]),
       );
-      assert.deepEqual(new Set(done.tasks!.map((t) => t.hostId)), new Set([seedA!.hostId, seedB!.hostId]));
+      assert.deepEqual(new Set(done.tasks?.map((t) => t.hostId)), new Set([seedA.hostId, seedB.hostId]));
       assert.equal(done.result?.manifestDigest, image.manifestDigest);
-      assert.equal(normal!.triggers.length, 0, 'a normal peer is not a seed');
+      assert.equal(normal.triggers.length, 0, 'a normal peer is not a seed');
 
-      for (const seed of [seedA!, seedB!]) {
+      for (const seed of [seedA, seedB]) {
         assert.deepEqual(seed.triggers.map((t) => t.body.taskId).sort(), blobs.map((l) => l.digest).sort());
         for (const { authorization, body } of seed.triggers) {
           assert.equal(authorization, `Bearer ${CLUSTER_TOKEN}`);
-          const layer = blobs.find((l) => l.digest === body.taskId)!;
+          const layer = blobs.find((l) => l.digest === body.taskId);
+          assert.ok(layer, `the trigger names a layer of the image: ${body.taskId}`);
           assert.equal(body.contentLength, layer.size);
           assert.equal(body.pieceSize, pieceSizeFor(layer.size));
           assert.equal(body.origin.url, `${registry.url}/v2/app/web/blobs/${layer.digest}`);
@@ -204,6 +206,7 @@ for (const backend of databases) {
         { id: 'all-a', behaviour: 'complete', seed: true, zone: 'north' },
         { id: 'all-b', behaviour: 'forget-once', zone: 'south' },
       ]);
+      assert.ok(a && b, 'every stub peer started');
       const all = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${registry.host}/app/web:multi`,
@@ -214,8 +217,8 @@ for (const backend of databases) {
       const done = await finished(all.body.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
       assert.equal(done.result?.manifestDigest, image.manifestDigest);
-      assert.ok(b!.triggers.length > blobs.length, 'a peer that lost a fetch is asked again');
-      assert.equal(a!.triggers.length, blobs.length);
+      assert.ok(b.triggers.length > blobs.length, 'a peer that lost a fetch is asked again');
+      assert.equal(a.triggers.length, blobs.length);
 
       const zone = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
@@ -225,7 +228,7 @@ for (const backend of databases) {
       });
       assert.equal(zone.status, 201, JSON.stringify(zone.body));
       const zoned = await finished(zone.body.id);
-      assert.deepEqual([...new Set(zoned.tasks!.map((t) => t.hostId))], [a!.hostId]);
+      assert.deepEqual([...new Set(zoned.tasks?.map((t) => t.hostId))], [a.hostId]);
     });
 
     test('a peer that fails or refuses: the others finish, the job fails saying which peer, which layer and why', async (t) => {
@@ -234,6 +237,7 @@ for (const backend of databases) {
         { id: 'mixed-fail', behaviour: 'fail', zone: 'mixed' },
         { id: 'mixed-refuse', behaviour: 'refuse', zone: 'mixed' },
       ]);
+      assert.ok(good && failing && refusing, 'every stub peer started');
       const created = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${registry.host}/app/web:1`,
@@ -243,24 +247,28 @@ for (const backend of databases) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const done = await finished(created.body.id);
       assert.equal(done.state, 'failed');
-      assert.match(done.error!, /^6 of 9 blob fetches failed/);
-      assert.match(done.error!, new RegExp(`peer ${failing!.hostId} .*the peer's fetch failed: origin answered HTTP 500`));
-      assert.match(done.error!, new RegExp(`peer ${refusing!.hostId} .*refused the preheat: HTTP 400: disk quota would be exceeded`));
-      const byHost = (hostId: string) => done.tasks!.filter((t) => t.hostId === hostId);
-      assert.ok(byHost(good!.hostId).every((t) => t.state === 'succeeded' && t.bytes === t.size));
-      assert.ok(byHost(failing!.hostId).every((t) => t.state === 'failed' && /origin answered HTTP 500/.test(t.error!)));
-      assert.ok(byHost(refusing!.hostId).every((t) => t.state === 'failed' && /disk quota/.test(t.error!)));
+      const { error, tasks } = done;
+      assert.ok(error && tasks, 'a failed job says why and lists its tasks');
+      assert.match(error, /^6 of 9 blob fetches failed/);
+      assert.match(error, new RegExp(`peer ${failing.hostId} .*the peer's fetch failed: origin answered HTTP 500`));
+      assert.match(error, new RegExp(`peer ${refusing.hostId} .*refused the preheat: HTTP 400: disk quota would be exceeded`));
+      const byHost = (hostId: string) => tasks.filter((t) => t.hostId === hostId);
+      assert.ok(byHost(good.hostId).every((t) => t.state === 'succeeded' && t.bytes === t.size));
+      assert.ok(byHost(failing.hostId).every((t) => t.state === 'failed' && /origin answered HTTP 500/.test(t.error ?? '')));
+      assert.ok(byHost(refusing.hostId).every((t) => t.state === 'failed' && /disk quota/.test(t.error ?? '')));
       const audit = (await admin('GET', '/api/v1/audit?limit=5')).body as Array<{
         action: string;
         target: string;
         detail: { reason?: string };
       }>;
-      const fail = audit.find((a) => a.target === `job:${done.id}` && a.action === 'job.fail')!;
+      const fail = audit.find((a) => a.target === `job:${done.id}` && a.action === 'job.fail');
+      assert.ok(fail, 'the failure is audited');
       assert.equal(fail.detail.reason, done.error);
     });
 
     test('a peer that never finishes: the job times out with the bytes it got', async (t) => {
       const [stalled] = await peers(t, [{ id: 'stall', behaviour: 'stall', zone: 'slow' }]);
+      assert.ok(stalled, 'every stub peer started');
       const started = Date.now();
       const created = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
@@ -274,11 +282,12 @@ for (const backend of databases) {
       const done = await finished(created.body.id);
       assert.ok(Date.now() - started >= 2_000, 'not before the timeout');
       assert.equal(done.state, 'failed');
-      assert.match(done.error!, /timed out after \d+ s with \d+ of \d+ bytes/);
-      for (const t of done.tasks!) {
+      assert.match(done.error ?? '', /timed out after \d+ s with \d+ of \d+ bytes/);
+      assert.ok(done.tasks, 'the job lists its tasks');
+      for (const t of done.tasks) {
         assert.equal(t.state, 'failed');
         assert.equal(t.bytes, Math.floor(t.size / 2));
-        assert.equal(t.hostId, stalled!.hostId);
+        assert.equal(t.hostId, stalled.hostId);
       }
     });
 
@@ -287,7 +296,7 @@ for (const backend of databases) {
       // Peers keep calling meanwhile: what must not change is everything about jobs.
       const jobState = async () => {
         const all = await snapshot(m.manager);
-        return { jobs: all.jobs, job_tasks: all.job_tasks, audit: all.audit_log!.filter((a: any) => a.action.startsWith('job.')) };
+        return { jobs: all.jobs, job_tasks: all.job_tasks, audit: all.audit_log?.filter((a: any) => a.action.startsWith('job.')) };
       };
       const before = await jobState();
       const closedPort = await freePort();
@@ -340,6 +349,7 @@ for (const backend of databases) {
 
     test('registry credentials on a manager without TLS: refused at POST with a 400 naming why; no peer is asked, nothing is recorded', async (t) => {
       const [seed] = await peers(t, [{ id: 'plain-private', behaviour: 'complete', seed: true, zone: 'plain-private' }]);
+      assert.ok(seed, 'every stub peer started');
       const jobsBefore = (await snapshot(m.manager)).jobs;
       const answer = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
@@ -353,7 +363,7 @@ for (const backend of databases) {
       assert.equal(answer.body.error.message, `credentials: ${CREDENTIALS_NEED_TLS}`);
       assert.match(answer.body.error.message, /over plain HTTP: run the manager with TLS/);
       await sleep(300); // a few of the stub's keep-alives: time for a request that should not come
-      assert.equal(seed!.requests.length, 0, 'the peer was asked nothing');
+      assert.equal(seed.requests.length, 0, 'the peer was asked nothing');
       assert.deepEqual((await snapshot(m.manager)).jobs, jobsBefore);
     });
 
@@ -379,14 +389,15 @@ for (const backend of databases) {
         .returningAll()
         .executeTakeFirstOrThrow();
       const [layer] = blobs;
+      assert.ok(peer && layer, 'a stub peer and a layer');
       const row = await store.db
         .insertInto('job_tasks')
         .values({
           job_id: job.id,
-          digest: layer!.digest,
-          size: layer!.size,
-          host_id: peer!.hostId,
-          peer_address: `127.0.0.1:${peer!.port}`,
+          digest: layer.digest,
+          size: layer.size,
+          host_id: peer.hostId,
+          peer_address: `127.0.0.1:${peer.port}`,
           state: 'pending',
           bytes: 0,
           error: null,
@@ -414,7 +425,7 @@ for (const backend of databases) {
       const fetch = await store.db.selectFrom('job_tasks').selectAll().where('id', '=', row.id).executeTakeFirstOrThrow();
       assert.equal(fetch.state, 'failed');
       assert.equal(fetch.error, CREDENTIALS_NEED_TLS);
-      assert.equal(peer!.requests.length, 0, 'the peer was sent nothing');
+      assert.equal(peer.requests.length, 0, 'the peer was sent nothing');
     });
 
     test('a restart keeps jobs, clusters and tokens; the restarted manager takes over the jobs the stop cut off and finishes them', async (t) => {
@@ -425,6 +436,7 @@ for (const backend of databases) {
         { id: 'restart-slow', behaviour: 'stall', zone: 'restart' },
         { id: 'restart-quick', behaviour: 'complete', zone: 'restart-quick' },
       ]);
+      assert.ok(slow, 'every stub peer started');
       const quick = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${registry.host}/app/web:1`,
@@ -454,8 +466,8 @@ for (const backend of databases) {
 
       m = await m.restart();
       assert.notEqual(m.manager.replica, before, 'a restarted manager is a new replica');
-      await waitFor(() => slow!.requests.some((r) => r.replica === m.manager.replica), 5_000, 'the new owner asking the peer');
-      slow!.unstall();
+      await waitFor(() => slow.requests.some((r) => r.replica === m.manager.replica), 5_000, 'the new owner asking the peer');
+      slow.unstall();
       const resumed = await finished(cut.body.id);
       assert.equal(resumed.state, 'succeeded', resumed.error ?? '');
       assert.equal(resumed.error, null);
@@ -463,7 +475,7 @@ for (const backend of databases) {
       assert.equal(resumed.takeovers, 1);
       assert.equal(resumed.progress.succeeded, blobs.length);
       assert.equal(
-        slow!.triggers.length,
+        slow.triggers.length,
         blobs.length,
         'the new owner asked the peer how its fetches went instead of asking it to fetch again',
       );
@@ -471,14 +483,14 @@ for (const backend of databases) {
         (await admin('GET', '/api/v1/audit?limit=100')).body as Array<{ action: string; target: string; detail: Record<string, unknown> }>
       ).filter((a) => a.target === `job:${cut.body.id}`);
       assert.deepEqual(audit.map((a) => a.action).reverse(), ['job.create', 'job.takeover', 'job.succeed']);
-      assert.deepEqual([audit[1]!.detail.from, audit[1]!.detail.to], [before, m.manager.replica]);
+      assert.deepEqual([audit[1]?.detail.from, audit[1]?.detail.to], [before, m.manager.replica]);
 
       // Taken over by whichever manager looked first (the one stopping may have), and finished.
       const crashed = await finished(quick.body.id);
       assert.equal(crashed.state, 'succeeded', 'its fetches had all ended well');
       assert.equal(crashed.error, null);
       assert.ok(crashed.takeovers >= 1);
-      assert.ok([before, m.manager.replica].includes(crashed.owner!), crashed.owner ?? 'no owner');
+      assert.ok([before, m.manager.replica].includes(crashed.owner ?? ''), crashed.owner ?? 'no owner');
       assert.deepEqual(others((await admin('GET', '/api/v1/jobs?limit=1000')).body), jobsBefore);
       assert.deepEqual((await admin('GET', '/api/v1/clusters')).body, clustersBefore);
       assert.equal((await call(m.url, 'GET', '/api/v1/me', { token })).status, 200);
@@ -497,7 +509,9 @@ for (const backend of databases) {
 
     before(async () => {
       files = await testTlsFiles();
-      tls = loadTls(files)!;
+      const loaded = loadTls(files);
+      assert.ok(loaded, 'the test TLS files load');
+      tls = loaded;
       agent = await clusterAgent();
       m = await startTestManager(await backend.newDatabase(), { ...MANAGER_TIMINGS, tls: files });
       assert.match(m.url, /^https:/);
@@ -529,6 +543,7 @@ for (const backend of databases) {
 
     test('registry credentials: peers are sent, over TLS, a header that opens the private layers; credentials are not stored', async (t) => {
       const [seed] = await peers(t, [{ id: 'private', behaviour: 'complete', seed: true, zone: 'private' }]);
+      assert.ok(seed, 'every stub peer started');
       const created = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${locked.host}/private/web:1`,
@@ -539,10 +554,10 @@ for (const backend of databases) {
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const done = await finished(created.body.id);
       assert.equal(done.state, 'succeeded', done.error ?? '');
-      assert.equal(seed!.triggers.length, blobs.length);
-      for (const { body, encrypted } of seed!.triggers) {
+      assert.equal(seed.triggers.length, blobs.length);
+      for (const { body, encrypted } of seed.triggers) {
         assert.ok(encrypted, 'the credentials crossed over TLS');
-        assert.match(body.origin.headers.authorization!, /^Basic /);
+        assert.match(body.origin.headers.authorization ?? '', /^Basic /);
         const blob = await request(body.origin.url, { method: 'HEAD', headers: body.origin.headers });
         assert.equal(blob.statusCode, 200);
         const anonymous = await request(body.origin.url, { method: 'HEAD' });
@@ -557,6 +572,7 @@ for (const backend of databases) {
         { id: 'creds-going', behaviour: 'stall', zone: 'creds' },
         { id: 'creds-losing', behaviour: 'stall', zone: 'creds' },
       ]);
+      assert.ok(going && losing, 'every stub peer started');
       const created = await admin('POST', '/api/v1/jobs', {
         type: 'preheat',
         image: `${locked.host}/private/web:1`,
@@ -571,18 +587,20 @@ for (const backend of databases) {
         'the job under way',
       );
       const before = m.manager.replica;
-      losing!.forget(); // as a restarted peer does: the new owner's first question gets a 404
-      going!.unstall();
+      losing.forget(); // as a restarted peer does: the new owner's first question gets a 404
+      going.unstall();
       m = await m.restart();
       const done = await finished(created.body.id);
       assert.equal(done.state, 'failed');
       assert.equal(done.takeovers, 1);
-      const byHost = (stub: StubPeer) => done.tasks!.filter((task) => task.hostId === stub.hostId);
+      const { tasks } = done;
+      assert.ok(tasks, 'the job lists its tasks');
+      const byHost = (stub: StubPeer) => tasks.filter((task) => task.hostId === stub.hostId);
       assert.ok(
-        byHost(going!).every((task) => task.state === 'succeeded'),
-        JSON.stringify(byHost(going!)),
+        byHost(going).every((task) => task.state === 'succeeded'),
+        JSON.stringify(byHost(going)),
       );
-      for (const task of byHost(losing!)) {
+      for (const task of byHost(losing)) {
         assert.equal(task.state, 'failed');
         assert.equal(
           task.error,
@@ -590,12 +608,12 @@ for (const backend of databases) {
         );
       }
       assert.match(
-        done.error!,
+        done.error ?? '',
         new RegExp(
-          `^${blobs.length} of ${2 * blobs.length} blob fetches failed: peer ${losing!.hostId} .*credentials were only in the memory of replica`,
+          `^${blobs.length} of ${2 * blobs.length} blob fetches failed: peer ${losing.hostId} .*credentials were only in the memory of replica`,
         ),
       );
-      assert.equal(losing!.triggers.length, blobs.length, 'the lost fetches were not asked for without credentials');
+      assert.equal(losing.triggers.length, blobs.length, 'the lost fetches were not asked for without credentials');
     });
   });
 }

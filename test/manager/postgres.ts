@@ -23,9 +23,9 @@ export interface Postgres {
 function postgresBin(): string {
   const root = '/usr/lib/postgresql';
   const versions = fs.existsSync(root) ? fs.readdirSync(root).filter((v) => fs.existsSync(path.join(root, v, 'bin', 'initdb'))) : [];
-  if (!versions.length) throw new Error('PostgreSQL is not installed (Debian package postgresql; scripts/install-deps.sh installs it)');
-  versions.sort((a, b) => Number(b) - Number(a));
-  return path.join(root, versions[0]!, 'bin');
+  const [newest] = versions.sort((a, b) => Number(b) - Number(a));
+  if (!newest) throw new Error('PostgreSQL is not installed (Debian package postgresql; scripts/install-deps.sh installs it)');
+  return path.join(root, newest, 'bin');
 }
 
 export async function startPostgres(): Promise<Postgres> {

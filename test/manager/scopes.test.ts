@@ -24,13 +24,15 @@ describe('scheduler-cluster scopes', () => {
     assert.deepEqual(parseCidr('10.1.0.0/16'), { address: '10.1.0.0', prefix: 16, family: 'ipv4' });
     assert.equal(parseCidr('10.1.0.0/33'), undefined);
     assert.equal(parseCidr('10.1.0.0'), undefined);
-    assert.ok(cidrContains(parseCidr('10.1.0.0/16')!, '10.1.200.3'));
-    assert.ok(!cidrContains(parseCidr('10.1.0.0/16')!, '10.2.0.1'));
-    assert.ok(cidrContains(parseCidr('fd00::/8')!, 'fd12::1'));
-    assert.ok(!cidrContains(parseCidr('fd00::/8')!, '10.1.0.1'));
+    const [v4, v6] = [parseCidr('10.1.0.0/16'), parseCidr('fd00::/8')];
+    assert.ok(v4 && v6, 'both CIDRs parse');
+    assert.ok(cidrContains(v4, '10.1.200.3'));
+    assert.ok(!cidrContains(v4, '10.2.0.1'));
+    assert.ok(cidrContains(v6, 'fd12::1'));
+    assert.ok(!cidrContains(v6, '10.1.0.1'));
     const bad = clusterScopesSchema.safeParse({ cidrs: ['10.0.0.0/8', 'nope'] });
     assert.equal(bad.success, false);
-    assert.deepEqual(bad.error.issues[0]!.path, ['cidrs', 1]);
+    assert.deepEqual(bad.error.issues[0]?.path, ['cidrs', 1]);
   });
 
   test('most specific wins: hostname over CIDR over zone; longer prefix, more literal glob; else the default', () => {

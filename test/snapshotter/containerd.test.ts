@@ -20,6 +20,8 @@ import { buildLayer, corruptChunkCopy, layerEntries } from '../lazy/layer-fixtur
 import { makeTar } from '../fixtures/tar.js';
 import { proxyPluginConfig, startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
 import { fuseMountsUnder } from './helpers.js';
+import { itemAt } from '../../src/common/indexing.js';
+import { entryOf } from '../estargz/helpers.js';
 
 const MiB = 1 << 20;
 const CHUNK = MiB;
@@ -56,7 +58,7 @@ describe('starling snapshotter behind containerd', () => {
   const contentDigests = async () => (await containerd.ctr(['content', 'ls', '-q'])).stdout.split('\n').filter(Boolean);
   /** The script reads a file from every layer: busybox, a small file of layer 1, the big chunked file of layer 2. */
   const SCRIPT = 'sha256sum /bin/busybox /etc/one.txt /data/layer1.bin';
-  const expectedSums = () => [busyboxSha, sha('one\n'), image.randomFiles[1]!.sha256];
+  const expectedSums = () => [busyboxSha, sha('one\n'), itemAt(image.randomFiles, 1).sha256];
   /** The digests the workload printed, one `sha256sum` line per file. */
   const printedSums = (stdout: string) =>
     stdout
@@ -145,8 +147,9 @@ describe('starling snapshotter behind containerd', () => {
     assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
     assert.deepEqual(printedSums(res.stdout), expectedSums());
     // Layer 1 was read for one small file: still far from whole.
-    const fetched1 = await sn.metric('starling_snapshotter_layer_fetched_bytes', layers[1]!.digest);
-    assert.ok(fetched1 < layers[1]!.size / 2, `layer 1 after the run: ${fetched1} of ${layers[1]!.size}`);
+    const layer1 = itemAt(layers, 1);
+    const fetched1 = await sn.metric('starling_snapshotter_layer_fetched_bytes', layer1.digest);
+    assert.ok(fetched1 < layer1.size / 2, `layer 1 after the run: ${fetched1} of ${layer1.size}`);
     for (const [i, layer] of layers.entries()) {
       report.push(
         `layer ${i}: after the run fetched ${await sn.metric('starling_snapshotter_layer_fetched_bytes', layer.digest)} B, registry sent ${blobBytesSent(registry.requests(), layer.digest)} B`,
@@ -189,7 +192,7 @@ describe('starling snapshotter behind containerd', () => {
       assert.ok(!bad.stdout.includes('xattrs'), 'no byte of the corrupt chunk is served');
       const good = await runIn(ref, 'cat /data/small.txt /implicit/sub/file.txt && sha256sum /data/multi.bin');
       assert.equal(good.code, 0, good.stderr);
-      const multi = stored.reader.lookup('data/multi.bin')!.digest.slice(7);
+      const multi = entryOf(stored.reader, 'data/multi.bin').digest.slice(7);
       assert.equal(good.stdout, `hello lazy layer\nparents not in the tar\n${multi}  /data/multi.bin\n`);
       assert.ok((await sn.metric('starling_snapshotter_layer_digest_mismatches', corrupt.digest)) >= 1);
     } finally {
@@ -243,7 +246,7 @@ describe('starling snapshotter behind containerd', () => {
       assert.deepEqual(fuseMountsUnder(sn.root).sort(), mounted.sort(), 'the same mounts, not new ones');
       const afterRestart = await execIn(id, ['sha256sum', '/data/layer1.bin']);
       assert.equal(afterRestart.code, 0, afterRestart.stderr);
-      assert.equal(afterRestart.stdout.split(/\s+/)[0], image.randomFiles[1]!.sha256);
+      assert.equal(afterRestart.stdout.split(/\s+/)[0], itemAt(image.randomFiles, 1).sha256);
       const res = await runIn(refs.starling, SCRIPT);
       assert.equal(res.code, 0, `${res.stderr}\n${sn.service.logTail(20)}`);
       assert.deepEqual(printedSums(res.stdout), expectedSums());
@@ -255,7 +258,9 @@ describe('starling snapshotter behind containerd', () => {
       const mounted = fuseMountsUnder(sn.root);
       assert.ok(mounted.length >= 3, `remote layers mounted: ${mounted.join(', ')}`);
       await sn.service.kill9();
-      process.kill(sn.fuseServerPid()!, 'SIGKILL');
+      const fuseServer = sn.fuseServerPid();
+      assert.ok(fuseServer, 'the FUSE server runs apart from the snapshotter');
+      process.kill(fuseServer, 'SIGKILL');
       await waitFor(
         async () => (await Promise.all(mounted.map(fuseMountHealth))).every((h) => h === 'dead'),
         10_000,

@@ -14,15 +14,22 @@ export function snapshotsClient(socket: string): SnapshotsClient {
 
 /** A unary call as a promise; rejects with the grpc error (its `code` is the status). */
 export function call<T = any>(client: SnapshotsClient, method: string, req: object): Promise<T> {
+  const rpc = methodOf(client, method);
   return new Promise((resolve, reject) =>
-    client[method]!(req, (error: grpc.ServiceError | null, res: T) => (error ? reject(error) : resolve(res))),
+    rpc.call(client, req, (error: grpc.ServiceError | null, res: T) => (error ? reject(error) : resolve(res))),
   );
+}
+
+function methodOf(client: SnapshotsClient, method: string): (...args: any[]) => any {
+  const rpc = client[method];
+  if (!rpc) throw new Error(`the snapshots service has no method ${method}`);
+  return rpc;
 }
 
 export function list(client: SnapshotsClient, filters: string[] = []): Promise<any[]> {
   return new Promise((resolve, reject) => {
     const infos: any[] = [];
-    const stream = client.List!({ filters });
+    const stream = methodOf(client, 'List').call(client, { filters });
     stream.on('data', (m: { info: any[] }) => infos.push(...m.info));
     stream.on('error', reject);
     stream.on('end', () => resolve(infos));

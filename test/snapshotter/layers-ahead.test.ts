@@ -66,8 +66,10 @@ describe('layers resolved ahead of their mount', () => {
     // The peer's pieces holding the prefetch range, the TOC and the footer (the registry logs each a moment after its last byte).
     const pieces = pieceLayout(layer.result.size);
     const wanted = new Set<number>();
+    const prefetch = layer.reader.prefetchRange();
+    assert.ok(prefetch, 'the layer has a prefetch range');
     for (const [start, end] of [
-      [0, layer.reader.prefetchRange()!.length - 1],
+      [0, prefetch.length - 1],
       [layer.reader.tocOffset, layer.result.size - 1],
     ] as const) {
       const { first, last } = piecesCovering(pieces, start, end);

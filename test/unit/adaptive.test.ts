@@ -29,7 +29,8 @@ function engine(config: Partial<SchedulingConfig> = {}) {
   const join = (id: string, info: Partial<HostInfo> = {}, held: number[] = []) => {
     scheduling.announceHost(host(id, info));
     const peerId = `${id}|${TASK}`;
-    packets.set(peerId, []);
+    const received: SchedulerPacket[] = [];
+    packets.set(peerId, received);
     return scheduling.register(
       {
         peerId,
@@ -40,7 +41,7 @@ function engine(config: Partial<SchedulingConfig> = {}) {
         origin: { url: 'http://registry/v2/x/blobs/d', headers: {} },
         heldPieces: held,
       },
-      (packet) => packets.get(peerId)!.push(packet),
+      (packet) => received.push(packet),
     );
   };
   // The task the peers join: keyed by the registry of their origin URL.
@@ -61,7 +62,7 @@ function engine(config: Partial<SchedulingConfig> = {}) {
     });
   };
   const lastParents = (peer: Peer) => {
-    const packet = [...packets.get(peer.id)!].reverse().find((p) => p.packet === 'parents');
+    const packet = [...(packets.get(peer.id) ?? [])].reverse().find((p) => p.packet === 'parents');
     return packet?.packet === 'parents' ? packet.parents.parents.map((p) => p.peerId.split('|')[0]) : undefined;
   };
   return { scheduling, join, starts, stores, lastParents, task, now: () => now, at: (ms: number) => (now = ms) };

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, it } from 'node:test';
 import type { BufferBody } from '../../src/oci/buffer-body.js';
 import { directGet, DirectGetError } from '../../src/oci/direct-get.js';
@@ -91,8 +91,9 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
     const data = randomBytes(3 * 1024 * 1024);
     const base = await httpServer((_req, res) => void res.end(data));
     const response = await directGet(new URL(`${base}/blob`), {});
+    assert.ok(response, 'an answer with a Content-Length');
     let waits = 0;
-    const body = await readAll(response!.body, data.length, 1024 * 1024, async () => {
+    const body = await readAll(response.body, data.length, 1024 * 1024, async () => {
       waits++;
       await sleep(1);
     });
@@ -100,14 +101,16 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
     assert.ok(waits >= 3);
 
     // Small fills, served from bytes read ahead as well as from the socket: none may end
-    // before the wait its last onFill asked for.
+    // before the wait its last onFill asked for. The wait is one turn of the event loop (3,146 of
+    // them; a 1 ms timer each made this test take 4 s).
     const again = await directGet(new URL(`${base}/blob`), {});
+    assert.ok(again, 'an answer with a Content-Length');
     let waiting = false;
     const out = Buffer.alloc(data.length);
     for (let at = 0; at < data.length;) {
-      const n = await again!.body.fill(out, at, 1000, async () => {
+      const n = await again.body.fill(out, at, 1000, async () => {
         waiting = true;
-        await sleep(0);
+        await nextTurn();
         waiting = false;
       });
       assert.ok(!waiting, 'a fill ended while its onFill was still waiting');
@@ -170,9 +173,10 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
       res.end(text);
     });
     const response = await directGet(new URL(`${base}/blob`), {});
-    assert.equal(response!.statusCode, 401);
-    assert.equal(response!.headers['www-authenticate'], 'Bearer realm="x"');
-    assert.equal(await response!.body.text(), '{"errors":[{"code":"UNAUTHORIZED"}]}');
+    assert.ok(response, 'an answer with a Content-Length');
+    assert.equal(response.statusCode, 401);
+    assert.equal(response.headers['www-authenticate'], 'Bearer realm="x"');
+    assert.equal(await response.body.text(), '{"errors":[{"code":"UNAUTHORIZED"}]}');
   });
 
   it('names a body cut short, a body longer than announced, and a malformed head', async () => {
@@ -181,8 +185,9 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
       socket.end(Buffer.alloc(40_000));
     });
     const response = await directGet(new URL(`${cut}/blob`), {});
+    assert.ok(response, 'an answer with a Content-Length');
     await assert.rejects(
-      readAll(response!.body, 100_000, 100_000),
+      readAll(response.body, 100_000, 100_000),
       (error: Error) => error instanceof DirectGetError && /60000 body bytes still to come/.test(error.message),
     );
 
@@ -211,7 +216,8 @@ describe("direct GET (plain HTTP/1.1 bodies read into the caller's buffers)", ()
     });
     const controller = new AbortController();
     const response = await directGet(new URL(`${base}/blob`), {}, controller.signal);
-    const reading = response!.body.fill(Buffer.alloc(10_000_000), 0, 10_000_000);
+    assert.ok(response, 'an answer with a Content-Length');
+    const reading = response.body.fill(Buffer.alloc(10_000_000), 0, 10_000_000);
     setTimeout(() => controller.abort(new Error('client went away')), 50);
     await assert.rejects(reading, /client went away/);
   });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { contentRange, MAX_RANGES, multipartLayout, parseRange } from '../../src/peer/http-range.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 describe('parseRange', () => {
   const size = 1000;
@@ -66,7 +67,10 @@ describe('multipartLayout', () => {
     const layout = multipartLayout(ranges, 100, 'application/octet-stream', 'B');
     const body = layout.parts.map((part) => part.head + 'x'.repeat(part.range.end - part.range.start + 1)).join('') + layout.tail;
     assert.equal(Buffer.byteLength(body), layout.length);
-    assert.match(layout.parts[1]!.head, /^\r\n--B\r\nContent-Type: application\/octet-stream\r\nContent-Range: bytes 50-59\/100\r\n\r\n$/);
+    assert.match(
+      itemAt(layout.parts, 1).head,
+      /^\r\n--B\r\nContent-Type: application\/octet-stream\r\nContent-Range: bytes 50-59\/100\r\n\r\n$/,
+    );
     assert.equal(contentRange({ start: 50, end: 59 }, 100), 'bytes 50-59/100');
   });
 });

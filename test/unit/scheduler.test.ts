@@ -9,6 +9,7 @@ import { PieceSet } from '../../src/scheduler/piece-set.js';
 import { graphHasCycle, GROWING_TTL_MS, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, keepsItsParents, type Exclusion } from '../../src/scheduler/selection.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 const TASK = `sha256:${'a'.repeat(64)}`;
 const REGISTRY = 'http://registry';
@@ -48,14 +49,15 @@ function engine(config: Partial<SchedulingConfig> = {}, seedTriggerFails = false
   ) => {
     if (!scheduling.resources.hosts.has(hostId)) scheduling.announceHost(host(hostId, info));
     const id = peerId ?? `${hostId}|${TASK}`;
-    packets.set(id, []);
+    const received: SchedulerPacket[] = [];
+    packets.set(id, received);
     return scheduling.register(
       { peerId: id, hostId, taskId: TASK, contentLength: size, pieceSize: PIECE, origin, heldPieces: pieces },
-      (packet) => packets.get(id)!.push(packet),
+      (packet) => received.push(packet),
       (reason) => disconnected.push({ peer: id, reason }),
     );
   };
-  const last = (peer: Peer) => packets.get(peer.id)!.at(-1);
+  const last = (peer: Peer) => packets.get(peer.id)?.at(-1);
   /** Every piece's digest vouched for, as if a seed had read the whole blob. */
   const vouch = (pieces = 10) => {
     const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now, REGISTRY);
@@ -73,8 +75,8 @@ describe('scheduling: who reads the origin', () => {
     const seed = join('seed-1', { seed: true }, [], 10 * PIECE);
     assert.equal(last(seed)?.packet, 'backToSource');
     const child = join('node-1');
-    const packet = last(child)!;
-    assert.deepEqual(packet.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
+    const packet = last(child);
+    assert.deepEqual(packet?.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
     assert.deepEqual(triggers, []);
   });
 
@@ -95,9 +97,9 @@ describe('scheduling: who reads the origin', () => {
     // The seed holds nothing yet: it reads from the origin the pieces its children ask for.
     const seed = join('seed-1', { seed: true });
     assert.equal(last(seed)?.packet, 'backToSource');
-    const packet = last(child)!;
-    assert.equal(packet.packet, 'parents');
-    assert.deepEqual(packet.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
+    const packet = last(child);
+    assert.equal(packet?.packet, 'parents');
+    assert.deepEqual(packet?.packet === 'parents' && packet.parents.parents.map((p) => p.peerId), [seed.id]);
   });
 
   it('trusts piece digests only from peers it sent to the origin, and spreads them', () => {
@@ -111,7 +113,7 @@ describe('scheduling: who reads the origin', () => {
     scheduling.pieceFinished(reader, { index: 3, digest: digest(4), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
     assert.equal(reader.task.digests.get(3), digest(3), 'the first digest stays');
     const late = join('node-3');
-    assert.deepEqual(packets.get(late.id)![0], { packet: 'digests', digests: { digests: { 3: digest(3) } } });
+    assert.deepEqual(packets.get(late.id)?.[0], { packet: 'digests', digests: { digests: { 3: digest(3) } } });
   });
 
   it('sends a peer to the origin after R fruitless rounds whatever the limit', () => {
@@ -278,11 +280,12 @@ describe('scheduling: parent selection', () => {
     e.vouch();
     const relay = e.join('relay', { uploadSlots: 1 }, []);
     const waiting = ['w1', 'w2', 'w3'].map((id) => e.join(id, {}, []));
-    const before = waiting.map((peer) => e.packets.get(peer.id)!.length);
+    const sentTo = (peer: Peer) => e.packets.get(peer.id)?.length ?? 0;
+    const before = waiting.map(sentTo);
     e.scheduling.pieceStarted(relay, 0);
-    const scheduled = waiting.filter((peer, i) => e.packets.get(peer.id)!.length > before[i]!);
+    const scheduled = waiting.filter((peer, i) => sentTo(peer) > itemAt(before, i));
     assert.equal(scheduled.length, 1, 'one slot, one peer scheduled now');
-    assert.equal(e.last(scheduled[0]!)?.packet, 'parents');
+    assert.equal(e.last(itemAt(scheduled, 0))?.packet, 'parents');
   });
 
   it('leaves out slow outliers', () => {
@@ -292,7 +295,7 @@ describe('scheduling: parent selection', () => {
     parents.forEach((p, i) => (p.costPerMiB = i === 3 ? 500 : 10));
     const excluded = new Map<string, Exclusion>();
     const kept = filterCandidates(child, meshConfig(), 0, excluded);
-    assert.equal(excluded.get(parents[3]!.id), 'slow');
+    assert.equal(excluded.get(itemAt(parents, 3).id), 'slow');
     assert.equal(kept.length, 3);
   });
 
@@ -388,9 +391,10 @@ describe('scheduling: parent selection', () => {
       [silent.id],
       'only the silent host is told',
     );
-    assert.match(e.disconnected[0]!.reason, /p1 sent no keep-alive for 15000 ms/);
+    assert.match(itemAt(e.disconnected, 0).reason, /p1 sent no keep-alive for 15000 ms/);
     e.scheduling.leave(live);
-    const task = e.scheduling.resources.findTask(TASK)!;
+    const task = e.scheduling.resources.findTask(TASK);
+    assert.ok(task, 'the task is kept');
     assert.equal(task.peers.size, 0);
     assert.equal(task.digests.size, 10, 'an empty task keeps its digests for a while');
     e.advance(60_000);
@@ -452,10 +456,10 @@ describe('scheduling: pipeline shape', () => {
       const given = parentsOf(e, peer);
       assert.deepEqual(
         given.map((p) => p.peerId),
-        [chain.at(-1)!.id],
+        [itemAt(chain, chain.length - 1).id],
         `${name} hangs below the end of the chain`,
       );
-      assert.equal(given[0]!.piecesAtOnce, 1);
+      assert.equal(given[0]?.piecesAtOnce, 1);
       // Its first piece starts arriving: it can relay, so the next peer may hang below it.
       e.scheduling.pieceStarted(peer, 0);
       chain.push(peer);
@@ -556,7 +560,7 @@ describe('scheduling: pipeline shape', () => {
     e.scheduling.finished(first);
     e.scheduling.tick();
     assert.equal(second.parents.length, 1);
-    assert.equal(second.parents[0]!.host.info.labels.zone, 'a');
+    assert.equal(second.parents[0]?.host.info.labels.zone, 'a');
   });
 
   it('rejects an unknown shape or a zero fan-out, naming the key', () => {

@@ -22,8 +22,8 @@ function network(quantum = 0) {
   return { queue, net, host, flow, done, settle };
 }
 
-const close = (actual: number, expected: number, what: string) =>
-  assert.ok(Math.abs(actual - expected) < 1e-9 * Math.max(1, expected), `${what}: ${actual} ≠ ${expected}`);
+const close = (actual: number | undefined, expected: number, what: string) =>
+  assert.ok(actual !== undefined && Math.abs(actual - expected) < 1e-9 * Math.max(1, expected), `${what}: ${actual} ≠ ${expected}`);
 
 describe('sim network: max-min fair sharing', () => {
   it("splits a sender's uplink equally between two unconstrained receivers", () => {
@@ -69,8 +69,8 @@ describe('sim network: max-min fair sharing', () => {
     flow('short', a, host('b', undefined, 100), 10);
     flow('long', a, host('c', undefined, 100), 30);
     settle();
-    close(done.get('short')!, 2, 'short done');
-    close(done.get('long')!, 4, 'long done');
+    close(done.get('short'), 2, 'short done');
+    close(done.get('long'), 4, 'long done');
   });
 
   it('counts rack uplinks on cross-rack paths only', () => {
@@ -99,7 +99,7 @@ describe('sim network: max-min fair sharing', () => {
       flow('b', a, host('b', undefined, 100), 10);
       queue.at(0.3, () => flow('c', a, host('c', undefined, 100), 10));
       settle();
-      return { b: done.get('b')!, c: done.get('c')!, recomputations: net.recomputations };
+      return { b: done.get('b'), c: done.get('c'), recomputations: net.recomputations };
     };
     // Exact: shared 5/5 from 0.3; b has 7 B left → done at 1.7; c's last 3 B alone → 2.0.
     const exact = timeline(0);
@@ -119,9 +119,11 @@ describe('sim network: links that change mid-run', () => {
     const { queue, net, host, flow, done, settle } = network();
     const a = host('a', 10);
     flow('b', a, host('b', undefined, 100), 100);
-    queue.at(4, () => net.setRate(a.up!, 8 * 1));
+    const up = a.up;
+    assert.ok(up, 'a has an uplink');
+    queue.at(4, () => net.setRate(up, 8 * 1));
     settle();
-    close(done.get('b')!, 64, 'done');
+    close(done.get('b'), 64, 'done');
   });
 });
 
@@ -226,11 +228,12 @@ describe('sim: a tiny swarm through the real scheduler', () => {
     });
     const r = run('direct', setup);
     // The slow node at 5 Mbit/s: its own bound is F/5 Mbit/s; the slowed one goes from 20 to 10 at 2 s.
-    close(r.bounds[slow]!, (size * 8) / 5e6, 'slow node bound');
-    close(r.bounds[slowed]!, 2 + (size * 8 - 2 * 20e6) / 10e6, 'slowed node bound');
+    close(r.bounds[slow], (size * 8) / 5e6, 'slow node bound');
+    close(r.bounds[slowed], 2 + (size * 8 - 2 * 20e6) / 10e6, 'slowed node bound');
     assert.deepEqual(r.ownBound.groups.map((g) => g.nodes).sort(), [1, 1, 2]);
     // Direct pulls share the registry's 40 Mbit/s: the fast nodes get 11.7 Mbit/s, not their 20.
-    const fast = r.ownBound.groups.find((g) => g.nodes === 2)!;
+    const fast = r.ownBound.groups.find((g) => g.nodes === 2);
+    assert.ok(fast, 'the two fast nodes form a group');
     assert.ok(fast.median > 1.5, `fast nodes at ${fast.median} of their bound`);
   });
 

@@ -8,8 +8,10 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import { digestOf } from '../../src/oci/digest.js';
 import { BlobStore } from '../../src/storage/blob-store.js';
+import type { StoredBlob } from '../../src/storage/stored-blob.js';
 import { pieceCheck } from '../../src/storage/piece-check.js';
 import { MIN_PIECE_SIZE, pieceBounds, pieceLayout, pieceSizeFor, piecesCovering } from '../../src/storage/piece-plan.js';
+import { itemAt } from '../../src/common/indexing.js';
 
 /** A blob the test registry serves to anyone. */
 const PUBLIC_SOURCE = { registry: 'http://127.0.0.1:5000', repository: 'test/blob', public: true };
@@ -68,7 +70,8 @@ describe('BlobStore', () => {
       await handle.close();
 
       store = await BlobStore.open(dir, noQuota, silentLogger);
-      const reloaded = store.get(digest)!;
+      const reloaded = store.get(digest);
+      assert.ok(reloaded, 'the blob is still known');
       assert.ok(reloaded.hasPiece(0), 'verified piece kept');
       assert.ok(!reloaded.hasPiece(1), 'piece never written is dropped');
       assert.ok(!reloaded.hasPiece(2), 'torn piece is dropped');
@@ -83,14 +86,15 @@ describe('BlobStore', () => {
     const digest = digestOf(data);
     let store = await BlobStore.open(dir, noQuota, silentLogger);
     const blob = await store.create(digest, size, PUBLIC_SOURCE);
-    const [first, second] = [0, 1].map((index) => data.subarray(index * MIN_PIECE_SIZE, (index + 1) * MIN_PIECE_SIZE));
+    const [first, second] = [data.subarray(0, MIN_PIECE_SIZE), data.subarray(MIN_PIECE_SIZE, 2 * MIN_PIECE_SIZE)];
     const crc = (bytes: Uint8Array) => `crc32:${(crc32(bytes) >>> 0).toString(16).padStart(8, '0')}`;
-    await store.writePiece(blob, 0, Buffer.from(first!), crc(first!));
-    await store.writePiece(blob, 1, Buffer.from(second!), crc(first!)); // a check of other bytes
+    await store.writePiece(blob, 0, Buffer.from(first), crc(first));
+    await store.writePiece(blob, 1, Buffer.from(second), crc(first)); // a check of other bytes
     await store.close();
 
     store = await BlobStore.open(dir, noQuota, silentLogger);
-    const reloaded = store.get(digest)!;
+    const reloaded = store.get(digest);
+    assert.ok(reloaded, 'the blob is still known');
     assert.ok(reloaded.hasPiece(0), 'a CRC-32 piece from an earlier build is kept');
     assert.ok(!reloaded.hasPiece(1), 'a piece whose CRC does not match is dropped');
     await store.close();
@@ -117,7 +121,7 @@ describe('BlobStore', () => {
     const quota = { quota: 10 * 1024, highWatermark: 0.9, lowWatermark: 0.5 };
     const evicted: string[] = [];
     const store = await BlobStore.open(dir, quota, silentLogger, (event) => evicted.push(event.digest));
-    const blobs = [];
+    const blobs: StoredBlob[] = [];
     for (let i = 0; i < 4; i++) {
       const bytes = randomBytes(2 * 1024);
       const blob = await store.create(digestOf(bytes), bytes.length, PUBLIC_SOURCE);
@@ -125,13 +129,16 @@ describe('BlobStore', () => {
       await store.writePiece(blob, 0, bytes, sha(bytes));
       blobs.push(blob);
     }
-    const release = store.acquire(blobs[0]!.digest); // the oldest is in use
+    const release = store.acquire(itemAt(blobs, 0).digest); // the oldest is in use
     const bytes = randomBytes(2 * 1024);
     const newest = await store.create(digestOf(bytes), bytes.length, PUBLIC_SOURCE);
     newest.lastAccess = Date.now();
     await store.writePiece(newest, 0, bytes, sha(bytes)); // 10 KiB > 9 KiB high watermark
-    assert.deepEqual(evicted, [blobs[1]!.digest, blobs[2]!.digest, blobs[3]!.digest]);
-    assert.ok(store.get(blobs[0]!.digest), 'blob in use survives');
+    assert.deepEqual(
+      evicted,
+      [1, 2, 3].map((i) => itemAt(blobs, i).digest),
+    );
+    assert.ok(store.get(itemAt(blobs, 0).digest), 'blob in use survives');
     assert.ok(store.usedBytes <= 5 * 1024);
     release();
     await store.close();

@@ -29,8 +29,11 @@ describe('starling certs', () => {
   const write = (dir: string, ca: CaStep = 'keep') =>
     writeClusterCertificates(dir, { leaves: kubernetesLeafNames('starling'), days: 30, ca });
   /** A component's files as it loads them (the Secret's tls.crt, tls.key and ca.crt). */
-  const load = (dir: string, component: string) =>
-    loadTls({ cert: join(dir, `${component}.crt`), key: join(dir, `${component}.key`), ca: join(dir, 'ca.crt') })!;
+  const load = (dir: string, component: string) => {
+    const tls = loadTls({ cert: join(dir, `${component}.crt`), key: join(dir, `${component}.key`), ca: join(dir, 'ca.crt') });
+    assert.ok(tls, `${component}'s files are given`);
+    return tls;
+  };
   /** A copy of what a pod holds now (its Secret is fixed while it runs). */
   const snapshot = async (dir: string, component: string): Promise<ClusterTls> => load(dir, component);
   const serial = async (file: string) => new X509Certificate(await readFile(file)).serialNumber;

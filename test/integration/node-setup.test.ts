@@ -87,7 +87,7 @@ describe('containerd config plan', () => {
     assert.deepEqual(plan.changes, [`${CRI}.registry.config_path = "/etc/containerd/certs.d"`]);
     assert.ok(plan.text.startsWith(DEBIAN_CONFIG), 'the original text is kept as it was');
     const doc = parse(plan.text) as Doc;
-    assert.equal((doc.plugins!['io.containerd.grpc.v1.cri']!.registry as Record<string, unknown>).config_path, '/etc/containerd/certs.d');
+    assert.equal(doc.plugins?.['io.containerd.grpc.v1.cri']?.registry?.config_path, '/etc/containerd/certs.d');
   });
 
   it('keeps an existing config_path and uses its first folder', () => {
@@ -110,8 +110,8 @@ describe('containerd config plan', () => {
     const first = planContainerdConfig(DEBIAN_CONFIG, 'config.toml', { lazy: { snapshotterSocket: '/run/starling/snapshotter.sock' } });
     assert.equal(first.changes.length, 5);
     const doc = parse(first.text) as Doc;
-    assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
-    assert.deepEqual(doc.plugins!['io.containerd.grpc.v1.cri']!.containerd, {
+    assert.deepEqual(doc.proxy_plugins?.starling, { type: 'snapshot', address: '/run/starling/snapshotter.sock' });
+    assert.deepEqual(doc.plugins?.['io.containerd.grpc.v1.cri']?.containerd, {
       snapshotter: 'starling',
       disable_snapshot_annotations: false,
     });
@@ -132,7 +132,8 @@ describe('containerd config plan', () => {
   it('uses the containerd 2.x names for a version 3 config', () => {
     const plan = planContainerdConfig('version = 3\n', 'config.toml', { lazy: { snapshotterSocket: '/s' } });
     const doc = parse(plan.text) as Doc;
-    const images = doc.plugins!['io.containerd.cri.v1.images']!;
+    const images = doc.plugins?.['io.containerd.cri.v1.images'];
+    assert.ok(images, 'the 2.x images plugin is configured');
     assert.deepEqual(images.registry, { config_path: '/etc/containerd/certs.d' });
     assert.equal(images.snapshotter, 'starling');
     assert.equal(images.disable_snapshot_annotations, false);
@@ -179,7 +180,7 @@ describe('hosts.toml merge', () => {
     const doc = parse(merged) as { server: string; host: Record<string, { ca?: string; header?: Record<string, string> }> };
     assert.deepEqual(Object.keys(doc.host), ['http://127.0.0.1:65001', 'https://reg.example:5000']);
     assert.equal(doc.server, 'https://reg.example:5000');
-    assert.equal(doc.host['http://127.0.0.1:65001']!.header!['x-starling-registry'], 'reg.example:5000');
+    assert.equal(doc.host['http://127.0.0.1:65001']?.header?.['x-starling-registry'], 'reg.example:5000');
     assert.ok(
       merged.endsWith(
         '\n# our CA\n[host."https://reg.example:5000"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/containerd/certs.d/reg.example:5000/ca.crt"\n',
@@ -544,7 +545,7 @@ describe('node-setup on containerd 2.x (config version 3), k3s and RKE2', () => 
       `${images}: in place`,
     );
     const doc = parse(text) as Doc;
-    assert.equal((doc.plugins!['io.containerd.cri.v1.images']!.registry as Record<string, unknown>).config_path, hostsDir);
+    assert.equal(doc.plugins?.['io.containerd.cri.v1.images']?.registry?.config_path, hostsDir);
     assert.match(await readFile(join(hostsDir, 'reg.example:5000', 'hosts.toml'), 'utf8'), /\[host\."http:\/\/127\.0\.0\.1:65001"\]/);
     assert.equal((await stat(config)).mode & 0o777, 0o600, 'the mode is kept');
 
@@ -646,8 +647,8 @@ describe('node-setup on containerd 2.x (config version 3), k3s and RKE2', () => 
     assert.ok(report.changedFiles.includes(template), report.lines.join('\n'));
     assert.equal(existsSync(join(agentDir, 'config.toml.tmpl')), false, 'the version 3 template, not the version 2 one');
     const doc = parse(await readFile(template, 'utf8')) as Doc;
-    assert.equal(doc.plugins!['io.containerd.cri.v1.images']!.snapshotter, 'starling');
-    assert.deepEqual(doc.proxy_plugins!.starling, { type: 'snapshot', address: '/s' });
+    assert.equal(doc.plugins?.['io.containerd.cri.v1.images']?.snapshotter, 'starling');
+    assert.deepEqual(doc.proxy_plugins?.starling, { type: 'snapshot', address: '/s' });
     assert.ok(existsSync(join(agentDir, 'certs.d', 'reg.example', 'hosts.toml')));
 
     await n.undo(config);
@@ -773,8 +774,9 @@ describe('the restart node-setup runs in the host namespaces', () => {
         { mode: 0o755 },
       );
       const [program, ...args] = command.slice(HOST.length);
+      assert.ok(program, `a command after ${HOST.join(' ')}`);
       const result = await new Promise<{ code: number; stderr: string }>((resolve) => {
-        execFile(program!, args, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } }, (error, _stdout, stderr) =>
+        execFile(program, args, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } }, (error, _stdout, stderr) =>
           resolve({ code: error ? Number(error.code) : 0, stderr }),
         );
       });
@@ -849,7 +851,7 @@ describe('node labels from the Kubernetes API', () => {
       rackLabel: 'example.com/rack',
     });
     assert.equal(labels.rack, 'r7');
-    assert.equal(requests.at(-1)!.authorization, 'Bearer sa-token');
+    assert.equal(requests.at(-1)?.authorization, 'Bearer sa-token');
     const file = join(dir, 'labels.yaml');
     await writeNodeLabels(file, labels);
     const read = readLabelsFile(file);
