@@ -32,13 +32,7 @@ export async function bodyText(body: BufferBody, limit = TEXT_LIMIT): Promise<st
 }
 
 /** Wraps a chunked body (undici's) as a BufferBody: each chunk is copied into the caller's buffer. */
-export function chunkedBufferBody(
-  body: AsyncIterable<Buffer> & { destroy(error?: Error): unknown; on(event: 'error', listener: () => void): unknown },
-): BufferBody {
-  // Read errors reach the caller through the iterator. A body destroyed before anything read it
-  // (an origin whose Content-Length is not the one announced) has no iterator listening yet, and
-  // an 'error' event nobody listens to ends the process: this listener is what keeps it alive.
-  body.on('error', () => undefined);
+export function chunkedBufferBody(body: AsyncIterable<Buffer> & { destroy(error?: Error): unknown }): BufferBody {
   const chunks = body[Symbol.asyncIterator]();
   let current: Buffer | undefined;
   let done = false;

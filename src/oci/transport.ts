@@ -80,8 +80,13 @@ export class RegistryTransport {
     });
   }
 
-  private undiciHop(url: URL, headers: Record<string, string>, options: TransportRequest): Promise<Dispatcher.ResponseData> {
-    return request(url, { method: options.method ?? 'GET', headers, signal: options.signal, dispatcher: this.dispatcher });
+  private async undiciHop(url: URL, headers: Record<string, string>, options: TransportRequest): Promise<Dispatcher.ResponseData> {
+    const response = await request(url, { method: options.method ?? 'GET', headers, signal: options.signal, dispatcher: this.dispatcher });
+    // Read errors reach the caller through reading. A body destroyed before anything read it (a
+    // status or length the caller refuses) emits an 'error' no reader hears, and an 'error' nobody
+    // listens to ends the process: a registry answering 500 to a ranged re-read did (bench/soak.ts).
+    response.body.on('error', () => undefined);
+    return response;
   }
 
   /** Sends `hop` requests until one is not a redirect, keeping credentials to their origin. */
