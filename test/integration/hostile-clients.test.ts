@@ -10,6 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
+import { itemAt } from '../../src/common/indexing.js';
 import { MAX_RANGES } from '../../src/peer/http-range.js';
 import { MAX_GRPC_MESSAGE_BYTES } from '../../src/rpc/grpc-listener.js';
 import { SchedulerClientClass } from '../../src/rpc/proto.js';
@@ -93,7 +94,7 @@ describe('hostile clients: oversized and malformed requests on the mirror', { ti
 
   const blobUrl = () => `${peer.url}/v2/hostile/blob/blobs/${blob.digest}?ns=${registry.host}`;
   const ociError = async (response: Dispatcher.ResponseData) =>
-    ((await response.body.json()) as { errors: Array<{ code: string; message: string }> }).errors[0]!;
+    itemAt(((await response.body.json()) as { errors: Array<{ code: string; message: string }> }).errors, 0);
 
   /** Sends a request as written and returns what came back before the peer closed the connection. */
   const rawExchange = (text: string) =>
@@ -204,7 +205,8 @@ describe('hostile clients: more connections than the cap', { timeout: 60_000 }, 
     const line = peer.service
       .readLog()
       .split('\n')
-      .find((l) => l.includes('connection limit reached'))!;
+      .find((l) => l.includes('connection limit reached'));
+    assert.ok(line, 'a log line says the connection limit was reached');
     assert.match(line, new RegExp(`"server":"peer mirror".*"maxConnections":${CAP}.*"refused":1`));
 
     for (const socket of held) socket.destroy();
@@ -432,7 +434,7 @@ function stubbornHttp2Client(port: number, host: string) {
     buffer = Buffer.concat([buffer, chunk]);
     while (buffer.length >= 9 && buffer.length >= 9 + buffer.readUIntBE(0, 3)) {
       const length = buffer.readUIntBE(0, 3);
-      const [type, flags] = [buffer[3], buffer[4]! & 0x1];
+      const [type, flags] = [buffer.readUInt8(3), buffer.readUInt8(4) & 0x1];
       const payload = buffer.subarray(9, 9 + length);
       buffer = buffer.subarray(9 + length);
       if (type === 0x4 && !flags) {
@@ -503,7 +505,8 @@ describe("hostile clients: the scheduler's connections", { timeout: 60_000 }, ()
     const line = scheduler.service
       .readLog()
       .split('\n')
-      .find((l) => l.includes('connection limit reached'))!;
+      .find((l) => l.includes('connection limit reached'));
+    assert.ok(line, 'a log line says the connection limit was reached');
     assert.match(line, /"server":"scheduler gRPC".*"maxConnections":40/);
 
     await Promise.all(pinged);
@@ -664,7 +667,11 @@ describe('hostile clients: the manager', { timeout: 60_000 }, () => {
     await work?.remove();
   });
 
-  const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${manager.pid}/status`, 'utf8'))![1]) * 1024;
+  const rss = () => {
+    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${manager.pid}/status`, 'utf8'));
+    assert.ok(match, `a VmRSS line in /proc/${manager.pid}/status`);
+    return Number(itemAt(match, 1)) * 1024;
+  };
 
   it('checks the token before reading a body, and refuses bodies over its limit before parsing them', async () => {
     const body = Buffer.alloc(32 * 1024 * 1024, 0x20);

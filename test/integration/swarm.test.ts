@@ -19,6 +19,7 @@ import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fi
 import { READ_PRIORITY_HEADER, type ReadPriority } from '../../src/rpc/mirror-api.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
 import { PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest, type FetchStatus } from '../../src/rpc/upload-api.js';
+import { itemAt } from '../../src/common/indexing.js';
 import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 
 const MB = 1000 * 1000;
@@ -225,7 +226,9 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       `the fast peers took ${took.map((t) => t.toFixed(1)).join(', ')} s; fed by the throttled peer, ${alone.toFixed(0)} s`,
     );
     const stat = await taskStat(scheduler, blob.digest);
-    const throttledHost = stat.peers.find((peer) => peer.hostId.includes(`-${throttled.host.split(':')[0]}-`))!.hostId;
+    const throttledStat = stat.peers.find((peer) => peer.hostId.includes(`-${throttled.host.split(':')[0]}-`));
+    assert.ok(throttledStat, `the scheduler lists the throttled peer ${throttled.host}`);
+    const throttledHost = throttledStat.hostId;
     for (const peer of stat.peers.filter((p) => !p.seed && p.hostId !== throttledHost)) {
       const fromThrottled = peer.bytesByParentHost[throttledHost] ?? 0;
       assert.ok(fromThrottled < blob.size / 4, `${peer.peerId} took ${fromThrottled} B of ${blob.size} from the throttled peer`);
@@ -241,7 +244,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
         pullThrough(peer, registry, `swarm/chaos-${shape}`, blob.digest).catch((error: Error) => ({ error })),
       );
       const victims = peers.slice(0, 2);
-      await waitFor(async () => (await victims[0]!.metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
+      await waitFor(async () => (await itemAt(victims, 0).metric('starling_peer_storage_bytes')) > 20 * MB, 60_000, 'victims mid-transfer');
       await Promise.all(victims.map((victim) => victim.service.kill9()));
       const results = await Promise.all(pulls);
       for (const result of results.slice(2)) assert.deepEqual(result, { status: 200, digest: blob.digest, bytes: blob.size });
@@ -324,11 +327,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       assert.equal(response.statusCode, 206);
       assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(readFileSync(blob.path).subarray(blob.size - 51)));
     };
-    await footer(first, blobs[0]!, 'swarm/lazy-a');
+    await footer(first, itemAt(blobs, 0), 'swarm/lazy-a');
     // The first reader wants nothing more but never finishes its blob: without giving its parent
     // back it would hold the seed's slot, and the second reader would wait a minute for the origin.
     const started = Date.now();
-    await footer(second, blobs[1]!, 'swarm/lazy-b');
+    await footer(second, itemAt(blobs, 1), 'swarm/lazy-b');
     const seconds = (Date.now() - started) / 1000;
     assert.ok(seconds < 10, `the second reader waited ${seconds.toFixed(1)} s for the seed`);
     assert.equal(
@@ -343,7 +346,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     const blob = await pushRandomBlob(registry, 'swarm/on-demand', 30 * MB);
     const bytes = readFileSync(blob.path);
     const read = async (range: string, first: number, end: number) => {
-      const response = await request(`${peers[0]!.url}/v2/swarm/on-demand/blobs/${blob.digest}?ns=${registry.host}`, {
+      const response = await request(`${itemAt(peers, 0).url}/v2/swarm/on-demand/blobs/${blob.digest}?ns=${registry.host}`, {
         headers: { range: `bytes=${range}` },
       });
       assert.equal(response.statusCode, 206);
@@ -362,13 +365,13 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       [lastPiece, piece],
       'the registry sent the two pieces asked for',
     );
-    assert.equal(await seeds[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), lastPiece + piece);
+    assert.equal(await itemAt(seeds, 0).metric('starling_peer_downloaded_bytes_total', { source: 'origin' }), lastPiece + piece);
     assert.equal(
-      await peers[0]!.metric('starling_peer_downloaded_bytes_total', { source: 'origin' }),
+      await itemAt(peers, 0).metric('starling_peer_downloaded_bytes_total', { source: 'origin' }),
       0,
       'the reader got them from the seed',
     );
-    assert.equal(await seeds[0]!.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
+    assert.equal(await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
   });
 
   for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'pipeline')) {
@@ -404,7 +407,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       // Soon after (the seed's quiet period is 3 s), not when the filler's stall would send it to the registry (60 s).
       assert.ok(filled - lastDemand < 15_000, `the background read ended ${filled - lastDemand} ms after the last read on demand`);
       assert.ok(
-        (await seeds[0]!.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'put-off' })) >= 1,
+        (await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'put-off' })) >= 1,
         'the seed put the background piece off',
       );
       // Every piece once from the registry, those only the background wanted last (its log may trail the reads).
@@ -475,7 +478,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       assert.ok(copies < 2, `the registry sent ${copies.toFixed(2)} copies`);
       // And a pull that starts with no scheduler at all still works, from the origin.
       const other = await pushRandomBlob(registry, repo, 5 * MB);
-      assert.equal((await pullThrough(peers[0]!, registry, repo, other.digest)).digest, other.digest);
+      assert.equal((await pullThrough(itemAt(peers, 0), registry, repo, other.digest)).digest, other.digest);
     });
   }
 });

@@ -15,6 +15,7 @@ import { makeTempDir, run, runOk, type TempDir } from '../fixtures/processes.js'
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
 import { rangesRead, startRecordingProxy, type RecordingProxy } from '../fixtures/recording-proxy.js';
 import { startSnapshotterProcess, type SnapshotterProcess } from '../fixtures/snapshotter.js';
+import { itemAt } from '../../src/common/indexing.js';
 import { pieceBounds, pieceLayout, pieceSizeFor, piecesCovering } from '../../src/storage/piece-plan.js';
 
 const MiB = 1 << 20;
@@ -64,7 +65,7 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
         .digest('hex'),
       '/etc/one.txt': sha('one\n'),
       '/etc/two.txt': sha('two\n'),
-      '/data/layer0.bin': app.randomFiles[0]!.sha256,
+      '/data/layer0.bin': itemAt(app.randomFiles, 0).sha256,
       '/etc/private.txt': sha('private\n'),
     };
     refs.plain = (await pushImage(app.layoutDir, app.tag, origin.host, 'app/plain:v1')).ref;
@@ -126,7 +127,9 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
   test('the CRI plugin runs with what node-setup wrote: config_path, the starling snapshotter, snapshot annotations on', async () => {
     const version = await cri.version();
     assert.equal(version.runtimeName, 'containerd');
-    const config = JSON.parse((await cri.status()).info.config!) as {
+    const { config: configJson } = (await cri.status()).info;
+    assert.ok(configJson, 'the runtime status carries the CRI plugin configuration (info.config)');
+    const config = JSON.parse(configJson) as {
       registry: { configPath: string };
       containerd: { snapshotter: string; disableSnapshotAnnotations: boolean };
     };
@@ -198,7 +201,9 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     // The big layer was read for one small file: its bound is a small part of it.
     const big = layers.reduce((a, b) => (a.size > b.size ? a : b));
     assert.ok(big.size > BIG_FILE, `the big layer is ${big.size} B`);
-    assert.ok(bounds.get(big.digest)! <= big.size / 4, `the bound ${bounds.get(big.digest)} B of the ${big.size} B layer`);
+    const bigBound = bounds.get(big.digest);
+    assert.ok(bigBound !== undefined, `a bound for the big layer ${big.digest}`);
+    assert.ok(bigBound <= big.size / 4, `the bound ${bigBound} B of the ${big.size} B layer`);
     // The pause image came through the mirror too: its layer's only GET is the peer's.
     assert.ok((await peer.metric('starling_peer_downloaded_bytes_total', { source: 'origin' })) > 0);
   });
@@ -211,7 +216,7 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     for (const layer of layers) {
       const gets = blobRequests(origin.requests().slice(mark), layer.digest);
       assert.equal(gets.length, 1, `one GET of ${layer.digest}`);
-      assert.doesNotMatch(gets[0]!.userAgent, /containerd/, 'made by the peer, not by containerd');
+      assert.doesNotMatch(itemAt(gets, 0).userAgent, /containerd/, 'made by the peer, not by containerd');
     }
     checkSums(await runPod(refs.plain, 'sha256sum /data/layer0.bin /etc/one.txt'), ['/data/layer0.bin', '/etc/one.txt']);
   });
@@ -223,7 +228,7 @@ describe('the CRI path on a node set up by starling node-setup --lazy', () => {
     for (const layer of layers) {
       const gets = blobRequests(privateRegistry.requests(), layer.digest).filter((r) => r.status === 200);
       assert.equal(gets.length, 1, `one GET of ${layer.digest}`);
-      assert.doesNotMatch(gets[0]!.userAgent, /containerd/, 'made by the peer, not by containerd');
+      assert.doesNotMatch(itemAt(gets, 0).userAgent, /containerd/, 'made by the peer, not by containerd');
     }
     checkSums(await runPod(refs.private, 'sha256sum /etc/private.txt'), ['/etc/private.txt']);
   });

@@ -16,6 +16,7 @@ import { parseAllDocuments, stringify } from 'yaml';
 import { buildStarlingImage, IMAGE_USER, type BuiltStarlingImage } from '../../scripts/image/build-image.js';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
 import { buildImage, imageInfo, pushImage } from '../fixtures/images.js';
+import { itemAt } from '../../src/common/indexing.js';
 import { TOC_DIGEST_ANNOTATION } from '../../src/estargz/index.js';
 import { scrapeMetric, STARLING_CLI } from '../fixtures/peer.js';
 import {
@@ -162,7 +163,7 @@ describe("Starling's image", () => {
     const out = path.join(tmp.path, 'estargz');
     await runOk(process.execPath, [STARLING_CLI, 'convert', image.ociRef, `oci:${out}:esgz`], { timeoutMs: 300_000 });
     const index = JSON.parse(await fsp.readFile(path.join(out, 'index.json'), 'utf8')) as { manifests: Array<{ digest: string }> };
-    const manifest = JSON.parse(await fsp.readFile(path.join(out, 'blobs/sha256', index.manifests[0]!.digest.slice(7)), 'utf8')) as {
+    const manifest = JSON.parse(await fsp.readFile(path.join(out, 'blobs/sha256', itemAt(index.manifests, 0).digest.slice(7)), 'utf8')) as {
       layers: Array<{ annotations?: Record<string, string> }>;
     };
     assert.equal(manifest.layers.length, image.layers.length);
@@ -428,8 +429,8 @@ describe("Starling's image", () => {
       // node-setup put the mirror into the node's hosts.toml; node-labels gave the peer its zone and rack.
       const hostsToml = await fsp.readFile(path.join(containerd.hostsDir, registry.host, 'hosts.toml'), 'utf8');
       assert.match(hostsToml, new RegExp(`\\[host\\."${mirror}"\\]`));
-      assert.match(initLogs[0]!, /containerd config unchanged: no restart needed/);
-      assert.match(initLogs[1]!, /labels of node kubeplay-node \(rack rack-7\)/);
+      assert.match(itemAt(initLogs, 0), /containerd config unchanged: no restart needed/);
+      assert.match(itemAt(initLogs, 1), /labels of node kubeplay-node \(rack rack-7\)/);
       // The seed and the peer announced themselves over the scheduler's TLS port, with the token.
       await waitFor(
         async () => (await scrapeMetric(`${schedulerMetrics}/metrics`, 'starling_scheduler_hosts')) >= 2,
@@ -462,7 +463,7 @@ describe("Starling's image", () => {
       const built = await buildImage({ layers: [{ sizeBytes: 6 * MiB, seed: 'kube-play' }] });
       const { ref } = await pushImage(built.layoutDir, built.tag, registry.host, 'app/kubeplay:v1');
       await containerd.pull(ref); // ctr checks every blob against its digest
-      const layer = built.layers[0]!;
+      const layer = itemAt(built.layers, 0);
       // One copy in bytes (the seed reads the last piece on a request of its own), and none to containerd.
       assert.equal(blobBytesSent(registry.requests(), layer.digest), layer.size, 'the registry sent the layer once');
       for (const get of blobRequests(registry.requests(), layer.digest))
@@ -587,7 +588,7 @@ function podFromTemplate(workload: any, plan: PodPlan): any {
     });
     const values = Object.fromEntries(c.env.map((e: any) => [e.name, e.value]));
     c.args = [...(c.args ?? []), ...(plan.extraArgs?.[c.name] ?? [])].map((arg: string) => {
-      const name = arg.split('=')[0]!;
+      const name = itemAt(arg.split('='), 0);
       let out = plan.flags[name] !== undefined ? `${name}=${plan.flags[name]}` : arg;
       for (const service of serviceNames) out = out.split(service).join(plan.services[service]);
       // kubelet expands $(VAR) in args from the container's env; podman does not.

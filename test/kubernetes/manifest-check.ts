@@ -7,6 +7,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { itemAt } from '../../src/common/indexing.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const require = createRequire(import.meta.url);
@@ -27,19 +28,20 @@ const CUSTOM_RESOURCE_MODELS: Record<string, string> = { 'cert-manager.io': '@ku
  * @kubernetes-models/cert-manager/cert-manager.io/v1/Certificate).
  */
 function modelModule(object: KubeObject): string {
-  const models = CUSTOM_RESOURCE_MODELS[object.apiVersion.split('/')[0]!] ?? 'kubernetes-models';
+  const models = CUSTOM_RESOURCE_MODELS[itemAt(object.apiVersion.split('/'), 0)] ?? 'kubernetes-models';
   return `${models}/${object.apiVersion}/${object.kind}`;
 }
 
 /** Schema errors of one object (none: []), as "kind/name: message" lines. */
 export function schemaErrors(object: KubeObject): string[] {
   const where = `${object.kind}/${object.metadata?.name}`;
-  let Model: new (data: unknown) => { validate(): void };
+  let Model: (new (data: unknown) => { validate(): void }) | undefined;
   try {
-    Model = (require(modelModule(object)) as Record<string, typeof Model>)[object.kind]!;
+    Model = (require(modelModule(object)) as Record<string, typeof Model>)[object.kind];
   } catch {
-    return [`${where}: no Kubernetes model for ${object.apiVersion} ${object.kind}`];
+    Model = undefined;
   }
+  if (!Model) return [`${where}: no Kubernetes model for ${object.apiVersion} ${object.kind}`];
   try {
     new Model(unwrapSecretData(object)).validate();
     return [];
@@ -99,17 +101,19 @@ export function unknownFieldErrors(objects: KubeObject[]): string[] {
   host.getSourceFile = (name, version, onError) =>
     path.resolve(name) === file ? ts.createSourceFile(name, source, version) : getSourceFile(name, version, onError);
   const program = ts.createProgram([file], options, host);
-  const sourceFile = program.getSourceFile(file)!;
+  const sourceFile = program.getSourceFile(file);
+  if (!sourceFile) throw new Error(`the TypeScript program did not load ${file}`);
   const errors: string[] = [];
   for (const diagnostic of [...program.getSyntacticDiagnostics(sourceFile), ...program.getSemanticDiagnostics(sourceFile)]) {
     const line = diagnostic.start === undefined ? 0 : sourceFile.getLineAndCharacterOfPosition(diagnostic.start).line;
     // The object a diagnostic belongs to: the last `export const oN` at or above its line.
-    const text = source
+    const owner = source
       .split('\n')
       .slice(0, line + 1)
       .reverse()
-      .find((l) => /^export const o\d+:/.test(l));
-    const index = text ? Number(/^export const o(\d+):/.exec(text)![1]) : -1;
+      .map((l) => /^export const o(\d+):/.exec(l))
+      .find((match) => match !== null);
+    const index = owner ? Number(itemAt(owner, 1)) : -1;
     errors.push(`${owners[index] ?? 'imports'}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, ' ')}`);
   }
   return errors;

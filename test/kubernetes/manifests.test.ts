@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { kubernetesLeafNames } from '../../src/cli/commands/certs.js';
+import { itemAt } from '../../src/common/indexing.js';
 import { writeClusterCertificates } from '../../src/common/tls-files.js';
 import { makeTempDir, run, type TempDir } from '../fixtures/processes.js';
 import { schemaErrors, unknownFieldErrors, type KubeObject } from './manifest-check.js';
@@ -104,8 +105,13 @@ describe('deploy/kubernetes', () => {
   });
 
   const all = () => Object.values(rendered).flat();
+  const objectsOf = (overlay: string): Obj[] => {
+    const objects = rendered[overlay];
+    assert.ok(objects, `the ${overlay} manifests were rendered`);
+    return objects;
+  };
   const find = (overlay: string, kind: string, name: string): Obj => {
-    const object = rendered[overlay]!.find((o) => o.kind === kind && o.metadata.name === name);
+    const object = objectsOf(overlay).find((o) => o.kind === kind && o.metadata.name === name);
     assert.ok(object, `${overlay}: ${kind}/${name}`);
     return object;
   };
@@ -214,7 +220,7 @@ describe('deploy/kubernetes', () => {
       assert.equal(container(manager, 'manager').env.at(-1).name, 'STARLING_MANAGER_DB', 'the database URL, kept off the command line');
       assert.equal(container(manager, 'manager').readinessProbe.httpGet.path, '/readyz');
       assert.equal(
-        rendered[overlay]!.some((o) => o.kind === 'PersistentVolumeClaim'),
+        objectsOf(overlay).some((o) => o.kind === 'PersistentVolumeClaim'),
         false,
         `${overlay}: no SQLite volume`,
       );
@@ -234,7 +240,7 @@ describe('deploy/kubernetes', () => {
       'the password is defined before the URL that uses it',
     );
     assert.equal(trial[0].valueFrom.secretKeyRef.name, 'starling-postgres');
-    assert.ok(rendered['ha-trial']!.some((o) => o.kind === 'Secret' && o.metadata.name === 'starling-postgres'));
+    assert.ok(objectsOf('ha-trial').some((o) => o.kind === 'Secret' && o.metadata.name === 'starling-postgres'));
     find('ha-trial', 'StatefulSet', 'starling-postgres');
   });
 
@@ -257,7 +263,7 @@ describe('deploy/kubernetes', () => {
       assert.ok(setup.args.includes('--snapshotter-socket=/run/starling/snapshotter.sock'));
     }
     assert.equal(
-      rendered.default!.some((o) => o.metadata.name === 'starling-snapshotter'),
+      objectsOf('default').some((o) => o.metadata.name === 'starling-snapshotter'),
       false,
     );
   });
@@ -317,7 +323,7 @@ describe('deploy/kubernetes', () => {
   });
 
   test('cert-manager instead of files: a Certificate for each TLS Secret the workloads mount, with the names starling certs gives, from the cluster CA', () => {
-    const objects = rendered['default-cert-manager']!;
+    const objects = objectsOf('default-cert-manager');
     assert.equal(
       objects.some((o) => o.kind === 'Secret' && /-tls-/.test(o.metadata.name)),
       false,
@@ -330,7 +336,8 @@ describe('deploy/kubernetes', () => {
       assert.ok(flag(main, '--tls-cert')?.startsWith('/etc/starling/tls/'));
       const certificate = certificates.find((c) => c.spec.secretName === secretName);
       assert.ok(certificate, `${object.metadata.name}: a Certificate writes ${secretName}`);
-      const names = leaves[secretName.replace(/^starling-|-tls$/g, '')]!;
+      const names = leaves[secretName.replace(/^starling-|-tls$/g, '')];
+      assert.ok(names, `${secretName}: names from starling certs`);
       assert.equal(certificate.spec.commonName, names.commonName);
       assert.deepEqual(certificate.spec.dnsNames ?? [], names.dns, `${secretName}: the names starling certs gives`);
       assert.deepEqual(certificate.spec.ipAddresses ?? [], names.ips);
@@ -347,7 +354,7 @@ describe('deploy/kubernetes', () => {
       for (const c of [...(podSpec(object).initContainers ?? []), ...podSpec(object).containers]) {
         for (const arg of c.args ?? []) {
           const manager = /^--manager=(.*)$/.exec(arg);
-          if (manager) assert.match(manager[1]!, /^https:\/\//, `${object.metadata.name} ${c.name}: ${arg}`);
+          if (manager) assert.match(itemAt(manager, 1), /^https:\/\//, `${object.metadata.name} ${c.name}: ${arg}`);
           for (const url of String(arg).match(/http:\/\/[^\s,]+/g) ?? []) {
             assert.match(new URL(url).hostname, /^(127\.0\.0\.1|localhost|\[::1\])$/, `${object.metadata.name} ${c.name}: ${arg}`);
           }

@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { itemAt } from '../../src/common/indexing.js';
 import { startContainerd, type Containerd } from '../fixtures/containerd.js';
 import { podmanPull } from '../fixtures/clients.js';
 import { connectCri, type CriClient } from '../fixtures/cri.js';
@@ -17,6 +18,12 @@ import { blobRequests, startRegistry, type Registry } from '../fixtures/registry
 
 const MiB = 1 << 20;
 const CREDS = { user: 'team', password: 'node-setup-secret' };
+
+/** The CA file of a registry started with `tls`. */
+function caFileOf(registry: Registry): string {
+  assert.ok(registry.caFile, `the registry at ${registry.host} has a CA file (started with tls)`);
+  return registry.caFile;
+}
 
 describe('starling node-setup on a containerd 1.6 node', () => {
   let tmp: TempDir;
@@ -42,14 +49,18 @@ describe('starling node-setup on a containerd 1.6 node', () => {
       ...args,
     ]);
   const restarts = async () => (existsSync(restartLog) ? (await fsp.readFile(restartLog, 'utf8')).split('\n').filter(Boolean).length : 0);
-  const criConfig = async () => JSON.parse((await cri.status()).info.config!) as { registry: { configPath: string } };
+  const criConfig = async () => {
+    const { config } = (await cri.status()).info;
+    assert.ok(config, 'the runtime status carries the CRI plugin configuration (info.config)');
+    return JSON.parse(config) as { registry: { configPath: string } };
+  };
 
   /** Pushes a fresh image (layers nobody holds yet) and returns its reference and its big layer's digest. */
   async function freshImage(registry: Registry): Promise<{ ref: string; layer: string }> {
     const n = ++images;
     const image = await buildImage({ layers: [{ sizeBytes: 2 * MiB, seed: `node-setup-${n}` }] });
     const pushed = await pushImage(image.layoutDir, image.tag, registry.host, `app/n${n}:v1`, { creds: registry.creds });
-    return { ref: pushed.ref, layer: image.layers[0]!.digest };
+    return { ref: pushed.ref, layer: itemAt(image.layers, 0).digest };
   }
   /** Who fetched the layer from the registry: the peer ("starling…") or containerd itself. */
   function fetchedBy(registry: Registry, layer: string): string[] {
@@ -63,7 +74,7 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     origin = await startRegistry();
     privateRegistry = await startRegistry({ htpasswd: CREDS, tls: true });
     // The peer trusts the private registry's CA as the node does (the manifests mount it the same way).
-    peer = await startPeer({ insecure: [origin.host], env: { NODE_EXTRA_CA_CERTS: privateRegistry.caFile! } });
+    peer = await startPeer({ insecure: [origin.host], env: { NODE_EXTRA_CA_CERTS: caFileOf(privateRegistry) } });
     containerd = await startContainerd({ cri: { sandboxImage: `${origin.host}/pause:unused` } });
     cri = connectCri(containerd.address);
     restartLog = path.join(tmp.path, 'restarts.log');
@@ -117,7 +128,7 @@ describe('starling node-setup on a containerd 1.6 node', () => {
     const hostsDir = path.join(tmp.path, 'etc-containerd-certs.d');
     const registryDir = path.join(hostsDir, privateRegistry.host);
     await fsp.mkdir(registryDir, { recursive: true });
-    await fsp.copyFile(privateRegistry.caFile!, path.join(registryDir, 'ca.crt'));
+    await fsp.copyFile(caFileOf(privateRegistry), path.join(registryDir, 'ca.crt'));
     const hostsToml = [
       `server = "https://${privateRegistry.host}"`,
       '',
@@ -237,7 +248,7 @@ describe('starling node-setup on a CRI-O/podman node: a registries.conf.d drop-i
     const image = await buildImage({ layers: [{ sizeBytes: 2 * MiB, seed: `node-setup-podman-${n}` }] });
     const ref = `app/p${n}:v1`;
     await pushImage(image.layoutDir, image.tag, registry.host, ref);
-    return { ref, layer: image.layers[0]!.digest };
+    return { ref, layer: itemAt(image.layers, 0).digest };
   }
   /** Who fetched the layer from the registry: podman itself, or the peer. */
   const fetchedBy = (registry: Registry, layer: string): string[] =>

@@ -19,6 +19,7 @@ import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { chromium } from 'playwright-core';
 import type { Agent } from 'undici';
+import { itemAt } from '../../src/common/indexing.js';
 import { startBalancer, type Balancer } from '../fixtures/balancer.js';
 import { buildImage, pushImage, type BuiltImage } from '../fixtures/images.js';
 import {
@@ -74,6 +75,11 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
   const replicas: Replica[] = [];
   const seeds: RunningPeerProcess[] = [];
   const images = new Map<string, { ref: string; blobs: string[] }>();
+  const imageOf = (name: string) => {
+    const image = images.get(name);
+    assert.ok(image, `the ${name} image was pushed`);
+    return image;
+  };
   const adminToken = `admin-${randomBytes(16).toString('hex')}`;
   const clusterSecret = randomBytes(24).toString('hex');
   const stops: Array<() => Promise<unknown>> = [];
@@ -134,7 +140,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
   }
 
   async function restart(index: number): Promise<void> {
-    const old = replicas[index]!;
+    const old = itemAt(replicas, index);
     if (old.service.running) await old.service.stop();
     replicas[index] = await startReplica(old.port, `r${index + 1}`);
   }
@@ -159,7 +165,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
   async function preheat(replica: Replica, name: keyof typeof LAYER_SIZES) {
     const created = await api(replica, 'POST', '/jobs', {
       type: 'preheat',
-      image: images.get(name)!.ref,
+      image: imageOf(name).ref,
       platform: 'linux/amd64',
       scope: 'seeds',
     });
@@ -198,7 +204,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
     ]);
     stops.push(() => registry.stop());
     for (const [i, name] of names.entries()) {
-      const image = built[i]!;
+      const image = itemAt(built, i);
       await pushImage(image.layoutDir, image.tag, registry.host, `ha/${name}:v1`);
       images.set(name, { ref: `${registry.host}/ha/${name}:v1`, blobs: image.layers.map((l) => l.digest) });
     }
@@ -247,7 +253,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
     scheduler = await startScheduler({ ip: SCHEDULER_IP, clusterTokenFile, extraArgs: ['--manager', balancer.url, ...tls] });
     stops.push(() => scheduler.stop());
     await waitFor(
-      async () => (await api(replicas[0]!, 'GET', '/schedulers?state=active')).body.length === 1,
+      async () => (await api(itemAt(replicas, 0), 'GET', '/schedulers?state=active')).body.length === 1,
       20_000,
       'the scheduler registered',
     );
@@ -273,11 +279,15 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
       stops.push(() => seed.stop());
       seeds.push(seed);
     }
-    await waitFor(async () => (await api(replicas[2]!, 'GET', '/peers?state=active')).body.length === 2, 20_000, 'both seeds registered');
+    await waitFor(
+      async () => (await api(itemAt(replicas, 2), 'GET', '/peers?state=active')).body.length === 2,
+      20_000,
+      'both seeds registered',
+    );
   });
 
   it("a setting changed through one replica reaches the scheduler through every replica: the others' keep-alive answers carry it, and the scheduler applies it", async () => {
-    const [r1, r2, r3] = [replicas[0]!, replicas[1]!, replicas[2]!];
+    const [r1, r2, r3] = [itemAt(replicas, 0), itemAt(replicas, 1), itemAt(replicas, 2)];
     // The keep-alive the scheduler sends, straight to each replica that will not take the change.
     const [schedulerIp, schedulerPort] = scheduler.address.split(':');
     const answers = () => keepalives([r1, r3], 'schedulers', { hostname: hostname(), ip: schedulerIp, port: Number(schedulerPort) });
@@ -307,7 +317,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
   });
 
   it('a preheat through one replica while the others restart one by one: succeeded once, no error; every replica shows the same job, peers and settings throughout', async (t) => {
-    const [r1, r2] = [replicas[0]!, replicas[1]!];
+    const [r1, r2] = [itemAt(replicas, 0), itemAt(replicas, 1)];
     const settings = (await api(r2, 'GET', '/clusters/1')).body;
     assert.equal(settings.config.backToSourceLimit, 7, 'the setting changed through r2');
     const triggersBefore = await triggersAccepted();
@@ -375,13 +385,13 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
       assert.deepEqual([job.state, job.error, job.owner, job.takeovers], ['succeeded', null, r1.name, 0]);
     }
     assert.deepEqual(
-      (await jobAudit(replicas[2]!, id)).map((a) => a.action),
+      (await jobAudit(itemAt(replicas, 2), id)).map((a) => a.action),
       ['job.create', 'job.succeed'],
     );
     const blobs = created.layers.length;
-    assert.equal(blobs, images.get('rolling')!.blobs.length + 1, 'the layers and the config');
+    assert.equal(blobs, imageOf('rolling').blobs.length + 1, 'the layers and the config');
     assert.deepEqual(
-      (await triggersAccepted()).map((n, i) => n - triggersBefore[i]!),
+      (await triggersAccepted()).map((n, i) => n - itemAt(triggersBefore, i)),
       seeds.map(() => blobs),
       'each seed asked once per blob',
     );
@@ -394,7 +404,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
    * when it came (ms after `leave` began), and how the owner's process ended.
    */
   async function ownerLeaves(ownerIndex: number, image: keyof typeof LAYER_SIZES, leave: (owner: Replica) => Promise<unknown>) {
-    const owner = replicas[ownerIndex]!;
+    const owner = itemAt(replicas, ownerIndex);
     const survivors = replicas.filter((r) => r !== owner);
     const triggersBefore = await triggersAccepted();
     const created = await preheat(owner, image);
@@ -405,7 +415,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
     const gone = leave(owner);
     const taken = await waitFor(
       async () => {
-        const job = (await api(survivors[0]!, 'GET', `/jobs/${id}`)).body;
+        const job = (await api(itemAt(survivors, 0), 'GET', `/jobs/${id}`)).body;
         return job.owner !== owner.name ? job : undefined;
       },
       LEASE_MS * 3,
@@ -422,16 +432,16 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
 
     const done = await finished(id);
     assert.deepEqual([done.state, done.error, done.owner, done.takeovers], ['succeeded', null, taken.owner, 1]);
-    const forJob = await jobAudit(survivors[1]!, id);
+    const forJob = await jobAudit(itemAt(survivors, 1), id);
     assert.deepEqual(
       forJob.map((a) => a.action),
       ['job.create', 'job.takeover', 'job.succeed'],
     );
-    const takeover = forJob[1]!;
+    const takeover = itemAt(forJob, 1);
     assert.deepEqual([takeover.detail.from, takeover.detail.to], [owner.name, taken.owner]);
     const blobs = created.layers.length;
     assert.deepEqual(
-      (await triggersAccepted()).map((n, i) => n - triggersBefore[i]!),
+      (await triggersAccepted()).map((n, i) => n - itemAt(triggersBefore, i)),
       seeds.map(() => blobs),
       'each seed asked once per blob, by the replica that left; the new owner asked how it went',
     );
@@ -513,12 +523,17 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
 
   it('the console works over TLS against any replica, with a token made through another', async () => {
     assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: run scripts/install-deps.sh (Debian package chromium)`);
-    const user = await api(replicas[1]!, 'POST', '/users', { name: 'watcher', role: 'read-only' });
+    const user = await api(itemAt(replicas, 1), 'POST', '/users', { name: 'watcher', role: 'read-only' });
     assert.equal(user.status, 201, JSON.stringify(user.body));
-    const made = await api(replicas[1]!, 'POST', '/tokens', { name: 'through r2', userId: user.body.id });
+    const made = await api(itemAt(replicas, 1), 'POST', '/tokens', { name: 'through r2', userId: user.body.id });
     assert.equal(made.status, 201, JSON.stringify(made.body));
     const token = made.body.token as string;
-    const jobs = (await api(replicas[0]!, 'GET', '/jobs')).body as Array<{ id: number; state: string; owner: string; takeovers: number }>;
+    const jobs = (await api(itemAt(replicas, 0), 'GET', '/jobs')).body as Array<{
+      id: number;
+      state: string;
+      owner: string;
+      takeovers: number;
+    }>;
     assert.equal(jobs.length, 3);
 
     // The browser trusts the replicas' certificate, and no other (it is not issued for 127.0.4.1).
@@ -544,7 +559,8 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
         await waitFor(async () => (await rows.count()) === jobs.length, 10_000, `the jobs listed by ${r.url}`);
         for (const job of jobs) assert.match(await rows.filter({ hasText: `#${job.id}` }).innerText(), /succeeded/);
         // A job whose replica left: who finished it, and that it was taken over.
-        const takenOver = jobs.find((j) => j.takeovers === 1)!;
+        const takenOver = jobs.find((j) => j.takeovers === 1);
+        assert.ok(takenOver, `a job taken over, among ${JSON.stringify(jobs)}`);
         await page.goto(`${r.url}/jobs/${takenOver.id}`);
         await page.getByRole('heading', { name: `Job #${takenOver.id}` }).waitFor();
         assert.equal(await page.getByTestId('job-owner').innerText(), `${takenOver.owner} (taken over once)`);
@@ -556,7 +572,7 @@ describe('three manager replicas on one PostgreSQL, TLS between the components',
   });
 
   it("a change of a cluster's scopes through one replica reaches peers through every replica: the others' keep-alive answers name the new cluster and its schedulers", async () => {
-    const [r1, r2, r3] = [replicas[0]!, replicas[1]!, replicas[2]!];
+    const [r1, r2, r3] = [itemAt(replicas, 0), itemAt(replicas, 1), itemAt(replicas, 2)];
     // A peer in zone b (not a seed: the seeds, without a zone, stay where they are).
     const peer = {
       hostId: 'peer-zone-b',
@@ -623,7 +639,7 @@ describe('three replicas on one SQLite file, started at the same moment', () => 
         )),
       );
       for (const [i, port] of ports.entries()) {
-        const service = services[i]!;
+        const service = itemAt(services, i);
         await waitFor(
           async () => {
             if (!service.running) throw new Error(`a replica exited: ${service.logTail()}`);

@@ -199,7 +199,8 @@ describe('upload server relaying pieces on their way', () => {
         for (let index = run.first; index <= run.last; index++) {
           reads.push(index);
           if (failWith) throw failWith;
-          const piece = buffers!(index);
+          assert.ok(buffers, 'the relay hands the source its piece buffers');
+          const piece = buffers(index);
           const bytes = data.subarray(index * MIN_PIECE_SIZE, (index + 1) * MIN_PIECE_SIZE);
           bytes.copy(piece.buffer, 0, 0, MIN_PIECE_SIZE / 2);
           piece.advance(MIN_PIECE_SIZE / 2);
