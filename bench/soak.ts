@@ -1,16 +1,19 @@
 // A bounded soak of a swarm on loopback: a scheduler, a seed and a few peers serve thousands of
 // pulls (whole blobs and ranges) of many blobs from a registry that fails part of the time (500s,
 // connections cut part-way, wrong bytes in ranges), while peers are restarted now and then and
-// small disk quotas keep eviction busy. Every byte a client receives is checked: a whole blob
-// against its digest, a range against the blob's bytes.
+// small disk quotas keep eviction busy. A share of the pulls name a second registry holding the same
+// blobs (as much a liar), so a peer often holds a copy fetched from the other one: those requests are
+// misses for the registry they name, verified before any byte is served. Every byte a client
+// receives is checked: a whole blob against its digest, a range against the blob's bytes.
 //
-//   npx tsc -p . && npx tsx bench/soak.ts [--minutes 3] [--peers 3] [--blobs 60] [--clients 8] [--failure-rate 0.1]
+//   npx tsc -p . && npx tsx bench/soak.ts [--minutes 3] [--peers 3] [--blobs 60] [--clients 8] [--failure-rate 0.1] [--second-registry 0.15]
 //
 // Prints requests served, errors by kind, bytes verified (and any byte that was wrong: the one
 // figure that must be 0), and each process's RSS and open file descriptors over time.
 
 import { createHash, randomInt } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
@@ -27,6 +30,7 @@ const { values } = parseArgs({
     clients: { type: 'string', default: '8' },
     'failure-rate': { type: 'string', default: '0.1' },
     'restart-every': { type: 'string', default: '20' },
+    'second-registry': { type: 'string', default: '0.15' },
   },
   strict: true,
 });
@@ -52,18 +56,23 @@ async function sample(name: string, pid: number, at: number): Promise<Sample | u
 
 async function main(): Promise<void> {
   const registry = await startLyingRegistry('127.0.80.1');
+  const second = await startLyingRegistry('127.0.80.4');
   const blobs = Array.from({ length: Number(values.blobs) }, () => registry.add({ size: randomInt(64 * 1024, 12 * 1024 * 1024) }));
+  for (const blob of blobs) second.add({ bytes: blob.bytes });
+  const secondShare = Number(values['second-registry']);
   // Failures the registry throws in part of the time, one kind per failing GET.
   const failures: Array<(size: number) => Lies> = [
     () => ({ getStatus: 500 }),
     (size) => ({ resetAfter: Math.floor(size / 3) }),
     () => ({ wrongBytes: 'always' }),
   ];
-  registry.chaos((digest) => {
+  const chaos = (digest: string) => {
     if (Math.random() >= failureRate) return undefined;
     const size = blobs.find((b) => b.digest === digest)?.bytes.length ?? 1;
     return itemAt(failures, randomInt(failures.length))(size);
-  });
+  };
+  registry.chaos(chaos);
+  second.chaos(chaos);
 
   const scheduler = await startScheduler({ ip: '127.0.80.2', extraArgs: ['--log-level', 'warn'] });
   const quota = ['--quota', '150MB', '--log-level', 'warn'];
@@ -71,12 +80,19 @@ async function main(): Promise<void> {
     ip: '127.0.80.3',
     schedulers: [scheduler.address],
     seed: true,
-    insecure: [registry.host],
+    insecure: [registry.host, second.host],
     extraArgs: quota,
   });
   const peers: RunningPeerProcess[] = [];
   for (let i = 0; i < Number(values.peers); i++) {
-    peers.push(await startPeer({ ip: `127.0.80.${10 + i}`, schedulers: [scheduler.address], insecure: [registry.host], extraArgs: quota }));
+    peers.push(
+      await startPeer({
+        ip: `127.0.80.${10 + i}`,
+        schedulers: [scheduler.address],
+        insecure: [registry.host, second.host],
+        extraArgs: quota,
+      }),
+    );
   }
 
   const outcomes = new Map<string, number>();
@@ -100,10 +116,11 @@ async function main(): Promise<void> {
       const blob = itemAt(blobs, randomInt(blobs.length));
       const size = blob.bytes.length;
       const ranged = Math.random() < 0.3;
+      const named = Math.random() < secondShare ? second : registry;
       const start = ranged ? randomInt(size) : 0;
       const stop = ranged ? Math.min(size - 1, start + randomInt(1, 2 * 1024 * 1024)) : size - 1;
       try {
-        const response = await request(`${peer.url}/v2/soak/blob/blobs/${blob.digest}?ns=${registry.host}`, {
+        const response = await request(`${peer.url}/v2/soak/blob/blobs/${blob.digest}?ns=${named.host}`, {
           headers: ranged ? { range: `bytes=${start}-${stop}` } : {},
           headersTimeout: 60_000,
           bodyTimeout: 60_000,
@@ -134,7 +151,7 @@ async function main(): Promise<void> {
           continue;
         }
         verifiedBytes += body.length;
-        count(ranged ? 'range ok' : 'blob ok');
+        count(`${ranged ? 'range ok' : 'blob ok'}${named === second ? ' (second registry)' : ''}`);
       } catch (error) {
         count(
           down.has(which) ? 'peer restarting' : `error: ${(error as Error).message.replace(/\d+\.\d+\.\d+\.\d+:\d+/, 'PEER').slice(0, 40)}`,
@@ -210,8 +227,14 @@ async function main(): Promise<void> {
   ] as const) {
     if (!service.running) console.log(`${name} exited: ${JSON.stringify(service.exitInfo)}`);
   }
+  // Blobs spooled for their digest check are deleted once served: none may be left behind.
+  for (const [name, peer] of [['seed', seed], ...peers.map((p, i) => [`peer ${i}`, p] as const)] as const) {
+    const left = await readdir(join(peer.dataDir, 'spool')).catch(() => []);
+    console.log(`${name}: ${left.length} spooled files left`);
+  }
   for (const process of [...peers.reverse(), seed, scheduler]) await process.stop().catch(() => undefined);
   await registry.stop();
+  await second.stop();
   if (wrongBytes > 0) process.exitCode = 1;
 }
 

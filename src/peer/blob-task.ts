@@ -78,11 +78,20 @@ export class BlobTask {
   private hashing: Promise<void> = Promise.resolve();
   private failure?: Error;
   /**
-   * Stored pieces whose bytes matched a digest this peer trusts: one the scheduler vouched for
-   * (pieces from parents). Pieces read from the origin are trusted only once the whole blob
-   * verifies; until then they are streamed to the request that fetched them, and kept aside.
+   * Stored pieces whose bytes matched a digest the scheduler confirmed (a peer's whole blob
+   * verified with it), whoever brought them.
    */
   private readonly verifiedPieces = new Set<number>();
+  /**
+   * Stored pieces from parents, checked against the digest an origin reader reported: the
+   * swarm's one read of the registry, served to later requests naming that registry like a
+   * verified piece, but dropped if any peer's copy of the blob fails its digest (docs/security.md).
+   * Pieces this peer read from the origin itself are neither: they go to the request that
+   * fetched them, and are kept aside until the blob verifies or their digest is confirmed.
+   */
+  private readonly vouchedPieces = new Set<number>();
+  /** Piece digests the scheduler confirmed ("sha256:<hex>"), for pieces stored later. */
+  private readonly confirmedDigests = new Map<number, string>();
   /** Pieces being written right now, so two sources delivering one piece write it once. */
   private readonly writing = new Set<number>();
   /** Clients reading the whole blob from its start: the swarm fetches the head first for them. */
@@ -193,7 +202,33 @@ export class BlobTask {
     return this.backgroundOnly.has(index);
   }
 
-  /** A stored piece that may be served to any request: the blob is verified, or the piece's digest was. */
+  /**
+   * Piece digests the scheduler confirmed: a stored piece matching one (whoever brought it) may
+   * be served to any request, and so may one stored later.
+   */
+  confirmPieces(digests: Record<number, string>): void {
+    for (const [key, digest] of Object.entries(digests)) {
+      const index = Number(key);
+      if (!Number.isInteger(index) || index < 0 || index >= this.layout.pieceCount) continue;
+      this.confirmedDigests.set(index, digest);
+      if (this.blob.pieceDigest(index) === digest) this.verifiedPieces.add(index);
+    }
+  }
+
+  /** Whether some stored piece is only a registry's word: read from it, or checked against an origin reader's digest. */
+  holdsUnverifiedPieces(): boolean {
+    return !this.blob.complete && this.blob.storedPieceCount > this.verifiedPieces.size;
+  }
+
+  /**
+   * A stored piece that may be served to any request naming the blob's registry: the blob is
+   * verified, or the piece's digest was confirmed or vouched for by the swarm's origin reader.
+   */
+  pieceServable(index: number): boolean {
+    return this.pieceVerified(index) || this.vouchedPieces.has(index);
+  }
+
+  /** A stored piece known to be the blob's: the blob is verified, or the piece's digest was confirmed. */
   pieceVerified(index: number): boolean {
     return this.blob.complete || this.verifiedPieces.has(index);
   }
@@ -343,10 +378,11 @@ export class BlobTask {
       // A digest vouched for by the scheduler is the check; else the cheapest this peer may keep.
       const check = provenance.sha256 ?? (await pieceCheck(this.pieceCheckKind, bytes));
       await this.store.writePiece(this.blob, index, bytes, check);
-      // Parents' pieces were checked against the scheduler's digest before they got here.
-      if (provenance.from !== 'origin' && provenance.sha256) this.verifiedPieces.add(index);
+      const sha256 = checkSha256(check);
+      if (sha256 && this.confirmedDigests.get(index) === `sha256:${sha256}`) this.verifiedPieces.add(index);
+      else if (provenance.from !== 'origin' && provenance.sha256) this.vouchedPieces.add(index);
       this.bytesBySource[provenance.from] += bytes.length;
-      this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256: checkSha256(check) });
+      this.events.pieceStored(this, index, bytes.length, { ...provenance, sha256 });
     } finally {
       this.writing.delete(index);
     }

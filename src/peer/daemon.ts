@@ -11,6 +11,7 @@ import { readTokenFile } from '../common/token.js';
 import { RegistryHosts } from '../oci/registry-hosts.js';
 import { RegistryTransport } from '../oci/transport.js';
 import { BlobStore } from '../storage/blob-store.js';
+import { Spool } from '../storage/spool.js';
 import type { PeerConfig } from './config.js';
 import { readLabelsFile } from './labels.js';
 import { createPeerMetrics } from './metrics.js';
@@ -19,6 +20,7 @@ import { BlobService } from './mirror/blobs.js';
 import { MIRROR_LIMITS, mirrorHandler } from './mirror/server.js';
 import { UpstreamResolver } from './mirror/upstream.js';
 import { defaultHostId, Swarm } from './swarm/swarm.js';
+import { BlobDigestMismatchError } from './blob-task.js';
 import { TaskManager } from './task-manager.js';
 import { PieceBoard } from './upload/piece-board.js';
 import { UploadService } from './upload/server.js';
@@ -82,9 +84,12 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
         board.notify(task.digest);
         swarm?.verified(task);
       },
-      failed: (task) => {
+      failed: (task, error) => {
         metrics.verificationFailures.inc();
-        swarm?.forget(task.digest, 'verification failed');
+        const mismatch = error instanceof BlobDigestMismatchError;
+        swarm?.forget(task.digest, mismatch ? 'content does not match the digest' : `failed: ${error.message}`, {
+          contentMismatch: mismatch,
+        });
       },
     },
     inSwarm ? 'sha256' : 'crc',
@@ -177,6 +182,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
     sourceFor: joined ? (task, origin) => joined.sourceFor(task, origin) : undefined,
     transport,
     access,
+    spool: await Spool.open(join(dataDir, 'spool'), config.storage.quota),
     downloadLimiter,
     metrics,
     log,

@@ -77,7 +77,13 @@ export type PeerPacket =
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
   | { packet: 'idle'; idle: Record<string, never> }
   | { packet: 'downloadFinished'; downloadFinished: Record<string, never> }
-  | { packet: 'downloadFailed'; downloadFailed: { message: string } };
+  | { packet: 'downloadFailed'; downloadFailed: DownloadFailed };
+
+export interface DownloadFailed {
+  message: string;
+  /** The whole blob did not match its digest: what the peer read from the origin may be a lie. */
+  contentMismatch?: boolean;
+}
 
 export interface ParentInfo {
   peerId: string;
@@ -91,9 +97,21 @@ export interface ParentInfo {
 
 export type SchedulerPacket =
   | { packet: 'parents'; parents: { parents: ParentInfo[] } }
-  | { packet: 'digests'; digests: { digests: Record<number, string> } }
+  | { packet: 'digests'; digests: PieceDigests }
   | { packet: 'backToSource'; backToSource: { reason: string } }
   | { packet: 'wait'; wait: { reason: string } };
+
+export interface PieceDigests {
+  digests: Record<number, string>;
+  /**
+   * Digests of a blob that verified whole on some peer: a piece matching one is verified. Without
+   * it, digests are vouched for by an origin reader: the registry's word, good for checking
+   * transfers between peers, not for serving a piece to a later request as verified.
+   */
+  confirmed?: boolean;
+  /** Forget every digest not confirmed first: a peer's whole blob failed its digest, so any may be a lie. */
+  forgetVouched?: boolean;
+}
 
 export interface PeerStat {
   peerId: string;
@@ -112,7 +130,10 @@ export interface TaskStat {
   registry: string;
   contentLength: number;
   pieceCount: number;
+  /** Pieces with a digest: vouched for by an origin reader, or confirmed. */
   trustedDigests: number;
+  /** Pieces whose digest a peer's verified whole blob confirmed. */
+  confirmedDigests: number;
   peers: PeerStat[];
   bytesFromPeers: number;
   bytesFromSeeds: number;

@@ -64,6 +64,13 @@ export class Peer {
   readonly arriving: PieceSet;
   /** What its reports showed of its transfers (adaptive shape). */
   readonly pace = new PeerPace();
+  /** Pieces it reported a digest for while on this stream. */
+  readonly reportedDigests: PieceSet;
+  /**
+   * The digests among those that were not the task's digest then (usually none): with the task's
+   * digests, what it holds if its whole blob verifies.
+   */
+  readonly ownDigests = new Map<number, string>();
   /** When its parent set last changed: a piece started before was asked of another parent. */
   parentsSince = 0;
 
@@ -79,6 +86,7 @@ export class Peer {
   ) {
     this.pieces = new PieceSet(task.pieceCount);
     this.arriving = new PieceSet(task.pieceCount);
+    this.reportedDigests = new PieceSet(task.pieceCount);
   }
 
   get isSeed(): boolean {
@@ -161,8 +169,13 @@ export function taskKey(id: string, registry: string): string {
  */
 export class Task {
   readonly peers = new Map<string, Peer>();
-  /** Piece digests reported by peers that read the origin with the scheduler's permission. */
+  /**
+   * Piece digests reported by peers that read the origin with the scheduler's permission (the
+   * registry's word), replaced by confirmed ones once a peer's whole blob verifies.
+   */
   readonly digests = new Map<number, string>();
+  /** Pieces whose digest is confirmed: a peer holding a piece with it verified the whole blob. */
+  readonly confirmed = new Set<number>();
   readonly bytes = { peer: 0, seed: 0, origin: 0 };
   origin?: OriginRequest;
   /** Seeds asked to fetch this task (so none is asked twice), with when and whether that failed. */

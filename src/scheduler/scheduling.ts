@@ -1,5 +1,14 @@
 import type { Logger } from '../common/log.js';
-import type { HostInfo, ParentInfo, PieceFailed, PieceFinished, RegisterPeer, SchedulerPacket, TaskStat } from '../rpc/scheduler-api.js';
+import type {
+  HostInfo,
+  ParentInfo,
+  PieceDigests,
+  PieceFailed,
+  PieceFinished,
+  RegisterPeer,
+  SchedulerPacket,
+  TaskStat,
+} from '../rpc/scheduler-api.js';
 import type { SchedulingConfig } from './config.js';
 import { Adaptation } from './adaptive.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
@@ -94,7 +103,7 @@ export class Scheduling {
     task.peers.set(peer.id, peer);
     host.peers.add(peer);
     task.lastActive = now;
-    if (task.digests.size) send({ packet: 'digests', digests: { digests: Object.fromEntries(task.digests) } });
+    this.sendKnownDigests(task, send);
     this.schedule(peer);
     return peer;
   }
@@ -196,13 +205,14 @@ export class Scheduling {
     peer.pieceStored(report.index);
     task.lastActive = this.hooks.now();
     const length = report.length > 0 ? report.length : task.pieceSize;
+    const wellFormed = DIGEST.test(report.digest);
     if (report.fromOrigin) {
       if (isNew) {
         task.bytes.origin += length;
         this.hooks.onBytes?.(task, 'origin', length);
       }
       // Only a peer the scheduler sent to the origin is believed about piece digests.
-      if (peer.state === 'backToSource' && /^sha256:[0-9a-f]{64}$/.test(report.digest)) this.learnDigest(task, report.index, report.digest);
+      if (peer.state === 'backToSource' && wellFormed) this.learnDigest(task, report.index, report.digest);
     } else if (report.parentId) {
       const parent = task.peers.get(report.parentId);
       const source = parent?.isSeed ? 'seed' : 'peer';
@@ -214,6 +224,10 @@ export class Scheduling {
         parent.recordCost(report.costMs, length);
         peer.bytesByParentHost.set(parent.host.id, (peer.bytesByParentHost.get(parent.host.id) ?? 0) + length);
       }
+    }
+    if (wellFormed) {
+      peer.reportedDigests.add(report.index);
+      if (task.digests.get(report.index) !== report.digest) peer.ownDigests.set(report.index, report.digest);
     }
     if (this.config.shape === 'adaptive') this.adaptive.stored(peer, report, length, startedAt, this.hooks.now());
     // A first holder appeared: peers waiting for one can now be given a parent.
@@ -262,6 +276,7 @@ export class Scheduling {
 
   finished(peer: Peer): void {
     for (let index = 0; index < peer.task.pieceCount; index++) peer.pieceStored(index);
+    this.confirmDigests(peer);
     peer.state = 'finished';
     this.setParents(peer, []);
     for (const other of peer.task.peers.values()) if (other.state === 'waiting') this.schedule(other);
@@ -325,6 +340,7 @@ export class Scheduling {
       contentLength: task.contentLength,
       pieceCount: task.pieceCount,
       trustedDigests: task.digests.size,
+      confirmedDigests: task.confirmed.size,
       peers: [...task.peers.values()].map((p) => ({
         peerId: p.id,
         hostId: p.host.id,
@@ -442,6 +458,11 @@ export class Scheduling {
     return score;
   }
 
+  /**
+   * Takes the digest an origin reader reported for a piece, to vouch for it to the task's other
+   * peers. It is the registry's word: it checks transfers between peers, and a piece matching it
+   * is verified only once a whole blob with it verifies (confirmDigests).
+   */
   learnDigest(task: Task, index: number, digest: string): void {
     const known = task.digests.get(index);
     if (known === digest) return;
@@ -450,13 +471,76 @@ export class Scheduling {
       return;
     }
     task.digests.set(index, digest);
+    this.sendDigests(task, { digests: { [index]: digest } });
+  }
+
+  /**
+   * The peer's whole blob verified against the blob's digest, so the digests of the pieces it
+   * holds are true: they replace what origin readers vouched for (a registry that lied to one of
+   * them is overruled), and every peer may count pieces matching them as verified.
+   */
+  private confirmDigests(peer: Peer): void {
+    const task = peer.task;
+    const confirmed: Record<number, string> = {};
+    for (let index = 0; index < task.pieceCount; index++) {
+      // A piece held since before a restart: its digest was never reported on this stream.
+      if (task.confirmed.has(index) || !peer.reportedDigests.has(index)) continue;
+      const digest = peer.ownDigests.get(index) ?? task.digests.get(index);
+      if (!digest) continue;
+      const vouched = task.digests.get(index);
+      if (vouched && vouched !== digest) {
+        this.log.warn(
+          { task: task.id, index, vouched, verified: digest },
+          'a verified blob overrules the digest an origin reader reported',
+        );
+      }
+      task.digests.set(index, digest);
+      task.confirmed.add(index);
+      confirmed[index] = digest;
+    }
+    peer.ownDigests.clear();
+    if (Object.keys(confirmed).length > 0) this.sendDigests(task, { digests: confirmed, confirmed: true });
+  }
+
+  /**
+   * A peer's whole blob did not match its digest. Its pieces came from the origin or were checked
+   * against vouched-for digests, so any of those may be a registry's lie: every digest not
+   * confirmed is forgotten, here and by the task's peers, and the next origin reader's are learnt.
+   */
+  contentMismatch(peer: Peer): void {
+    const task = peer.task;
+    let forgotten = 0;
+    for (const index of [...task.digests.keys()]) {
+      if (task.confirmed.has(index)) continue;
+      task.digests.delete(index);
+      forgotten++;
+    }
+    this.log.warn({ task: task.id, peer: peer.id, forgotten }, "a peer's blob failed its digest: forgot the piece digests not confirmed");
+    if (forgotten > 0) this.sendDigests(task, { digests: {}, forgetVouched: true });
+    // Seeds drop what they read too: one may be asked again for the next reader.
+    task.triggeredSeeds.clear();
+  }
+
+  /** A newcomer's digests: the vouched-for ones, then the confirmed ones. */
+  private sendKnownDigests(task: Task, send: (packet: SchedulerPacket) => void): void {
+    const vouched: Record<number, string> = {};
+    const confirmed: Record<number, string> = {};
+    for (const [index, digest] of task.digests) (task.confirmed.has(index) ? confirmed : vouched)[index] = digest;
+    if (Object.keys(vouched).length > 0) send({ packet: 'digests', digests: { digests: vouched } });
+    if (Object.keys(confirmed).length > 0) send({ packet: 'digests', digests: { digests: confirmed, confirmed: true } });
+  }
+
+  private sendDigests(task: Task, digests: PieceDigests): void {
     for (const peer of task.peers.values()) {
-      // Origin readers have the piece already; finished peers need no digests.
-      if (peer.state === 'left' || peer.state === 'backToSource' || peer.isFinished) continue;
-      peer.send({ packet: 'digests', digests: { digests: { [index]: digest } } });
+      // Origin readers have their pieces already, but may still verify them by confirmed digests.
+      if (peer.state === 'left' || peer.isFinished) continue;
+      if (peer.state === 'backToSource' && !digests.confirmed && !digests.forgetVouched) continue;
+      peer.send({ packet: 'digests', digests });
     }
   }
 }
+
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 /**
  * `piecesAtOnce`: one in chains (a pipeline, the adaptive shape), where a second piece would split

@@ -93,6 +93,7 @@ export function schedulerHandlers(
               return scheduling.finished(peer);
             case 'downloadFailed':
               log.info({ peer: peer.id, message: packet.downloadFailed.message }, 'peer download failed');
+              if (packet.downloadFailed.contentMismatch) scheduling.contentMismatch(peer);
               return scheduling.leave(peer);
           }
         } catch (error) {

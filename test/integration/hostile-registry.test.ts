@@ -3,9 +3,11 @@
 // the peer goes on serving, and nothing wrong is kept: a later honest answer gets the right bytes.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { request } from 'undici';
-import { startLyingRegistry, type LyingRegistry } from '../fixtures/lying-registry.js';
+import { startLyingRegistry, type Lies, type LyingRegistry } from '../fixtures/lying-registry.js';
 import { startPeer, type RunningPeerProcess } from '../fixtures/peer.js';
 
 const sha256 = (bytes: Buffer) => `sha256:${createHash('sha256').update(bytes).digest('hex')}`;
@@ -149,5 +151,79 @@ describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
       const whole = await pull(digest, {}, honest);
       assert.equal(sha256(whole.body), digest, 'a whole read from the honest registry verifies');
     }
+  });
+
+  describe('a request naming a registry that is no source of the stored copy: nothing is served before it verifies', () => {
+    const secret = 'Basic c2VjcmV0OnNlY3JldA==';
+    /** A private blob stored whole from the honest registry; the liar holds the same bytes, and lies about them. */
+    async function privateCopy(lies: Lies) {
+      const { digest, bytes } = honest.add({ size: 5 * 1024 * 1024, lies: { authorization: secret } });
+      registry.add({ bytes, lies });
+      const stored = await pull(digest, { authorization: secret }, honest);
+      assert.equal(sha256(stored.body), digest);
+      return { digest, bytes };
+    }
+
+    it('answers a whole read from a registry sending wrong bytes with a 502 and not one byte', async () => {
+      const { digest } = await privateCopy({ wrongBytes: 'always' });
+      const lied = await pull(digest);
+      assert.equal(lied.status, 502, 'the status says the registry failed, before any byte');
+      assert.match(lied.text, /not those of/);
+      await stillServing();
+    });
+
+    it('compares a range with the verified stored bytes: the liar gets a 502, a registry with the blob gets its range, read as a range', async () => {
+      const { digest, bytes } = await privateCopy({ wrongBytes: 'ranges' });
+      const lied = await pull(digest, { range: 'bytes=1000-1999' });
+      assert.equal(lied.status, 502);
+      assert.equal(lied.body.indexOf(bytes.subarray(1000, 1032)), -1);
+      assert.equal(lied.body.indexOf(Buffer.from(bytes.subarray(1000, 1032)).map((b) => b ^ 0xff)), -1, 'nor the lie');
+      registry.lie(digest, {});
+      const before = registry.requests().length;
+      const told = await pull(digest, { range: 'bytes=1000-1999' });
+      assert.equal(told.status, 206);
+      assert.ok(told.body.equals(bytes.subarray(1000, 2000)));
+      assert.deepEqual(
+        registry
+          .requests()
+          .slice(before)
+          .map((r) => r.range),
+        ['bytes=1000-1999'],
+        'the registry was asked for that range only',
+      );
+    });
+
+    it('spools and verifies the whole blob before serving a range of a copy not verified here, whichever registry lies', async () => {
+      // The copy stored here is being fetched from the liar (a range, unverified): a client naming
+      // the honest registry gets its bytes, verified whole first; one naming a third registry that
+      // lies gets a 502.
+      const third = await startLyingRegistry();
+      try {
+        await peer.stop();
+        peer = await startPeer({ insecure: [registry.host, honest.host, third.host] });
+        const { digest, bytes } = registry.add({ size: 5 * 1024 * 1024, lies: { wrongBytes: 'ranges' } });
+        honest.add({ bytes });
+        third.add({ bytes, lies: { wrongBytes: 'always' } });
+        await pull(digest, { range: 'bytes=0-99' });
+        const fromHonest = await pull(digest, { range: 'bytes=4000000-4000999' }, honest);
+        assert.equal(fromHonest.status, 206);
+        assert.ok(fromHonest.body.equals(bytes.subarray(4_000_000, 4_001_000)));
+        assert.equal(
+          honest.requests().filter((r) => r.method === 'GET' && r.path.endsWith(digest))[0]?.range,
+          undefined,
+          'the whole blob was read',
+        );
+        const fromThird = await pull(digest, { range: 'bytes=4000000-4000999' }, third);
+        assert.equal(fromThird.status, 502);
+        assert.match(fromThird.text, /hash to/);
+        const several = await pull(digest, { range: 'bytes=0-9,20-29' }, honest);
+        assert.equal(several.status, 200, 'several ranges get the whole verified blob');
+        assert.equal(sha256(several.body), digest);
+        const spooled = await readdir(join(peer.dataDir, 'spool'));
+        assert.deepEqual(spooled, [], 'nothing is left in the spool');
+      } finally {
+        await third.stop();
+      }
+    });
   });
 });

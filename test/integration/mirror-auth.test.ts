@@ -152,6 +152,10 @@ describe('peer mirror: private registry', { timeout: 300_000 }, () => {
       }
       // The request went to the registry it named, which does not have the blob.
       assert.ok(yes.requests().some((r) => r.method === 'GET' && r.path.endsWith(blob.digest)));
+      // Its refusal made it no source of the blob: the stored copy is still private.
+      const anonymous = await request(blobUrl(blob.digest));
+      assert.equal(anonymous.statusCode, 401, 'an anonymous client is still refused');
+      await anonymous.body.dump();
       const tasks = await request(`${peer.url}/_starling/tasks`);
       assert.equal(tasks.statusCode, 200, 'the local host may list tasks');
       await tasks.body.dump();

@@ -237,6 +237,28 @@ describe('BlobTask with an origin source', () => {
     await origin.close();
   });
 
+  it('counts a piece from parents as verified only once the scheduler confirms its digest, whenever it is stored', async () => {
+    const task = await makeTask();
+    const piece = (index: number) => data.subarray(index * MIN_PIECE_SIZE, Math.min(data.length, (index + 1) * MIN_PIECE_SIZE));
+    const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+    // Checked against an origin reader's digest (the registry's word): stored, not verified.
+    await task.storePiece(0, piece(0), { from: 'seed', parentId: 'seed-1', sha256: sha(piece(0)) });
+    await task.storePiece(1, Buffer.alloc(piece(1).length, 7), {
+      from: 'peer',
+      parentId: 'p',
+      sha256: sha(Buffer.alloc(piece(1).length, 7)),
+    });
+    assert.equal(task.pieceVerified(0), false);
+    assert.equal(task.pieceServable(0), true, 'served to later requests naming its registry: the swarm read it there');
+    assert.ok(task.holdsUnverifiedPieces());
+    task.confirmPieces({ 0: `sha256:${sha(piece(0))}`, 1: `sha256:${sha(piece(1))}`, 2: `sha256:${sha(piece(2))}` });
+    assert.equal(task.pieceVerified(0), true, 'its digest is confirmed');
+    assert.equal(task.pieceVerified(1), false, 'a piece whose bytes are not the confirmed ones stays unverified');
+    await task.storePiece(2, piece(2), { from: 'origin' });
+    assert.equal(task.pieceVerified(2), true, 'a piece stored after the confirmation, from anywhere, matching it');
+    await task.fail(new Error('done'));
+  });
+
   it('discards a blob whose bytes do not match its digest', async () => {
     const origin = await startOrigin(data, 'honest');
     const task = await makeTask(digestOf('something else'));

@@ -116,6 +116,56 @@ describe('scheduling: who reads the origin', () => {
     assert.deepEqual(packets.get(late.id)?.[0], { packet: 'digests', digests: { digests: { 3: digest(3) } } });
   });
 
+  it("confirms piece digests when a peer's whole blob verifies, overruling an origin reader's lie, and tells every peer", () => {
+    const { scheduling, join, packets } = engine();
+    const reader = join('node-1');
+    const lie = digest(77);
+    scheduling.pieceFinished(reader, { index: 0, digest: lie, parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    scheduling.pieceFinished(reader, { index: 1, digest: digest(1), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    const waiting = join('node-2');
+    assert.deepEqual(packets.get(waiting.id)?.[0], { packet: 'digests', digests: { digests: { 0: lie, 1: digest(1) } } });
+    // A restarted holder says it finished without reporting digests: nothing of its is confirmed.
+    const restarted = join('node-3', {}, all(10));
+    scheduling.finished(restarted);
+    assert.equal(reader.task.confirmed.size, 0, 'a blob held since before a restart confirms no digest it never reported');
+    // node-4 read the whole blob itself (not sent to the origin: not believed as it went), and it verified.
+    const verifier = join('node-4');
+    for (let index = 0; index < 10; index++) {
+      scheduling.pieceFinished(verifier, { index, digest: digest(index), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    }
+    assert.equal(reader.task.digests.get(0), lie, 'still the registry word of the origin reader');
+    scheduling.finished(verifier);
+    assert.equal(reader.task.digests.get(0), digest(0), 'the verified blob overrules the lie');
+    assert.equal(reader.task.confirmed.size, 10);
+    const confirmed = packets.get(waiting.id)?.at(-1);
+    assert.ok(confirmed?.packet === 'digests' && confirmed.digests.confirmed, 'the waiting peer hears the confirmed digests');
+    assert.equal(confirmed.digests.digests[0], digest(0));
+    const late = join('node-5');
+    assert.deepEqual(packets.get(late.id)?.[0], {
+      packet: 'digests',
+      digests: { digests: Object.fromEntries(all(10).map((i) => [i, digest(i)])), confirmed: true },
+    });
+  });
+
+  it("forgets the digests not confirmed when a peer's blob fails its digest, tells the peers, and may trigger the seed again", () => {
+    const { scheduling, join, packets, triggers } = engine();
+    scheduling.announceHost(host('seed-1', { seed: true }));
+    const child = join('node-1');
+    assert.deepEqual(triggers, ['seed-1']);
+    const seed = join('seed-1', { seed: true });
+    scheduling.pieceFinished(seed, { index: 2, digest: digest(66), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+    assert.equal(child.task.digests.size, 1);
+    scheduling.contentMismatch(seed);
+    scheduling.leave(seed);
+    assert.equal(child.task.digests.size, 0, 'the vouched-for digest is forgotten');
+    assert.ok(
+      packets.get(child.id)?.some((p) => p.packet === 'digests' && p.digests.forgetVouched),
+      'the peer is told to forget them too',
+    );
+    join('node-2');
+    assert.deepEqual(triggers, ['seed-1', 'seed-1'], 'the seed is asked again for the next reader');
+  });
+
   it('sends a peer to the origin after R fruitless rounds whatever the limit', () => {
     const { scheduling, join, last } = engine({ backToSourceLimit: 1, retryLimit: 3 });
     join('node-1'); // the one origin reader, which never reports a piece

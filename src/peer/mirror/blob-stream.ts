@@ -54,10 +54,10 @@ export class BlobStreamer {
       const stop = Math.min(range.end, bounds.offset + bounds.length - 1);
       const holdForVerification = plan.whole && index === task.layout.pieceCount - 1;
       const own = plan.whole || plan.fetchedForThis.has(index);
-      if (!own && !task.pieceVerified(index)) {
+      if (!own && !task.pieceServable(index)) {
         // Another request's fetch brings this piece, or brought it unverified: verified bytes only.
         await task.waitForPiece(index);
-        if (!task.pieceVerified(index)) {
+        if (!task.pieceServable(index)) {
           await plan.fromRegistry(position, stop);
           this.deps.metrics.unverifiedRangeBytes.inc(stop - position + 1);
           continue;

@@ -17,6 +17,7 @@ import { readableAnonymously, type AccessChecker } from '../access/checker.js';
 import { ruleFor } from '../access/rule.js';
 import { BlobStreamer, coveringPieces, type StreamPlan } from './blob-stream.js';
 import { relayRangeFromRegistry, serveFromNamedRegistry } from './named-registry.js';
+import type { Spool } from '../../storage/spool.js';
 import { API_VERSION_HEADER, writeChunk } from './respond.js';
 
 const BLOB_CONTENT_TYPE = 'application/octet-stream';
@@ -27,6 +28,8 @@ export interface BlobServiceDeps {
   sourceFor?: (task: BlobTask, origin: OriginSource) => PieceSource;
   transport: RegistryTransport;
   access: AccessChecker;
+  /** Where a blob from a registry that is no source of the stored copy waits for its digest check. */
+  spool: Spool;
   downloadLimiter: RateLimiter;
   metrics: PeerMetrics;
   log: Logger;
@@ -44,7 +47,13 @@ export class BlobService {
     const authorization = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
     const lease = await this.leaseAuthorized(digest, blobUrl, authorization, res, req.method === 'HEAD');
     if (lease === 'refused') return;
-    if (lease === 'foreign') return serveFromNamedRegistry(req, res, blobUrl, this.deps);
+    if (lease.foreign) {
+      try {
+        return await serveFromNamedRegistry(req, res, blobUrl, lease.task, this.deps);
+      } finally {
+        lease.release();
+      }
+    }
     try {
       const origin = new OriginSource(
         blobUrl,
@@ -69,7 +78,7 @@ export class BlobService {
   /**
    * Finds or creates the blob's task, making sure this client may read it (access/rule.ts): the
    * client's registry must be a source of the blob, and accept the client's credentials unless
-   * the blob is public. 'foreign': the registry the client names is no source of the blob here.
+   * the blob is public. `foreign`: the registry the client names is no source of the blob here.
    */
   private async leaseAuthorized(
     digest: string,
@@ -77,7 +86,7 @@ export class BlobService {
     authorization: string | undefined,
     res: ServerResponse,
     headOnly: boolean,
-  ): Promise<TaskLease | 'refused' | 'foreign'> {
+  ): Promise<(TaskLease & { foreign?: boolean }) | 'refused'> {
     const { metrics } = this.deps;
     let lease = this.deps.tasks.lease(digest);
     metrics.blobRequests.inc({ cache: lease ? (lease.task.complete ? 'hit' : 'partial') : 'miss' });
@@ -98,8 +107,7 @@ export class BlobService {
     if (rule.kind === 'public') return lease;
     if (rule.kind === 'foreign') {
       metrics.accessChecks.inc({ result: 'foreign' });
-      lease.release();
-      return 'foreign';
+      return { ...lease, foreign: true };
     }
     const decision = await this.deps.access.check(blobUrl, authorization);
     metrics.accessChecks.inc({ result: decision.allowed ? 'allowed' : 'denied' });

@@ -1,5 +1,5 @@
 import { sha256Hex } from '../../common/hashing.js';
-import type { PeerPacket } from '../../rpc/scheduler-api.js';
+import type { PeerPacket, PieceDigests } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
@@ -71,6 +71,8 @@ export class PiecesFromParents {
   private readonly attempts = new Map<number, Attempt[]>();
   /** Piece digests the scheduler vouched for (from the peer that read the origin). */
   private readonly digests = new Map<number, string>();
+  /** The digests among them that a verified whole blob confirmed. */
+  private readonly confirmed = new Set<number>();
   /** Checks waiting for a piece's digest (a piece a parent fetched on demand, vouched for as it was stored there). */
   private readonly digestWaiters = new Map<number, Set<() => void>>();
   /**
@@ -114,10 +116,17 @@ export class PiecesFromParents {
     return true;
   }
 
-  vouch(digests: Record<string, string>): void {
+  /** Takes the scheduler's digests (scheduler-api.ts, PieceDigests). */
+  vouch({ digests, confirmed = false, forgetVouched = false }: PieceDigests): void {
     this.unvouchedAllowed = true;
-    for (const [key, digest] of Object.entries(digests)) {
+    if (forgetVouched) {
+      for (const index of this.digests.keys()) if (!this.confirmed.has(index)) this.digests.delete(index);
+    }
+    for (const [key, digest] of Object.entries(digests ?? {})) {
       const index = Number(key);
+      // A confirmed digest is the piece's true one: no later word of an origin reader replaces it.
+      if (this.confirmed.has(index)) continue;
+      if (confirmed) this.confirmed.add(index);
       this.digests.set(index, digest);
       const waiters = this.digestWaiters.get(index);
       this.digestWaiters.delete(index);

@@ -183,11 +183,11 @@ export class SchedulerSession {
   }
 
   /** Leaves the task; `failure` is told to the scheduler unless the download finished. */
-  close(failure: string): void {
+  close(failure: string, contentMismatch = false): void {
     this.closed = true;
     this.stopRejoinWait?.();
     if (!this.stream) return;
-    if (!this.finished) this.report({ packet: 'downloadFailed', downloadFailed: { message: failure } });
+    if (!this.finished) this.report({ packet: 'downloadFailed', downloadFailed: { message: failure, contentMismatch } });
     this.stream.end();
   }
 }

@@ -191,7 +191,7 @@ export class SwarmDownload {
   }
 
   /** The blob failed verification or was evicted: leave the task. */
-  close(reason: string): void {
+  close(reason: string, contentMismatch = false): void {
     if (this.closed) return;
     this.closed = true;
     clearTimeout(this.idleTimer);
@@ -199,7 +199,7 @@ export class SwarmDownload {
     this.fromParents.stop();
     this.fromOrigin.stop();
     this.parents.closeAll();
-    this.session.close(reason);
+    this.session.close(reason, contentMismatch);
     this.wanted.fail(new Error(`swarm download of ${this.task.digest} closed: ${reason}`));
     this.onClosed(this);
   }
@@ -213,7 +213,13 @@ export class SwarmDownload {
   private onPacket(packet: SchedulerPacket): void {
     switch (packet.packet) {
       case 'digests':
-        this.fromParents.vouch(packet.digests.digests ?? {});
+        this.fromParents.vouch(packet.digests);
+        if (packet.digests.confirmed) this.task.confirmPieces(packet.digests.digests ?? {});
+        if (packet.digests.forgetVouched && this.task.holdsUnverifiedPieces()) {
+          // Some peer's copy failed the blob's digest: what this one holds unverified may be the lie.
+          void this.task.fail(new Error(`a peer's copy of ${this.task.digest} failed its digest: pieces not verified are dropped`));
+          return;
+        }
         break;
       case 'parents':
         this.useParents();

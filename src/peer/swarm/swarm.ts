@@ -146,9 +146,10 @@ export class Swarm {
     else if (this.started && !this.closing) this.downloadFor(task).announceHolding();
   }
 
-  forget(digest: string, reason: string): void {
+  /** Leaves the task's swarm; `contentMismatch`: the blob failed its digest (the scheduler forgets what this peer vouched for). */
+  forget(digest: string, reason: string, { contentMismatch = false } = {}): void {
     this.onDemand.delete(digest);
-    this.downloads.get(digest)?.close(reason);
+    this.downloads.get(digest)?.close(reason, contentMismatch);
   }
 
   /** `POST /_starling/seed` on a seed: fetch the task from its origin for the swarm, each piece as a child asks for it. */
