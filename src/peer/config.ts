@@ -31,6 +31,8 @@ const baseUrl = (example: string) =>
     { message: `expected a base URL such as ${example}` },
   );
 
+const UPLOAD_MAX_CONNECTIONS = 8192;
+
 /** The peer's configuration file (YAML) and flags, in one validated shape. Unknown keys are errors. */
 export const peerConfigSchema = z
   .object({
@@ -72,6 +74,11 @@ export const peerConfigSchema = z
         /** The manager's URL: it tells the peer its schedulers and sends it preheat jobs. */
         manager: baseUrl('http://10.0.0.1:8080').optional(),
         uploadListen: listenAddress.default('127.0.0.1:65002'),
+        /**
+         * Connections the upload server holds at once (children keep one per parent and task, a
+         * long poll and pieces); more are refused at accept, and the refusal is logged.
+         */
+        uploadMaxConnections: z.number().int().min(1).default(UPLOAD_MAX_CONNECTIONS),
         /** The address other peers use to reach the upload server; defaults to its listen host. */
         advertiseIp: z.string().optional(),
         hostId: z.string().min(1).optional(),
@@ -91,6 +98,7 @@ export const peerConfigSchema = z
       .default({
         schedulers: [],
         uploadListen: '127.0.0.1:65002',
+        uploadMaxConnections: UPLOAD_MAX_CONNECTIONS,
         seed: false,
         labels: {},
         uploadRateLimit: 0,

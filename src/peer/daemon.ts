@@ -129,11 +129,10 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
       },
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
-    // Children keep connections to their parents per task (a long poll and pieces): room for many.
     const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, {
       what: 'upload',
       tls,
-      limits: { maxConnections: 8192 },
+      limits: { maxConnections: config.swarm.uploadMaxConnections },
       log,
     });
     uploadAddress = upload.address;

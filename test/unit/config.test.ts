@@ -30,6 +30,17 @@ describe('peer configuration', () => {
     assert.equal(config.storage.quota, 2 * 2 ** 30);
     assert.equal(config.storage.highWatermark, 0.9);
     assert.deepEqual(config.registries.insecure, []);
+    assert.equal(config.swarm.uploadMaxConnections, 8192);
+  });
+
+  it('takes connection caps for the mirror and the upload server, and refuses one below 1', async () => {
+    const config = loadConfig(peerConfigSchema, {
+      file: await file('dataDir: /d\nmirror:\n  maxConnections: 100\nswarm:\n  uploadMaxConnections: 300\n'),
+    });
+    assert.equal(config.mirror.maxConnections, 100);
+    assert.equal(config.swarm.uploadMaxConnections, 300);
+    const zero = await file('dataDir: /d\nswarm:\n  uploadMaxConnections: 0\n');
+    assert.throws(() => loadConfig(peerConfigSchema, { file: zero }), /swarm\.uploadMaxConnections/);
   });
 
   it('names every bad key', async () => {
