@@ -687,7 +687,9 @@ describe('hostile clients: the manager', { timeout: 60_000 }, () => {
       await response.body.dump();
     }
     const grown = rss() - before;
-    assert.ok(grown < 64 * 1024 * 1024, `RSS grew ${Math.round(grown / 2 ** 20)} MB for ten 32 MiB bodies without a token`);
+    // Parsing them grew it by 576 MB (97 → 673). Discarding them unread still passes 320 MB through
+    // Node's socket buffers, which the allocator gives back in its own time: 68 MB was seen once.
+    assert.ok(grown < 160 * 1024 * 1024, `RSS grew ${Math.round(grown / 2 ** 20)} MB for ten 32 MiB bodies without a token`);
     const tooBig = await request(`${url}/api/v1/schedulers/keepalive`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${(await clusterToken()).token}` },

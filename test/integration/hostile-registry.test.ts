@@ -191,6 +191,8 @@ describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
         ['bytes=1000-1999'],
         'the registry was asked for that range only',
       );
+      const beyond = await pull(digest, { range: `bytes=${bytes.length + 10}-` });
+      assert.equal(beyond.status, 416, 'the verified copy knows the size: no registry is asked');
     });
 
     it('spools and verifies the whole blob before serving a range of a copy not verified here, whichever registry lies', async () => {

@@ -56,6 +56,12 @@ export async function serveFromNamedRegistry(
   const rangeHeader = typeof req.headers.range === 'string' ? req.headers.range : undefined;
   const asked = parseRange(rangeHeader, task.size);
   if (asked.kind === 'invalid') throw new OciError('RANGE_INVALID', asked.reason, { status: 400 });
+  if (asked.kind === 'unsatisfiable' && task.complete) {
+    // The stored copy is verified, so its size is the blob's: no registry can satisfy the range.
+    throw new OciError('RANGE_INVALID', asked.reason ?? `range not satisfiable for a blob of ${task.size} bytes`, {
+      headers: { 'content-range': `bytes */${task.size}` },
+    });
+  }
   const named = { url: blobUrl, authorization, transport: deps.transport };
   let deliveredWhole: boolean;
   if (asked.kind === 'none' && task.complete) {
@@ -179,6 +185,7 @@ async function compareWithStored(
       status: 502,
     });
   }
+  if (!res.headersSent) writeBlobHead(res, task.digest, task.size, partial ? range : undefined); // a zero-byte blob
   res.end();
   return true;
 }
