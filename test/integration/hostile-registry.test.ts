@@ -195,6 +195,27 @@ describe('peer mirror: a registry that lies', { timeout: 120_000 }, () => {
       assert.equal(beyond.status, 416, 'the verified copy knows the size: no registry is asked');
     });
 
+    it('gives no unverified byte when the named registry fails after its 200, sends another length, or cuts the connection', async () => {
+      // The fixture's wrong length is for whole reads; its failures and cuts are for every read.
+      const cases: Array<[Lies, Array<Record<string, string>>]> = [
+        [{ getStatus: 500 }, [{}, { range: 'bytes=0-2999999' }]],
+        [{ getLength: 4000 }, [{}]],
+        [{ resetAfter: 1_000_000 }, [{}, { range: 'bytes=0-2999999' }]],
+      ];
+      for (const [lies, requests] of cases) {
+        const { digest, bytes } = await privateCopy(lies);
+        for (const headers of requests) {
+          const failed = await pull(digest, headers);
+          const what = `${JSON.stringify(lies)} ${JSON.stringify(headers)}: ${failed.status}`;
+          if (failed.status === 502) continue;
+          // Compared with the verified copy as they came, the bytes before the cut may go out: only those.
+          assert.ok(failed.status === 0 || !failed.complete, what);
+          assert.ok(bytes.subarray(0, failed.body.length).equals(failed.body), `${what}: only verified bytes before the cut`);
+        }
+      }
+      await stillServing();
+    });
+
     it('spools and verifies the whole blob before serving a range of a copy not verified here, whichever registry lies', async () => {
       // The copy stored here is being fetched from the liar (a range, unverified): a client naming
       // the honest registry gets its bytes, verified whole first; one naming a third registry that
