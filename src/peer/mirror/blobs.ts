@@ -12,15 +12,13 @@ import type { PeerMetrics } from '../metrics.js';
 import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
 import { UpstreamStatusError, type PieceSource } from '../sources/piece-source.js';
 import type { BlobProbe, TaskLease, TaskManager } from '../task-manager.js';
-import { contentRange, multipartLayout, parseRange } from '../http-range.js';
+import { multipartLayout, parseRange } from '../http-range.js';
 import { readableAnonymously, type AccessChecker } from '../access/checker.js';
 import { ruleFor } from '../access/rule.js';
 import { BlobStreamer, coveringPieces, type StreamPlan } from './blob-stream.js';
 import { relayRangeFromRegistry, serveFromNamedRegistry } from './named-registry.js';
 import type { Spool } from '../../storage/spool.js';
-import { API_VERSION_HEADER, writeChunk } from './respond.js';
-
-const BLOB_CONTENT_TYPE = 'application/octet-stream';
+import { API_VERSION_HEADER, BLOB_CONTENT_TYPE, blobHeaders, writeBlobHead, writeChunk } from './respond.js';
 
 export interface BlobServiceDeps {
   tasks: TaskManager;
@@ -138,7 +136,7 @@ export class BlobService {
   private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, source: PieceSource, blobUrl: URL): Promise<void> {
     const size = task.size;
     const range = parseRange(typeof req.headers.range === 'string' ? req.headers.range : undefined, size);
-    const common = { ...API_VERSION_HEADER, 'docker-content-digest': task.digest, 'accept-ranges': 'bytes', etag: `"${task.digest}"` };
+    const common = blobHeaders(task.digest);
     const headOnly = req.method === 'HEAD';
 
     if (range.kind === 'invalid') throw new OciError('RANGE_INVALID', range.reason, { status: 400 });
@@ -154,16 +152,9 @@ export class BlobService {
     const boundary = `starling-${randomBytes(12).toString('hex')}`;
     const multipart = parts.length > 1 ? multipartLayout(parts, size, BLOB_CONTENT_TYPE, boundary) : undefined;
     const head = () => {
-      if (whole) res.writeHead(200, { ...common, 'content-type': BLOB_CONTENT_TYPE, 'content-length': size });
-      else if (multipart)
+      if (multipart)
         res.writeHead(206, { ...common, 'content-type': `multipart/byteranges; boundary=${boundary}`, 'content-length': multipart.length });
-      else
-        res.writeHead(206, {
-          ...common,
-          'content-type': BLOB_CONTENT_TYPE,
-          'content-range': contentRange(first, size),
-          'content-length': first.end - first.start + 1,
-        });
+      else writeBlobHead(res, task.digest, size, whole ? undefined : first);
     };
     if (headOnly) {
       head();

@@ -12,12 +12,12 @@ import type { Spool, SpoolFile } from '../../storage/spool.js';
 import type { BlobSource } from '../../storage/stored-blob.js';
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
-import { contentRange, parseRange, type ByteRange } from '../http-range.js';
+import { parseRange, type ByteRange } from '../http-range.js';
 import { relayableHeaders } from '../sources/origin-source.js';
 import type { TaskManager } from '../task-manager.js';
 import { coveringPieces } from './blob-stream.js';
 import { passThrough } from './manifests.js';
-import { API_VERSION_HEADER, ClientGoneError, writeChunk } from './respond.js';
+import { API_VERSION_HEADER, ClientGoneError, writeBlobHead, writeChunk } from './respond.js';
 
 export interface NamedRegistryDeps {
   transport: RegistryTransport;
@@ -249,18 +249,6 @@ async function spoolAndServe(
     answer.body.destroy();
     await file?.discard();
   }
-}
-
-function writeBlobHead(res: ServerResponse, digest: string, size: number, range: ByteRange | undefined): void {
-  const common = {
-    ...API_VERSION_HEADER,
-    'content-type': 'application/octet-stream',
-    'docker-content-digest': digest,
-    'accept-ranges': 'bytes',
-    etag: `"${digest}"`,
-  };
-  if (!range) return void res.writeHead(200, { ...common, 'content-length': size });
-  res.writeHead(206, { ...common, 'content-range': contentRange(range, size), 'content-length': range.end - range.start + 1 });
 }
 
 async function sendSpooled(res: ServerResponse, file: SpoolFile, range: ByteRange): Promise<void> {

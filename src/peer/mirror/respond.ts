@@ -1,7 +1,22 @@
 import type { ServerResponse } from 'node:http';
 import { OciError } from '../../oci/errors.js';
+import { contentRange, type ByteRange } from '../http-range.js';
 
 export const API_VERSION_HEADER = { 'docker-distribution-api-version': 'registry/2.0' };
+
+export const BLOB_CONTENT_TYPE = 'application/octet-stream';
+
+/** Headers every answer with a blob's bytes carries. */
+export function blobHeaders(digest: string): Record<string, string> {
+  return { ...API_VERSION_HEADER, 'docker-content-digest': digest, 'accept-ranges': 'bytes', etag: `"${digest}"` };
+}
+
+/** The status line and headers of a blob's bytes: the whole blob (200), or one range of it (206). */
+export function writeBlobHead(res: ServerResponse, digest: string, size: number, range?: ByteRange): void {
+  const headers = { ...blobHeaders(digest), 'content-type': BLOB_CONTENT_TYPE };
+  if (!range) return void res.writeHead(200, { ...headers, 'content-length': size });
+  res.writeHead(206, { ...headers, 'content-range': contentRange(range, size), 'content-length': range.end - range.start + 1 });
+}
 
 export function sendOciError(res: ServerResponse, error: OciError, method = 'GET'): void {
   if (res.headersSent) {
