@@ -1,7 +1,18 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
 import { SLOW } from './pace.js';
-import { chainToSplit, farBelowReference, feedRate, feedsEach, heldBack, paceOf, probeTargets, roomOf, slowFeeder } from './placement.js';
+import {
+  chainToSplit,
+  downloadSharers,
+  farBelowReference,
+  feedRate,
+  feedsEach,
+  heldBack,
+  paceOf,
+  probeTargets,
+  roomOf,
+  slowFeeder,
+} from './placement.js';
 import type { Peer, Resources, Task } from './resources.js';
 
 /** What the adaptive shape needs of the scheduling engine. */
@@ -77,13 +88,16 @@ export class Adaptation {
       if (peer.state !== 'running' || peer.parents.length === 0) continue;
       const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
       const onlyParent = peer.parents.length === 1 ? peer.parents[0] : undefined;
-      const slow = onlyParent ? slowAgainstParent(peer, onlyParent, arriving, now) : undefined;
+      const sharers = downloadSharers(peer);
+      const slow = onlyParent ? slowAgainstParent(peer, onlyParent, arriving, now, sharers) : undefined;
       if (onlyParent && slow) {
+        // What the host's download carried, its other tasks' shares included: the link's measure.
+        const hostRate = slow.rate * sharers;
         const cap = peer.host.links.downCap;
         // Found slow before and no slower now: nothing new.
-        if (cap !== undefined && slow.rate > SLOW * cap) continue;
+        if (cap !== undefined && hostRate > SLOW * cap) continue;
         peer.pace.slowArrival = slow;
-        this.slowDownload(onlyParent, peer, slow.rate);
+        this.slowDownload(onlyParent, peer, hostRate);
         continue;
       }
       const bound = peer.pace.receiveBound(arriving, now, task.pieceSize);
@@ -160,13 +174,15 @@ export class Adaptation {
 /**
  * The child's slowest piece found slow against its parent's copy (see Adaptation.check), as a
  * bound on its rate and since when. None while a piece asked of an earlier parent still arrives:
- * it shares the child's download.
+ * it shares the child's download. `sharers` transfers share the host's download (placement.ts
+ * downloadSharers): the piece may take that many times as long.
  */
 function slowAgainstParent(
   child: Peer,
   parent: Peer,
   arriving: Array<[number, number]>,
   now: number,
+  sharers: number,
 ): { since: number; rate: number } | undefined {
   if (arriving.length < child.growing.size) return undefined;
   const size = child.task.pieceSize;
@@ -178,10 +194,10 @@ function slowAgainstParent(
     if (parentStored !== undefined && parentStored > start) {
       // No faster than the parent received it, nor than its upload's share for each child allows.
       const each = feedsEach(parent);
-      late = now - start > Math.max(parentStored - start, each === undefined ? 0 : size / each) / SLOW;
+      late = now - start > (Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers) / SLOW;
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
       const each = feedsEach(parent);
-      late = each !== undefined && (now - start) * each * SLOW > size;
+      late = each !== undefined && (now - start) * each * SLOW > size * sharers;
     } else {
       late = false; // the parent is still receiving it
     }

@@ -74,13 +74,14 @@ export function farBelowReference(peer: Peer, rate: number): boolean {
 }
 
 /**
- * The peer receives far below what it could: below SLOW of the reference and of its own download's
- * cap, when one was found (a node on a slower link than the fastest one is not held back by
+ * The peer receives far below what it could: its host's download (this task's rate times its
+ * downloadSharers) below SLOW of the reference and of its own download's cap, when one was found (a node on a slower link than the fastest one is not held back by
  * receiving at its own rate; without this, most of 1000 nodes with a spread of rates looked held
  * back and were placed again and again).
  */
 export function heldBack(peer: Peer, rate: number): boolean {
-  return rate < SLOW * Math.min(peer.task.adaptive.referenceRate, peer.host.links.downCap ?? Infinity);
+  const hostRate = rate * downloadSharers(peer);
+  return hostRate < SLOW * Math.min(peer.task.adaptive.referenceRate, peer.host.links.downCap ?? Infinity);
 }
 
 /** The download cap of a peer found slow against the task's reference: it rides as a passenger. */
@@ -127,14 +128,39 @@ export function roomOf(peer: Peer, except?: Peer): number | undefined {
 }
 
 /**
+ * Transfers sharing the peer's download now: its own, and one for each other task of its host with
+ * pieces arriving. A node mounting an image lazily reads its layers at once, one task each, and
+ * each layer gets a share of its link: that is no slow link. (Judged per task, 8 nodes mounting a
+ * 4-layer image were all found slow against the seed and sent to ride, bench/e2e-cluster.ts.)
+ */
+export function downloadSharers(peer: Peer): number {
+  let sharers = 1;
+  for (const other of peer.host.peers) if (other !== peer && other.state === 'running' && other.growing.size > 0) sharers++;
+  return sharers;
+}
+
+/**
+ * Children sharing the parent's upload now: its own in this task, and those of its host's other
+ * tasks with pieces arriving (an idle lazy reader takes nothing).
+ */
+export function uploadSharers(parent: Peer): number {
+  let sharers = parent.children.size;
+  for (const other of parent.host.peers) {
+    if (other === parent) continue;
+    for (const child of other.children) if (child.growing.size > 0) sharers++;
+  }
+  return Math.max(1, sharers);
+}
+
+/**
  * What the parent should feed each of its children, to judge one of them slow: its pace, and no
- * more than a share of its upload (a seed's children share its link, riders too). Undefined when
- * unknown or unlimited.
+ * more than a share of its upload (a seed's children share its link, riders too, and so do its
+ * host's children in other tasks). Undefined when unknown or unlimited.
  */
 export function feedsEach(parent: Peer): number | undefined {
   const pace = paceOf(parent) ?? Infinity;
   const upload = uploadEstimate(parent);
-  const share = upload === undefined ? Infinity : upload / Math.max(1, parent.children.size);
+  const share = upload === undefined ? Infinity : upload / uploadSharers(parent);
   const each = Math.min(pace, share);
   return Number.isFinite(each) ? each : undefined;
 }

@@ -26,16 +26,16 @@ function engine(config: Partial<SchedulingConfig> = {}) {
     { now: () => now, triggerSeed: async () => undefined },
     silentLogger,
   );
-  const join = (id: string, info: Partial<HostInfo> = {}, held: number[] = []) => {
+  const join = (id: string, info: Partial<HostInfo> = {}, held: number[] = [], taskId = TASK) => {
     scheduling.announceHost(host(id, info));
-    const peerId = `${id}|${TASK}`;
+    const peerId = `${id}|${taskId}`;
     const received: SchedulerPacket[] = [];
     packets.set(peerId, received);
     return scheduling.register(
       {
         peerId,
         hostId: id,
-        taskId: TASK,
+        taskId,
         contentLength: PIECES * PIECE,
         pieceSize: PIECE,
         origin: { url: 'http://registry/v2/x/blobs/d', headers: {} },
@@ -205,6 +205,46 @@ describe('adaptive shape: where slow peers go', () => {
     const b = e.join('b');
     assert.deepEqual(e.lastParents(b), ['seed'], 'the seed has room for b; a pipeline would chain it under a');
     assert.equal(seed.children.size, 2);
+  });
+});
+
+describe("adaptive shape: a host's tasks share its links", () => {
+  /** s of chainWithMiddle also receiving `others` more blobs (layers mounted at once), each from the seed. */
+  function middleReadingLayers(others: number) {
+    const e = engine();
+    const peers = chainWithMiddle(e);
+    for (let layer = 1; layer <= others; layer++) {
+      const taskId = `sha256:${String(layer).repeat(64)}`;
+      e.join('seed', { seed: true }, all(PIECES), taskId);
+      const alsoS = e.join('s', {}, [], taskId);
+      assert.equal(alsoS.state, 'running', `s reads layer ${layer} too`);
+      e.starts(alsoS, 0);
+    }
+    // a keeps a node's pace; s is still on its first piece after three of a's: as slow as in slowMiddle.
+    for (let k = 0; k < 3; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(peers.a, k);
+      e.starts(peers.a, k + 1);
+    }
+    e.at(1_000 + 3.2 * FAST);
+    e.scheduling.tick();
+    return { e, ...peers };
+  }
+
+  it('a node receiving four layers at once, each at a quarter of its link, is not found slow', () => {
+    const { e, a, s, c } = middleReadingLayers(3);
+    assert.equal(s.host.links.downCap, undefined, 'no cap on its download');
+    assert.equal(passengerCap(s), undefined, 'it keeps its chain slot');
+    assert.deepEqual(e.lastParents(c), ['s'], 'c stays under s');
+    assert.equal(a.host.links.cap, undefined);
+  });
+
+  it('with one other layer arriving, the same pace is still slow: its host received less than its parent fed', () => {
+    const { s } = middleReadingLayers(1);
+    const cap = s.host.links.downCap;
+    assert.ok(cap !== undefined, 's found slow');
+    // Its host's rate: this task's share counted twice (both transfers shared the download).
+    assert.ok(cap <= (2 * PIECE) / (3 * FAST) && cap > PIECE / (3.2 * FAST), `s capped at ${cap} for both transfers together`);
   });
 });
 
