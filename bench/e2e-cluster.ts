@@ -7,7 +7,7 @@
 //   swarm; (d) the snapshotter reading the registry directly; (c-no-bg) (c) without background fetch.
 //
 //   npx tsc -p . && npx tsx bench/e2e-cluster.ts --nodes 8 [--rows a,b,c,d] [--node-rate 50mbit] [--origin-rate 200mbit]
-//     [--model-size 256MiB] [--shard-size 4MiB] [--shards-loaded 4] [--image debian|busybox] [--shape mesh|pipeline|adaptive]
+//     [--model-size 256MiB] [--shard-size 4MiB] [--shards-loaded 4] [--image debian|busybox] [--shape adaptive|mesh|pipeline]
 //     [--json-out FILE] [--plots DIR] [--keep-logs DIR]
 //
 // The image (bench/lib/e2e-image.ts, cached in /var/tmp): Debian bookworm minbase, python3, a model
@@ -36,7 +36,11 @@ const args = scenarioArgs(
     'model-size': { type: 'string', default: '256MiB', help: 'the model layer: total size of its shards' },
     'shard-size': { type: 'string', default: '4MiB', help: 'size of one model shard' },
     'shards-loaded': { type: 'string', default: '4', help: 'shards the workload loads before its ready line' },
-    shape: { type: 'string', default: 'mesh', help: "the scheduler's parent graph: mesh, pipeline or adaptive (the scheduler's default)" },
+    shape: {
+      type: 'string',
+      default: 'adaptive',
+      help: "the scheduler's parent graph: adaptive (the scheduler's default), mesh or pipeline",
+    },
     'snapshotter-config': { type: 'string', help: 'more YAML for every snapshotter, e.g. "prefetch: {resolveAhead: false}"' },
     plots: { type: 'string', help: 'write the completion CDFs and the registry egress over time (SVG) there' },
     'keep-logs': { type: 'string', help: "copy every node's and every process's logs there" },

@@ -46,6 +46,12 @@ export interface RegisterPeer {
   heldPieces: number[];
 }
 
+export interface PieceStarted {
+  index: number;
+  /** Only background readers want the piece: no workload waits for it (absent: one does). */
+  background?: boolean;
+}
+
 export interface PieceFinished {
   index: number;
   digest: string;
@@ -71,7 +77,7 @@ export interface PieceFailed {
 
 export type PeerPacket =
   | { packet: 'register'; register: RegisterPeer }
-  | { packet: 'pieceStarted'; pieceStarted: { index: number } }
+  | { packet: 'pieceStarted'; pieceStarted: PieceStarted }
   | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
@@ -99,7 +105,8 @@ export type SchedulerPacket =
   | { packet: 'parents'; parents: { parents: ParentInfo[] } }
   | { packet: 'digests'; digests: PieceDigests }
   | { packet: 'backToSource'; backToSource: { reason: string } }
-  | { packet: 'wait'; wait: { reason: string } };
+  | { packet: 'wait'; wait: { reason: string } }
+  | { packet: 'swarmReading'; swarmReading: { onDemand: boolean } };
 
 export interface PieceDigests {
   digests: Record<number, string>;

@@ -11,6 +11,7 @@ import type {
 } from '../rpc/scheduler-api.js';
 import type { SchedulingConfig } from './config.js';
 import { Adaptation } from './adaptive.js';
+import { OnDemandReading } from './on-demand-reading.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
 import { filterCandidates, freeChildSlots, keepsItsParents, selectParents, type Exclusion } from './selection.js';
 
@@ -36,6 +37,8 @@ export interface SchedulingHooks {
 export class Scheduling {
   /** The adaptive shape's measurements and moves. */
   private readonly adaptive: Adaptation;
+  /** Which registries' swarms fetch pieces workloads wait for (SwarmReading). */
+  private readonly onDemand = new OnDemandReading();
 
   constructor(
     readonly resources: Resources,
@@ -104,8 +107,17 @@ export class Scheduling {
     host.peers.add(peer);
     task.lastActive = now;
     this.sendKnownDigests(task, send);
+    if (this.onDemand.reading(task.registry)) send({ packet: 'swarmReading', swarmReading: { onDemand: true } });
     this.schedule(peer);
     return peer;
+  }
+
+  /** Tells every peer of the registry's tasks whether its swarm fetches pieces workloads wait for (on-demand-reading.ts). */
+  private sayReading(registry: string, onDemand: boolean): void {
+    for (const task of this.resources.tasks.values()) {
+      if (task.registry !== registry) continue;
+      for (const peer of task.peers.values()) if (peer.state !== 'left') peer.send({ packet: 'swarmReading', swarmReading: { onDemand } });
+    }
   }
 
   /**
@@ -169,9 +181,10 @@ export class Scheduling {
    * waiting for a parent may get it now rather than once it has stored a whole piece (with 4 MiB
    * pieces on slow links, many seconds later).
    */
-  pieceStarted(peer: Peer, index: number): void {
+  pieceStarted(peer: Peer, index: number, background = false): void {
     const task = peer.task;
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
+    if (!background && this.onDemand.demanded(task.registry, this.hooks.now())) this.sayReading(task.registry, true);
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
     peer.pieceArriving(index, this.hooks.now());
     if (wasHolder) return;
@@ -320,6 +333,7 @@ export class Scheduling {
    */
   tick(): void {
     const now = this.hooks.now();
+    for (const registry of this.onDemand.quietened(now)) this.sayReading(registry, false);
     for (const task of this.resources.tasks.values()) {
       if (this.config.shape === 'adaptive') this.adaptive.tick(task, now);
       for (const peer of [...task.peers.values()]) {

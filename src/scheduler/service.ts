@@ -79,7 +79,7 @@ export function schedulerHandlers(
             case 'register':
               return fail(grpc.status.FAILED_PRECONDITION, 'register sent twice on one stream');
             case 'pieceStarted':
-              return scheduling.pieceStarted(peer, packet.pieceStarted.index);
+              return scheduling.pieceStarted(peer, packet.pieceStarted.index, packet.pieceStarted.background === true);
             case 'pieceFinished':
               return scheduling.pieceFinished(peer, packet.pieceFinished);
             case 'pieceFailed':

@@ -330,7 +330,8 @@ describe('scheduling: parent selection', () => {
     e.vouch();
     const relay = e.join('relay', { uploadSlots: 1 }, []);
     const waiting = ['w1', 'w2', 'w3'].map((id) => e.join(id, {}, []));
-    const sentTo = (peer: Peer) => e.packets.get(peer.id)?.length ?? 0;
+    // Every peer also hears that the swarm now reads on demand (SwarmReading): not a scheduling.
+    const sentTo = (peer: Peer) => e.packets.get(peer.id)?.filter((p) => p.packet !== 'swarmReading').length ?? 0;
     const before = waiting.map(sentTo);
     e.scheduling.pieceStarted(relay, 0);
     const scheduled = waiting.filter((peer, i) => sentTo(peer) > itemAt(before, i));
@@ -650,5 +651,63 @@ describe('PieceSet', () => {
     arriving.delete(64).delete(64).delete(3);
     assert.equal(arriving.size, 0);
     assert.ok(parent.hasAnyMissingFrom(held, arriving));
+  });
+});
+
+describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
+  /** Peers of two layers of one registry and one layer of another, each recording what it is told of the swarm's reads. */
+  function layers() {
+    const e = engine();
+    const told = new Map<string, boolean[]>();
+    const joinTask = (hostId: string, taskId: string, registry = REGISTRY) => {
+      if (!e.scheduling.resources.hosts.has(hostId)) e.scheduling.announceHost(host(hostId));
+      const id = `${hostId}|${taskId}`;
+      told.set(id, []);
+      return e.scheduling.register(
+        {
+          peerId: id,
+          hostId,
+          taskId,
+          contentLength: 10 * PIECE,
+          pieceSize: PIECE,
+          origin: { url: `${registry}/v2/x/blobs/${taskId}`, public: true },
+          heldPieces: [],
+        },
+        (packet) => {
+          if (packet.packet === 'swarmReading') told.get(id)?.push(packet.swarmReading.onDemand);
+        },
+      );
+    };
+    const base = `sha256:${'1'.repeat(64)}`;
+    const model = `sha256:${'2'.repeat(64)}`;
+    const elsewhere = `sha256:${'3'.repeat(64)}`;
+    const peers = {
+      aBase: joinTask('a', base),
+      aModel: joinTask('a', model),
+      bModel: joinTask('b', model),
+      cOther: joinTask('c', elsewhere, 'http://other-registry'),
+    };
+    const heard = (peer: Peer) => told.get(peer.id) ?? [];
+    return { e, peers, heard, joinTask, base };
+  }
+
+  it("tells every peer of the registry's tasks when a piece a workload waits for starts arriving, and when that has stopped", () => {
+    const { e, peers, heard, joinTask, base } = layers();
+    e.scheduling.pieceStarted(peers.aModel, 0, true);
+    assert.deepEqual(heard(peers.bModel), [], 'a background piece says nothing');
+    e.scheduling.pieceStarted(peers.aBase, 0);
+    for (const peer of [peers.aBase, peers.aModel, peers.bModel]) assert.deepEqual(heard(peer), [true], peer.id);
+    assert.deepEqual(heard(peers.cOther), [], "another registry's swarm is not told");
+    e.scheduling.pieceStarted(peers.bModel, 1);
+    assert.deepEqual(heard(peers.bModel), [true], 'once per change, not per piece');
+    const late = joinTask('d', base);
+    assert.deepEqual(heard(late), [true], 'a peer joining meanwhile is told as it registers');
+    e.advance(2_000);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.aBase), [true], 'still reading 2 s after the last such piece');
+    e.advance(1_500);
+    e.scheduling.tick();
+    for (const peer of [peers.aBase, peers.aModel, peers.bModel, late]) assert.deepEqual(heard(peer), [true, false], peer.id);
+    assert.deepEqual(heard(peers.cOther), []);
   });
 });

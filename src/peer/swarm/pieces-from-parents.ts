@@ -6,6 +6,7 @@ import type { GrowingPiece } from '../growing-piece.js';
 import { ParentBusyError, PieceCutShortError, PieceDeferredError, PieceMissingError, type ParentLink } from './parent-link.js';
 import type { ParentSet } from './parent-set.js';
 import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
+import { waitsForSwarm } from './policy/background-put-off.js';
 import { dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
 import { bestParentFor, stillUploading, type ParentChoice } from './policy/parent-choice.js';
 import { pieceCheckIntervalMs, RETRY_AFTER_FAILED_PIECE_MS } from './policy/stall.js';
@@ -83,6 +84,8 @@ export class PiecesFromParents {
   private unvouchedAllowed = true;
   /** Until then, pieces only background readers want are not asked of a seed that put one off. */
   private backgroundPutOffUntil = 0;
+  /** Since when the scheduler says the registry's swarm reads on demand (policy waitsForSwarm); undefined: it does not. */
+  private swarmReadingSince?: number;
   private schedulerLost = false;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
@@ -97,6 +100,18 @@ export class PiecesFromParents {
     private readonly events: ParentFetchEvents,
   ) {
     this.tieBreak = pieceTieBreaks(task.layout.pieceCount);
+  }
+
+  /** The scheduler says whether the registry's swarm reads on demand (SwarmReading): since when, or undefined. */
+  swarmReading(since: number | undefined): void {
+    this.swarmReadingSince = since;
+  }
+
+  /** Every wanted piece waits on purpose: only background readers want it, and the swarm reads on demand. */
+  waitsForSwarmOnly(now: number): boolean {
+    if (!waitsForSwarm(this.swarmReadingSince, now)) return false;
+    for (const index of this.wanted) if (!this.task.wantedInBackgroundOnly(index)) return false;
+    return true;
   }
 
   /** Pieces on their way from parents. */
@@ -245,7 +260,8 @@ export class PiecesFromParents {
   /**
    * Whether piece `index` may be asked of `link` now: the link offers it, and either its digest is
    * vouched for or the link fetches it on demand while a scheduler can vouch for it. A piece only
-   * background readers want, which a seed put off, waits for that seed (or a parent that has it).
+   * background readers want waits while the swarm reads on demand, and after a seed put it off,
+   * for that seed (or a parent that has it).
    */
   private mayAsk(link: ParentLink, index: number, now: number, wholeBlob: boolean): boolean {
     if (!link.offers(index)) return false;
@@ -254,7 +270,10 @@ export class PiecesFromParents {
     if (wholeBlob && !link.seed && !link.carries(index)) return false;
     const vouched = this.digests.has(index);
     if (!vouched && !(link.onDemand && this.unvouchedAllowed && !this.schedulerLost)) return false;
-    const putOff = now < this.backgroundPutOffUntil && this.task.wantedInBackgroundOnly(index);
+    const backgroundOnly = this.task.wantedInBackgroundOnly(index);
+    // While other nodes start, their reads have the links: not even a parent holding the piece is asked.
+    if (backgroundOnly && waitsForSwarm(this.swarmReadingSince, now)) return false;
+    const putOff = now < this.backgroundPutOffUntil && backgroundOnly;
     return !putOff || link.carries(index);
   }
 

@@ -65,6 +65,8 @@ export class SwarmDownload {
   /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
   private idleReported = false;
   private idleTimer?: NodeJS.Timeout;
+  /** Since when the scheduler says the registry's swarm reads on demand (SwarmReading); undefined: it does not. */
+  private readingSince?: number;
 
   constructor(
     readonly task: BlobTask,
@@ -111,6 +113,11 @@ export class SwarmDownload {
       beginPiece: (index) => this.beginPiece(index, true),
       gaveUp: (error) => this.wanted.fail(error),
     });
+  }
+
+  /** Since when the scheduler says the registry's swarm reads on demand, or undefined (policy/background-put-off.ts). */
+  get swarmReadingSince(): number | undefined {
+    return this.readingSince;
   }
 
   get peerId(): string {
@@ -231,6 +238,11 @@ export class SwarmDownload {
           );
         }
         break;
+      case 'swarmReading':
+        // Repeated notices (one per task of this registry) keep the first time.
+        this.readingSince = packet.swarmReading.onDemand ? (this.readingSince ?? Date.now()) : undefined;
+        this.fromParents.swarmReading(this.readingSince);
+        break;
       case 'wait':
         this.useParents();
         this.log.debug({ task: this.task.digest, reason: packet.wait.reason }, 'scheduler says wait');
@@ -270,7 +282,7 @@ export class SwarmDownload {
    */
   private beginPiece(index: number, fromOrigin: boolean): GrowingPiece {
     const growing = this.task.beginPiece(index, fromOrigin);
-    this.session.report({ packet: 'pieceStarted', pieceStarted: { index } });
+    this.session.report({ packet: 'pieceStarted', pieceStarted: { index, background: this.task.wantedInBackgroundOnly(index) } });
     return growing;
   }
 
@@ -312,6 +324,10 @@ export class SwarmDownload {
   private checkProgress(): void {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.pump();
+    if (this.fromParents.waitsForSwarmOnly(Date.now())) {
+      this.lastProgress = Date.now(); // waiting on purpose while other nodes start: no stall
+      return;
+    }
     const idle = Date.now() - this.lastProgress;
     const verdict = stallVerdict(idle, this.settings.stallMs, this.fromParents.onTheirWay, this.session.connected);
     if (verdict === 'origin') this.goToOrigin(`nothing stored for ${idle} ms`);

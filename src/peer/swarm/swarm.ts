@@ -263,8 +263,8 @@ export class Swarm {
     const priority = wish.background ? 'background' : 'demand';
     const seeded = this.onDemand.get(task.digest);
     if (seeded) {
-      // Until its children's reads quieten, the registry's link carries only what workloads wait for.
-      if (putsBackgroundOff(wish, this.lastDemandAt, Date.now())) return 'put-off';
+      // Until its children's reads, and the swarm's, quieten, the registry's link carries only what workloads wait for.
+      if (putsBackgroundOff(wish, this.lastDemandAt, Date.now(), this.downloads.get(task.digest)?.swarmReadingSince)) return 'put-off';
       task.request(index, index, seeded, priority);
       if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, seeded);
       return 'fetching';

@@ -15,7 +15,26 @@ import type { PieceWish } from '../../../rpc/upload-api.js';
  */
 export const BACKGROUND_QUIET_MS = 3_000;
 
+/**
+ * The longest background pieces wait while the scheduler says the registry's swarm reads on demand
+ * (SwarmReading): a scheduler lost before it said the reads ended, or starts that never pause,
+ * must not keep caches from filling for ever.
+ */
+export const SWARM_READING_HOLD_MAX_MS = 60_000;
+
+/**
+ * Whether pieces only background readers want wait for the swarm: the scheduler said at
+ * `readingSinceMs` (undefined: it did not, or said the reads ended) that peers of the registry
+ * fetch pieces workloads wait for. The seed's own children are one part of the swarm; once nodes
+ * read from each other the seed hears nothing, and early nodes' background fetches would reach
+ * the registry while the last ones start (3.7 copies of the needed bytes, 8 nodes at 25 Mbit/s).
+ */
+export function waitsForSwarm(readingSinceMs: number | undefined, nowMs: number): boolean {
+  return readingSinceMs !== undefined && nowMs - readingSinceMs < SWARM_READING_HOLD_MAX_MS;
+}
+
 /** Whether the seed puts this piece off now; a child downloading the whole blob is never put off. */
-export function putsBackgroundOff(wish: PieceWish, lastDemandAtMs: number, nowMs: number): boolean {
-  return wish.background && !wish.wholeBlob && nowMs - lastDemandAtMs < BACKGROUND_QUIET_MS;
+export function putsBackgroundOff(wish: PieceWish, lastDemandAtMs: number, nowMs: number, swarmReadingSinceMs?: number): boolean {
+  if (!wish.background || wish.wholeBlob) return false;
+  return nowMs - lastDemandAtMs < BACKGROUND_QUIET_MS || waitsForSwarm(swarmReadingSinceMs, nowMs);
 }
