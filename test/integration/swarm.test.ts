@@ -375,10 +375,13 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
   });
 
   for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'pipeline')) {
-    it(`a seed puts a background read off while another node reads what its workload waits for, then serves it from the registry once (${shape})`, async () => {
+    it(`a background read waits while another node reads what its workload waits for, then the seed serves it from the registry once (${shape})`, async () => {
       // In a mesh the filler has the seed among its parents; in chains its one parent may be the
-      // reader, which then fetches the piece for it through its own parent, the seed.
-      const { seeds, peers } = await cluster(2, { schedulerArgs });
+      // reader, which then fetches the piece for it through its own parent, the seed. The filler
+      // holds its background pieces while the scheduler says the swarm reads on demand
+      // (SwarmReading); one asked before that word came, the seed puts off. Either way the
+      // registry's log shows the order.
+      const { peers } = await cluster(2, { schedulerArgs });
       const [reader, filler] = peers as [RunningPeerProcess, RunningPeerProcess];
       const blob = await pushRandomBlob(registry, `swarm/background-${shape}`, 30 * MB);
       const bytes = readFileSync(blob.path);
@@ -406,10 +409,6 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       assert.ok(filled >= lastDemand, 'the background read ended after the reads a workload waited for');
       // Soon after (the seed's quiet period is 3 s), not when the filler's stall would send it to the registry (60 s).
       assert.ok(filled - lastDemand < 15_000, `the background read ended ${filled - lastDemand} ms after the last read on demand`);
-      assert.ok(
-        (await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'put-off' })) >= 1,
-        'the seed put the background piece off',
-      );
       // Every piece once from the registry, those only the background wanted last (its log may trail the reads).
       await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 10_000, 'the registry log');
       assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');
