@@ -87,6 +87,31 @@ function chainWithMiddle(e: ReturnType<typeof engine>) {
   return { a, s, c };
 }
 
+/**
+ * The chain of chainWithMiddle with s as slow as a peer 4 times slower than a: a keeps a node's
+ * pace and s is still on its first piece after three of a's. With `otherLayers`, s also receives
+ * that many more blobs from the seed at the same time (layers mounted at once), each a task.
+ */
+function slowMiddle(otherLayers = 0) {
+  const e = engine();
+  const peers = chainWithMiddle(e);
+  for (let layer = 1; layer <= otherLayers; layer++) {
+    const taskId = `sha256:${String(layer).repeat(64)}`;
+    e.join('seed', { seed: true }, all(PIECES), taskId);
+    const alsoS = e.join('s', {}, [], taskId);
+    assert.equal(alsoS.state, 'running', `s reads layer ${layer} too`);
+    e.starts(alsoS, 0);
+  }
+  for (let k = 0; k < 3; k++) {
+    e.at(1_000 + (k + 1) * FAST);
+    e.stores(peers.a, k);
+    e.starts(peers.a, k + 1);
+  }
+  e.at(1_000 + 3.2 * FAST);
+  e.scheduling.tick();
+  return { e, ...peers };
+}
+
 describe('adaptive shape: measuring from piece reports', () => {
   it('is the default shape, and the others stay as overrides', () => {
     assert.equal(defaultScheduling().shape, 'adaptive');
@@ -135,21 +160,6 @@ describe('adaptive shape: measuring from piece reports', () => {
 });
 
 describe('adaptive shape: where slow peers go', () => {
-  /** The chain of chainWithMiddle with s found slow (a 4 times faster than it). */
-  function slowMiddle() {
-    const e = engine();
-    const peers = chainWithMiddle(e);
-    // a keeps a node's pace; s is still on its first piece after three of a's.
-    for (let k = 0; k < 3; k++) {
-      e.at(1_000 + (k + 1) * FAST);
-      e.stores(peers.a, k);
-      e.starts(peers.a, k + 1);
-    }
-    e.at(1_000 + 3.2 * FAST);
-    e.scheduling.tick();
-    return { e, ...peers };
-  }
-
   it('a peer slow against the fastest nodes rides as a passenger, and its chain child takes its place', () => {
     const { e, a, s, c } = slowMiddle();
     assert.ok(passengerCap(s) !== undefined, 's rides as a passenger');
@@ -209,30 +219,8 @@ describe('adaptive shape: where slow peers go', () => {
 });
 
 describe("adaptive shape: a host's tasks share its links", () => {
-  /** s of chainWithMiddle also receiving `others` more blobs (layers mounted at once), each from the seed. */
-  function middleReadingLayers(others: number) {
-    const e = engine();
-    const peers = chainWithMiddle(e);
-    for (let layer = 1; layer <= others; layer++) {
-      const taskId = `sha256:${String(layer).repeat(64)}`;
-      e.join('seed', { seed: true }, all(PIECES), taskId);
-      const alsoS = e.join('s', {}, [], taskId);
-      assert.equal(alsoS.state, 'running', `s reads layer ${layer} too`);
-      e.starts(alsoS, 0);
-    }
-    // a keeps a node's pace; s is still on its first piece after three of a's: as slow as in slowMiddle.
-    for (let k = 0; k < 3; k++) {
-      e.at(1_000 + (k + 1) * FAST);
-      e.stores(peers.a, k);
-      e.starts(peers.a, k + 1);
-    }
-    e.at(1_000 + 3.2 * FAST);
-    e.scheduling.tick();
-    return { e, ...peers };
-  }
-
   it('a node receiving four layers at once, each at a quarter of its link, is not found slow', () => {
-    const { e, a, s, c } = middleReadingLayers(3);
+    const { e, a, s, c } = slowMiddle(3);
     assert.equal(s.host.links.downCap, undefined, 'no cap on its download');
     assert.equal(passengerCap(s), undefined, 'it keeps its chain slot');
     assert.deepEqual(e.lastParents(c), ['s'], 'c stays under s');
@@ -240,7 +228,7 @@ describe("adaptive shape: a host's tasks share its links", () => {
   });
 
   it('with one other layer arriving, the same pace is still slow: its host received less than its parent fed', () => {
-    const { s } = middleReadingLayers(1);
+    const { s } = slowMiddle(1);
     const cap = s.host.links.downCap;
     assert.ok(cap !== undefined, 's found slow');
     // Its host's rate: this task's share counted twice (both transfers shared the download).
