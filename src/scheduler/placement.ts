@@ -75,9 +75,10 @@ export function farBelowReference(peer: Peer, rate: number): boolean {
 
 /**
  * The peer receives far below what it could: its host's download (this task's rate times its
- * downloadSharers) below SLOW of the reference and of its own download's cap, when one was found (a node on a slower link than the fastest one is not held back by
- * receiving at its own rate; without this, most of 1000 nodes with a spread of rates looked held
- * back and were placed again and again).
+ * downloadSharers) below SLOW of the reference and of its own download's cap, when one was found
+ * (a node on a slower link than the fastest one is not held back by receiving at its own rate;
+ * without this, most of 1000 nodes with a spread of rates looked held back and were placed again
+ * and again).
  */
 export function heldBack(peer: Peer, rate: number): boolean {
   const hostRate = rate * downloadSharers(peer);

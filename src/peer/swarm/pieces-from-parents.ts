@@ -85,7 +85,7 @@ export class PiecesFromParents {
   /** Until then, pieces only background readers want are not asked of a seed that put one off. */
   private backgroundPutOffUntil = 0;
   /** Since when the scheduler says the registry's swarm reads on demand (policy waitsForSwarm); undefined: it does not. */
-  private swarmReadingSince?: number;
+  private readingSince?: number;
   private schedulerLost = false;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
@@ -102,14 +102,19 @@ export class PiecesFromParents {
     this.tieBreak = pieceTieBreaks(task.layout.pieceCount);
   }
 
-  /** The scheduler says whether the registry's swarm reads on demand (SwarmReading): since when, or undefined. */
-  swarmReading(since: number | undefined): void {
-    this.swarmReadingSince = since;
+  /** The scheduler says whether the registry's swarm reads on demand (SwarmReading); a repeated "yes" keeps the first time. */
+  swarmReading(onDemand: boolean): void {
+    this.readingSince = onDemand ? (this.readingSince ?? Date.now()) : undefined;
+  }
+
+  /** Since when the scheduler says the registry's swarm reads on demand, or undefined. */
+  get swarmReadingSince(): number | undefined {
+    return this.readingSince;
   }
 
   /** Every wanted piece waits on purpose: only background readers want it, and the swarm reads on demand. */
   waitsForSwarmOnly(now: number): boolean {
-    if (!waitsForSwarm(this.swarmReadingSince, now)) return false;
+    if (!waitsForSwarm(this.readingSince, now)) return false;
     for (const index of this.wanted) if (!this.task.wantedInBackgroundOnly(index)) return false;
     return true;
   }
@@ -272,7 +277,7 @@ export class PiecesFromParents {
     if (!vouched && !(link.onDemand && this.unvouchedAllowed && !this.schedulerLost)) return false;
     const backgroundOnly = this.task.wantedInBackgroundOnly(index);
     // While other nodes start, their reads have the links: not even a parent holding the piece is asked.
-    if (backgroundOnly && waitsForSwarm(this.swarmReadingSince, now)) return false;
+    if (backgroundOnly && waitsForSwarm(this.readingSince, now)) return false;
     const putOff = now < this.backgroundPutOffUntil && backgroundOnly;
     return !putOff || link.carries(index);
   }

@@ -65,8 +65,6 @@ export class SwarmDownload {
   /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
   private idleReported = false;
   private idleTimer?: NodeJS.Timeout;
-  /** Since when the scheduler says the registry's swarm reads on demand (SwarmReading); undefined: it does not. */
-  private readingSince?: number;
 
   constructor(
     readonly task: BlobTask,
@@ -117,7 +115,7 @@ export class SwarmDownload {
 
   /** Since when the scheduler says the registry's swarm reads on demand, or undefined (policy/background-put-off.ts). */
   get swarmReadingSince(): number | undefined {
-    return this.readingSince;
+    return this.fromParents.swarmReadingSince;
   }
 
   get peerId(): string {
@@ -239,9 +237,7 @@ export class SwarmDownload {
         }
         break;
       case 'swarmReading':
-        // Repeated notices (one per task of this registry) keep the first time.
-        this.readingSince = packet.swarmReading.onDemand ? (this.readingSince ?? Date.now()) : undefined;
-        this.fromParents.swarmReading(this.readingSince);
+        this.fromParents.swarmReading(packet.swarmReading.onDemand);
         break;
       case 'wait':
         this.useParents();
