@@ -141,6 +141,21 @@ export function scoreCandidate(child: Peer, parent: Peer, config: SchedulingConf
 const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overloaded']);
 
 /**
+ * Why `parent` was left out is likely to pass soon: a full parent frees a slot as its children
+ * finish, and one with nothing new gets more while it downloads. One that has finished, or a lazy
+ * reader that wants nothing (idle), gets no piece it does not hold: kept as a whole download's
+ * only parent, it stalled that download until the origin (60 s).
+ */
+function momentarilyOut(parent: Peer, why: Exclusion | undefined): boolean {
+  if (why === undefined || !MOMENTARY.has(why)) return false;
+  return why !== 'nothing-to-offer' || stillDownloading(parent);
+}
+
+function stillDownloading(peer: Peer): boolean {
+  return !peer.isFinished && !peer.idle;
+}
+
+/**
  * The best K parents for a child: current parents that still have something for it, then the
  * best-scored new candidates, then current parents that have nothing new right now (they are
  * likely to have something in a moment, and dropping and re-adding them every round would make
@@ -160,7 +175,7 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
       parent.forgetStaleStarts(now); // it is the receiving side here
       if (offersSomething(child, parent, now)) return false;
     }
-    return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, parent, candidates, config);
+    return momentarilyOut(parent, why) && onAllowedSide(child, parent, candidates, config);
   });
   const ranked = candidates
     .filter((peer) => !useful.includes(peer))
@@ -187,8 +202,7 @@ function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excl
   // Momentarily nothing new (a chain's child caught up with it) or full: kept while allowed.
   const usable = (peer: Peer) => {
     if (candidates.includes(peer)) return true;
-    const why = excluded.get(peer.id);
-    return why !== undefined && MOMENTARY.has(why) && onAllowedSide(child, peer, candidates, config) && !peer.isFinished;
+    return momentarilyOut(peer, excluded.get(peer.id)) && onAllowedSide(child, peer, candidates, config) && !peer.isFinished;
   };
   if (current && usable(current)) {
     if (!misplaced(child, current)) return [current];
@@ -229,7 +243,7 @@ export function keepsItsParents(child: Peer, config: SchedulingConfig, now: numb
  * look for another parent. A parent that stalls is reported by its child, which reschedules it.
  */
 function feedsAChain(parent: Peer, config: SchedulingConfig): boolean {
-  return config.shape !== 'mesh' && !parent.isFinished;
+  return config.shape !== 'mesh' && stillDownloading(parent);
 }
 
 /** A strict rule allows a parent across its key only while no candidate is on the child's side. */

@@ -589,6 +589,34 @@ describe('scheduling: pipeline shape', () => {
     assert.equal(keepsItsParents(child, config, e.now()), false, 'a parent that left is replaced');
   });
 
+  for (const shape of ['pipeline', 'adaptive'] as const) {
+    it(`moves a child caught up with a lazy reader that wants nothing (idle) to a parent that has more (${shape})`, () => {
+      const e = engine(shape === 'pipeline' ? pipeline() : { shape });
+      e.vouch();
+      const seed = e.join('seed', { seed: true }, all(10));
+      const reader = e.join('reader', {}, [0, 3]);
+      const child = e.join('child', {}, [0, 3]);
+      // The child hangs below the reader alone (whatever the engine chose on the way here).
+      const hang = () => {
+        for (const parent of child.parents) parent.children.delete(child);
+        child.parents = [reader];
+        reader.children.add(child);
+      };
+      hang();
+      const config = e.scheduling.config;
+      assert.equal(keepsItsParents(child, config, e.now()), true, 'a parent still downloading will have more');
+      e.scheduling.idle(reader);
+      hang();
+      assert.equal(keepsItsParents(child, config, e.now()), false, 'an idle reader gets nothing more: look again');
+      e.scheduling.reschedule(child, []);
+      assert.deepEqual(
+        child.parents.map((p) => p.id),
+        [seed.id],
+        'the child goes to the peer that has what it lacks',
+      );
+    });
+  }
+
   it("keeps a child in its zone when its zone's only holder is full: it waits rather than crossing", () => {
     const e = engine(pipeline());
     e.vouch();
