@@ -4,7 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
 import { checkRange, type RangeSource } from '../estargz/index.js';
-import { READ_PRIORITY_HEADER, type ReadPriority } from '../rpc/mirror-api.js';
+import { READ_CHECKED_HEADER, READ_PRIORITY_HEADER, type ReadPriority } from '../rpc/mirror-api.js';
 
 export interface HttpRangeSourceOptions {
   /** Extra headers on every request (e.g. authorization). */
@@ -13,6 +13,11 @@ export interface HttpRangeSourceOptions {
   connections?: number;
   /** Attempts per read for network errors and 5xx answers (default 3). */
   attempts?: number;
+  /**
+   * The caller checks every byte it reads against a TOC whose digest it verified (a lazy mount):
+   * the Starling peer may then answer with the parts of pieces a range needs (READ_CHECKED_HEADER).
+   */
+  checkedAgainstToc?: boolean;
 }
 
 /** A RangeSource that can also hand out one range as a stream (one request, bounded memory). */
@@ -62,7 +67,7 @@ export class HttpRangeSource implements StreamingRangeSource {
   static async open(url: string, options: HttpRangeSourceOptions = {}): Promise<HttpRangeSource> {
     const parsed = new URL(url);
     const pool = new Pool(parsed.origin, { connections: options.connections ?? 8 });
-    const headers = options.headers ?? {};
+    const headers = { ...options.headers, ...(options.checkedAgainstToc ? { [READ_CHECKED_HEADER]: 'toc' } : {}) };
     try {
       const res = await pool.request({ path: parsed.pathname + parsed.search, method: 'HEAD', headers });
       await res.body.dump();

@@ -302,6 +302,11 @@ export class BlobTask {
     return undefined;
   }
 
+  /** Piece `index` is stored, or some fetch brings it (requested, or its bytes arriving). */
+  holdsOrFetches(index: number): boolean {
+    return this.blob.hasPiece(index) || this.inflight.has(index) || this.growing.has(index);
+  }
+
   isGrowing(index: number): boolean {
     return !this.blob.hasPiece(index) && this.growing.has(index);
   }

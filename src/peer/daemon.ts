@@ -127,6 +127,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
         demanded: () => swarm?.pieceDemanded(),
         fetch: (task, index, wish) => swarm?.fetchForChild(task, index, wish) ?? 'not-offered',
       },
+      spans: (task, index, span, hops) => swarm?.span(task, index, span, hops),
       preheat: { start: (request) => joinedSwarm().preheatTask(request), status: (digest) => swarm?.fetchStatus(digest) },
     });
     const upload = await listenHttp(config.swarm.uploadListen, uploads.handle, {
@@ -179,6 +180,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
   const blobs = new BlobService({
     tasks,
     sourceFor: joined ? (task, origin) => joined.sourceFor(task, origin) : undefined,
+    spanFor: joined ? (task, index, span, origin) => joined.span(task, index, span, 0, origin) : undefined,
     transport,
     access,
     spool: await Spool.open(join(dataDir, 'spool'), config.storage.quota),

@@ -23,6 +23,11 @@ export class GrowingPiece {
     readonly fromOrigin = false,
   ) {}
 
+  /** The fetch has ended (stored, or given up: then `filled` may be short of the buffer). */
+  get ended(): boolean {
+    return this.finished;
+  }
+
   advance(filled: number): void {
     if (this.finished || filled <= this.filled) return;
     this.filled = filled;

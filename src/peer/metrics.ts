@@ -73,6 +73,11 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       help: 'Bytes of range requests read again from the registry because the pieces stored for them were not verified yet',
       registers,
     }),
+    spanBytes: new Counter({
+      name: 'starling_peer_span_bytes_total',
+      help: 'Bytes sent to lazy readers as parts of pieces read for them (spans), instead of the whole pieces around them',
+      registers,
+    }),
     evictedBytes: new Counter({
       name: 'starling_peer_evicted_bytes_total',
       help: 'Bytes evicted to stay within the disk quota',

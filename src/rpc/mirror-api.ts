@@ -15,3 +15,17 @@ export const READ_PRIORITY_HEADER = 'x-starling-priority';
 export function readPriority(header: string | string[] | undefined): ReadPriority {
   return header === 'background' ? 'background' : 'demand';
 }
+
+/**
+ * Request header on a ranged blob GET: `toc` says the client checks every byte it reads against a
+ * TOC whose digest it verified (a lazily mounted eStargz layer). The peer may then answer the
+ * part of a piece the range needs as a span from its parents (upload-api.ts SPAN_PATH), before
+ * that piece is whole and checked, rather than fetch the whole piece: a lazy start then moves
+ * the bytes it reads, not the 4 MiB pieces around them. Other clients get checked pieces only.
+ */
+export const READ_CHECKED_HEADER = 'x-starling-checked';
+
+/** Whether a request's header says its client checks what it reads against a verified TOC. */
+export function checksAgainstToc(header: string | string[] | undefined): boolean {
+  return header === 'toc';
+}

@@ -20,6 +20,29 @@ export const PREHEAT_STATUS_PATH = /^\/_starling\/preheat\/(sha256:[0-9a-f]{64})
 
 export const piecePath = (digest: string, index: number): string => `/_starling/pieces/${digest}/${index}`;
 
+/**
+ * `GET ?hops=<n>`: bytes [start, end] of one piece (offsets within the piece, end included), for
+ * a lazy reader that needs only part of a piece it does not hold: its parent answers from the
+ * piece, from a span it keeps, or by reading the span from its own parent or the origin. Span
+ * bytes are not checked against the piece digest (the piece is not whole): only clients that
+ * check what they read against a verified eStargz TOC are given them (READ_CHECKED_HEADER).
+ */
+export const SPAN_PATH = /^\/_starling\/pieces\/(sha256:[0-9a-f]{64})\/(\d+)\/bytes\/(\d+)-(\d+)$/;
+
+/** Part of one piece: offsets within the piece, `end` included. */
+export interface PieceSpan {
+  start: number;
+  end: number;
+}
+
+/** A span passes through at most this many peers on its way from the origin (a guard against a cycle of parents). */
+export const MAX_SPAN_HOPS = 64;
+
+/** The path of a span request; `hops`: peers the request has already passed through. */
+export function spanRequestPath(digest: string, index: number, span: PieceSpan, hops: number): string {
+  return `${piecePath(digest, index)}/bytes/${span.start}-${span.end}?hops=${hops}`;
+}
+
 /** What a child says of a piece it asks for; only a parent fetching pieces on demand (a triggered seed) heeds it. */
 export interface PieceWish {
   /** `?whole`: the child wants every piece it lacks, so the seed reads the rest of the blob at once. */

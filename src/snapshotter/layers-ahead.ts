@@ -8,7 +8,7 @@
 //
 // Nothing fetched ahead is trusted: the TOC is parsed without knowing its digest, and is used for a
 // mount only if it hashes to the digest the mount's own labels give; the prefetch range is read
-// through the peer (which checks every piece) and dropped — the mount reads it again from the peer.
+// through the peer and dropped — the mount reads it again from the peer, and checks each chunk.
 import type { Logger } from '../common/log.js';
 import { openEstargz, type EstargzReader } from '../estargz/index.js';
 import { HttpRangeSource, mirrorBlobUrl, prefetchLength, type FetchPriority } from '../lazy/index.js';
@@ -101,13 +101,13 @@ export class LayersAhead {
   private async resolve(ref: BlobRef): Promise<ResolvedLayer> {
     const started = performance.now();
     const url = mirrorBlobUrl(this.settings.peer, ref.repository, ref.digest, ref.registry);
-    const blob = await HttpRangeSource.open(url);
+    const blob = await HttpRangeSource.open(url, { checkedAgainstToc: true });
     try {
       const reader = await openEstargz(blob);
       const length = this.settings.prefetch ? prefetchLength(reader, this.settings.prefetchSize) : 0;
       if (length > 0) {
         // Through a source of its own, so that the mount's counters show only what the mount read.
-        const warm = await HttpRangeSource.open(url);
+        const warm = await HttpRangeSource.open(url, { checkedAgainstToc: true });
         try {
           for await (const _ of warm.stream(0, length));
         } finally {

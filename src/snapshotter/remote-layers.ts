@@ -159,7 +159,7 @@ export class RemoteLayers implements LayerMounter {
       ahead = undefined;
     }
     const url = mirrorBlobUrl(this.settings.peer, source.repository, source.digest, source.registry);
-    const blob = ahead?.blob ?? (await HttpRangeSource.open(url));
+    const blob = ahead?.blob ?? (await HttpRangeSource.open(url, { checkedAgainstToc: true }));
     const headMs = Math.round(performance.now() - started);
     const log = this.log.child({ id, digest: source.digest });
     try {

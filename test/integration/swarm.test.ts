@@ -16,9 +16,16 @@ import {
 } from '../fixtures/peer.js';
 import { freePort, waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
-import { READ_PRIORITY_HEADER, type ReadPriority } from '../../src/rpc/mirror-api.js';
+import { READ_CHECKED_HEADER, READ_PRIORITY_HEADER, type ReadPriority } from '../../src/rpc/mirror-api.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
-import { PREHEAT_PATH, preheatStatusPath, type BlobFetchRequest, type FetchStatus } from '../../src/rpc/upload-api.js';
+import {
+  CLIENT_ORIGIN_HEADER,
+  PREHEAT_PATH,
+  preheatStatusPath,
+  spanRequestPath,
+  type BlobFetchRequest,
+  type FetchStatus,
+} from '../../src/rpc/upload-api.js';
 import { itemAt } from '../../src/common/indexing.js';
 import { pieceSizeFor } from '../../src/storage/piece-plan.js';
 
@@ -373,6 +380,78 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
     assert.equal(await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
   });
+
+  for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'mesh')) {
+    it(`lazy readers that check what they read get the parts of pieces they need, and the registry sends those bytes once (${shape})`, async () => {
+      const { seeds, peers } = await cluster(3, { schedulerArgs });
+      const name = `swarm/spans-${shape}`;
+      const blob = await pushRandomBlob(registry, name, 30 * MB);
+      const bytes = readFileSync(blob.path);
+      const piece = 4 * 1024 * 1024;
+      const read = async (peer: RunningPeerProcess, first: number, end: number, checked = true) => {
+        const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+          headers: { range: `bytes=${first}-${end - 1}`, ...(checked ? { [READ_CHECKED_HEADER]: 'toc' } : {}) },
+        });
+        assert.equal(response.statusCode, 206);
+        const body = Buffer.from(await response.body.arrayBuffer());
+        assert.ok(body.equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+      };
+      // A lazy mount's reads on every node: the footer, a file inside piece 2, and a prefetch
+      // range that ends inside piece 1 (piece 0 whole, 100 bytes of piece 1).
+      const reads: Array<[number, number]> = [
+        [blob.size - 51, blob.size],
+        [2 * piece + 10, 2 * piece + 100],
+        [0, piece + 100],
+      ];
+      for (const peer of peers) for (const [first, end] of reads) await read(peer, first, end);
+      const needed = 51 + 90 + piece + 100;
+      await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= needed, 10_000, 'the registry log');
+      assert.equal(
+        blobBytesSent(registry.requests(), blob.digest),
+        needed,
+        `the registry sent the bytes read, once, and no whole edge piece: ${JSON.stringify(blobRequests(registry.requests(), blob.digest).map((r) => r.bytesWritten))}`,
+      );
+      assert.equal(
+        (await Promise.all(peers.map((peer) => peer.metric('starling_peer_span_bytes_total')))).reduce((a, b) => a + b, 0),
+        3 * (51 + 90 + 100),
+        'every reader got its edge bytes as spans',
+      );
+      assert.ok((await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'span' })) >= 3);
+      // A client that does not say it checks what it reads gets whole, checked pieces.
+      await read(itemAt(peers, 0), 3 * piece + 5, 3 * piece + 50, false);
+      await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= needed + piece, 10_000, 'the registry log');
+      assert.equal(blobBytesSent(registry.requests(), blob.digest), needed + piece);
+      // The whole blob afterwards, through the swarm: verified, and the registry sent it once in
+      // all (the seed read the pieces around the spans it had read).
+      const whole = await request(`${itemAt(peers, 1).url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`);
+      assert.equal(whole.statusCode, 200);
+      assert.ok(Buffer.from(await whole.body.arrayBuffer()).equals(bytes));
+      await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 10_000, 'the registry log');
+      assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'one copy in all');
+
+      // The span door refuses what is no span, and anyone without the cluster token.
+      const { token } = await clusterToken();
+      const seed = itemAt(seeds, 0);
+      const spanUrl = (start: number, end: number, hops = 0) =>
+        `http://${seed.options.ip}:${seed.options.uploadPort}${spanRequestPath(blob.digest, 2, { start, end }, hops)}`;
+      const asChild = {
+        authorization: `Bearer ${token}`,
+        [CLIENT_ORIGIN_HEADER]: `http://${registry.host}/v2/${name}/blobs/${blob.digest}`,
+      };
+      const beyond = await request(spanUrl(0, piece), { headers: asChild });
+      assert.equal(beyond.statusCode, 416);
+      assert.match(await beyond.body.text(), /not a span of piece 2/);
+      const looping = await request(spanUrl(0, 9, 1000), { headers: asChild });
+      assert.equal(looping.statusCode, 400);
+      assert.match(await looping.body.text(), /hops 1000/);
+      const stranger = await request(spanUrl(0, 9));
+      assert.equal(stranger.statusCode, 401);
+      await stranger.body.dump();
+      const good = await request(spanUrl(10, 99), { headers: asChild });
+      assert.equal(good.statusCode, 200);
+      assert.ok(Buffer.from(await good.body.arrayBuffer()).equals(bytes.subarray(2 * piece + 10, 2 * piece + 100)));
+    });
+  }
 
   for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'pipeline')) {
     it(`a background read waits while another node reads what its workload waits for, then the seed serves it from the registry once (${shape})`, async () => {

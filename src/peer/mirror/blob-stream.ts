@@ -28,6 +28,13 @@ export interface StreamPlan {
    * never served bytes that did not verify).
    */
   fromRegistry(start: number, end: number): Promise<void>;
+  /**
+   * Pieces of which the range needs a part, read as spans (piece-spans.ts): those bytes once
+   * there, by piece, or undefined if the span could not be read.
+   */
+  spans: ReadonlyMap<number, Promise<Buffer | undefined>>;
+  /** Fetches a piece whole for this request (its span could not be read). */
+  fetchWhole(index: number): void;
 }
 
 export function coveringPieces(task: BlobTask, range: ByteRange): [number, number] {
@@ -52,6 +59,17 @@ export class BlobStreamer {
       const bounds = pieceBounds(task.layout, index);
       let position = Math.max(range.start, bounds.offset);
       const stop = Math.min(range.end, bounds.offset + bounds.length - 1);
+      const spanRead = plan.spans.get(index);
+      if (spanRead) {
+        const span = await spanRead;
+        if (span) {
+          await writeChunk(res, span);
+          this.deps.metrics.servedBytes.inc(span.length);
+          this.deps.metrics.spanBytes.inc(span.length);
+          continue;
+        }
+        plan.fetchWhole(index);
+      }
       const holdForVerification = plan.whole && index === task.layout.pieceCount - 1;
       const own = plan.whole || plan.fetchedForThis.has(index);
       if (!own && !task.pieceServable(index)) {

@@ -6,13 +6,16 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import { OciError } from '../../oci/errors.js';
 import type { RegistryTransport } from '../../oci/transport.js';
-import { READ_PRIORITY_HEADER, readPriority } from '../../rpc/mirror-api.js';
+import { checksAgainstToc, READ_CHECKED_HEADER, READ_PRIORITY_HEADER, readPriority, type ReadPriority } from '../../rpc/mirror-api.js';
+import type { PieceSpan } from '../../rpc/upload-api.js';
+import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { PeerMetrics } from '../metrics.js';
+import { arrivingBytes, type SpanView } from '../piece-spans.js';
 import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
 import { UpstreamStatusError, type PieceSource } from '../sources/piece-source.js';
 import type { BlobProbe, TaskLease, TaskManager } from '../task-manager.js';
-import { multipartLayout, parseRange } from '../http-range.js';
+import { multipartLayout, parseRange, type ByteRange } from '../http-range.js';
 import { readableAnonymously, type AccessChecker } from '../access/checker.js';
 import { ruleFor } from '../access/rule.js';
 import { BlobStreamer, coveringPieces, type StreamPlan } from './blob-stream.js';
@@ -24,6 +27,8 @@ export interface BlobServiceDeps {
   tasks: TaskManager;
   /** Fetches through the swarm when the peer has schedulers; straight from the origin otherwise. */
   sourceFor?: (task: BlobTask, origin: OriginSource) => PieceSource;
+  /** Part of a piece through the swarm, for a client that checks what it reads (Swarm.span). */
+  spanFor?: (task: BlobTask, index: number, span: PieceSpan, origin: OriginSource) => SpanView | undefined;
   transport: RegistryTransport;
   access: AccessChecker;
   /** Where a blob from a registry that is no source of the stored copy waits for its digest check. */
@@ -61,7 +66,7 @@ export class BlobService {
         this.deps.log,
         () => this.deps.metrics.originRangeIgnored.inc(),
       );
-      await this.respond(req, res, lease.task, this.deps.sourceFor?.(lease.task, origin) ?? origin, blobUrl);
+      await this.respond(req, res, lease.task, origin, blobUrl);
     } catch (error) {
       if (!(error instanceof UpstreamStatusError) || res.headersSent) throw error;
       // The registry's own refusal reaches the client as it is; its failures become a 502 naming them.
@@ -133,7 +138,8 @@ export class BlobService {
     return { size, source: { registry, repository, public: isPublic } };
   }
 
-  private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, source: PieceSource, blobUrl: URL): Promise<void> {
+  private async respond(req: IncomingMessage, res: ServerResponse, task: BlobTask, origin: OriginSource, blobUrl: URL): Promise<void> {
+    const source = this.deps.sourceFor?.(task, origin) ?? origin;
     const size = task.size;
     const range = parseRange(typeof req.headers.range === 'string' ? req.headers.range : undefined, size);
     const common = blobHeaders(task.digest);
@@ -166,17 +172,35 @@ export class BlobService {
       const fetchedForThis = new Set<number>();
       // A whole-blob read is never background: containerd waits for it.
       const priority = whole ? 'demand' : readPriority(req.headers[READ_PRIORITY_HEADER]);
-      for (const part of parts) {
-        for (const index of task.request(...coveringPieces(task, part), source, priority)) fetchedForThis.add(index);
+      const spanned =
+        source === origin || multipart ? new Map<number, Promise<Buffer | undefined>>() : this.spansFor(req, task, first, priority, origin);
+      const [firstPiece, lastPiece] = coveringPieces(task, first);
+      if (spanned.size > 0) {
+        // The range's edge pieces come as spans; whole pieces between them as usual.
+        const from = firstPiece + (spanned.has(firstPiece) ? 1 : 0);
+        const to = lastPiece - (spanned.has(lastPiece) ? 1 : 0);
+        if (from <= to) for (const index of task.request(from, to, source, priority)) fetchedForThis.add(index);
+      } else {
+        for (const part of parts) {
+          for (const index of task.request(...coveringPieces(task, part), source, priority)) fetchedForThis.add(index);
+        }
       }
+      // A span that could not be read: the whole piece after all.
+      const fetchWhole = (index: number) => {
+        for (const fetched of task.request(index, index, source, priority)) fetchedForThis.add(fetched);
+      };
+      const firstSpan = await spanned.get(firstPiece);
+      if (spanned.has(firstPiece) && !firstSpan) fetchWhole(firstPiece);
       // The status line waits for the source's first bytes: a registry that fails after its HEAD
       // said 200 (a 500, a 401, a length it did not announce) gets the client a status saying so.
-      await task.waitForFirstBytes(coveringPieces(task, first)[0]);
+      if (!firstSpan) await task.waitForFirstBytes(firstPiece);
       const authorization = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
       const plan: StreamPlan = {
         whole,
         fetchedForThis,
         fromRegistry: (start, end) => relayRangeFromRegistry(res, blobUrl, authorization, start, end, this.deps.transport),
+        spans: spanned,
+        fetchWhole,
       };
       head();
       if (!multipart) {
@@ -194,6 +218,48 @@ export class BlobService {
         task.streamingReaders--;
         task.releaseMemory();
       }
+    }
+  }
+
+  /**
+   * The parts of the range's edge pieces to read as spans (piece-spans.ts), each with its bytes to
+   * come (undefined if the span could not be read): for a read a workload waits for, from a client
+   * that checks what it reads against a verified TOC, of a piece the range needs only part of and
+   * that is neither here nor on its way. A background read fills the cache with whole pieces.
+   */
+  private spansFor(
+    req: IncomingMessage,
+    task: BlobTask,
+    range: ByteRange,
+    priority: ReadPriority,
+    origin: OriginSource,
+  ): Map<number, Promise<Buffer | undefined>> {
+    const spans = new Map<number, Promise<Buffer | undefined>>();
+    const spanFor = this.deps.spanFor;
+    if (!spanFor || priority !== 'demand' || !checksAgainstToc(req.headers[READ_CHECKED_HEADER])) return spans;
+    const [first, last] = coveringPieces(task, range);
+    for (const index of new Set([first, last])) {
+      const bounds = pieceBounds(task.layout, index);
+      const span = {
+        start: Math.max(range.start, bounds.offset) - bounds.offset,
+        end: Math.min(range.end, bounds.offset + bounds.length - 1) - bounds.offset,
+      };
+      if ((span.start === 0 && span.end === bounds.length - 1) || task.holdsOrFetches(index)) continue;
+      const view = spanFor(task, index, span, origin);
+      if (view) spans.set(index, this.spanBytes(view, span.end - span.start + 1, task, index));
+    }
+    return spans;
+  }
+
+  /** A span's bytes once they are all there, or undefined if its read failed. */
+  private async spanBytes(view: SpanView, length: number, task: BlobTask, index: number): Promise<Buffer | undefined> {
+    try {
+      const parts: Buffer[] = [];
+      for await (const bytes of arrivingBytes(view.bytes, view.offset, view.offset + length - 1, length)) parts.push(bytes);
+      return parts.length === 1 ? parts[0] : Buffer.concat(parts, length);
+    } catch (error) {
+      this.deps.log.debug({ digest: task.digest, index, err: (error as Error).message }, 'span not read; fetching the whole piece');
+      return undefined;
     }
   }
 }

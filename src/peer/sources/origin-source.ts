@@ -3,7 +3,8 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import type { BufferBody } from '../../oci/buffer-body.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import { pieceBounds, type PieceLayout } from '../../storage/piece-plan.js';
-import type { GrowingPiece } from '../growing-piece.js';
+import { GrowingPiece } from '../growing-piece.js';
+import type { KeptSpan } from '../piece-spans.js';
 import {
   BlobSizeMismatchError,
   UpstreamStatusError,
@@ -41,6 +42,12 @@ export class OriginSource implements PieceSource {
     private readonly limiter: RateLimiter,
     private readonly log: Logger,
     private readonly onRangeIgnored: () => void = () => undefined,
+    /**
+     * Bytes of a piece this peer already read from this origin (spans it read for lazy readers,
+     * piece-spans.ts): a piece that has some is filled around them, so the registry sends each
+     * byte once.
+     */
+    private readonly kept?: (index: number) => KeptSpan[],
   ) {}
 
   get description(): string {
@@ -53,6 +60,63 @@ export class OriginSource implements PieceSource {
   }
 
   async fetchRun(layout: PieceLayout, run: PieceRun, sink: PieceSink, signal?: AbortSignal, buffers?: PieceBuffers): Promise<void> {
+    if (!this.kept) return this.fetchWholePieces(layout, run, sink, signal, buffers);
+    // Runs of pieces with nothing kept are read as runs; a piece with kept bytes, around them.
+    let first = run.first;
+    for (let index = run.first; index <= run.last + 1; index++) {
+      const kept = index <= run.last ? this.kept(index) : [];
+      if (index <= run.last && kept.length === 0) continue;
+      if (index > first) await this.fetchWholePieces(layout, { first, last: index - 1 }, sink, signal, buffers);
+      if (index <= run.last) await this.fillAround(layout, index, kept, sink, signal, buffers);
+      first = index + 1;
+    }
+  }
+
+  /** Reads piece `index` around the bytes kept of it (one Range request per gap) and hands it to the sink. */
+  private async fillAround(
+    layout: PieceLayout,
+    index: number,
+    kept: KeptSpan[],
+    sink: PieceSink,
+    signal?: AbortSignal,
+    buffers?: PieceBuffers,
+  ): Promise<void> {
+    const bounds = pieceBounds(layout, index);
+    const growing = buffers?.(index);
+    const piece = growing?.buffer ?? Buffer.allocUnsafe(bounds.length);
+    try {
+      let position = 0;
+      for (const span of [...kept].sort((a, b) => a.start - b.start)) {
+        if (span.start > position) {
+          await this.readInto(piece, bounds.offset, position, span.start - 1, index, signal);
+          position = span.start;
+        }
+        const end = Math.min(span.start + span.bytes.length, bounds.length);
+        if (end > position) span.bytes.copy(piece, position, position - span.start, end - span.start);
+        position = Math.max(position, end);
+        growing?.advance(position);
+      }
+      if (position < bounds.length) await this.readInto(piece, bounds.offset, position, bounds.length - 1, index, signal);
+      growing?.advance(bounds.length);
+      await sink(index, piece);
+    } finally {
+      growing?.end();
+    }
+  }
+
+  /** Reads bytes [from, to] of the piece at `pieceOffset` into `piece` at the same place. */
+  private readInto(piece: Buffer, pieceOffset: number, from: number, to: number, index: number, signal?: AbortSignal): Promise<void> {
+    const into = new GrowingPiece(index, piece.subarray(from, to + 1), () => undefined);
+    return this.readRange(pieceOffset + from, pieceOffset + to, into, signal);
+  }
+
+  private async fetchWholePieces(
+    layout: PieceLayout,
+    run: PieceRun,
+    sink: PieceSink,
+    signal?: AbortSignal,
+    buffers?: PieceBuffers,
+  ): Promise<void> {
     const start = pieceBounds(layout, run.first).offset;
     const lastPiece = pieceBounds(layout, run.last);
     const end = lastPiece.offset + lastPiece.length - 1;
@@ -96,6 +160,39 @@ export class OriginSource implements PieceSource {
       );
     }
     await this.cutIntoPieces(layout, response.body, bodyStart, wholeBlob || statusCode === 200 ? layout.size - 1 : end, sink, buffers);
+  }
+
+  /**
+   * Reads blob bytes [start, end] into `into` (calling its `advance` as they land): one Range
+   * request, which the origin must answer with exactly that range. For a span of a piece
+   * (piece-spans.ts), so a whole blob is never read in its place.
+   */
+  async readRange(start: number, end: number, into: GrowingPiece, signal?: AbortSignal): Promise<void> {
+    const length = end - start + 1;
+    const headers = { ...this.headers, range: `bytes=${start}-${end}` };
+    const response = await this.transport.sendForBuffers(this.url, { headers, signal, expectedBytes: length });
+    const contentRange = String(response.headers['content-range'] ?? '');
+    const answered = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(contentRange);
+    if (response.statusCode !== 206 || !answered || Number(answered[1]) !== start || Number(answered[2]) !== end) {
+      response.body.destroy();
+      if (response.statusCode === 200) this.onRangeIgnored();
+      throw new UpstreamStatusError(
+        response.statusCode,
+        relayableHeaders(response.headers),
+        '',
+        `origin answered bytes ${start}-${end} of ${this.url.pathname} with ${response.statusCode} "${contentRange}"`,
+      );
+    }
+    let taken = 0;
+    const filled = await response.body.fill(into.buffer, 0, length, (now) => {
+      into.advance(now);
+      return this.limiter.unlimited ? undefined : this.limiter.take(now - taken).then(() => void (taken = now));
+    });
+    if (filled < length) throw new Error(`origin closed the connection after ${filled} of bytes ${start}-${end}`);
+    if ((await response.body.fill(Buffer.allocUnsafe(1), 0, 1)) !== 0) {
+      response.body.destroy();
+      throw new Error(`origin sent more than bytes ${start}-${end}`);
+    }
   }
 
   /** Reads the body into whole pieces and hands each to the sink as it completes. */

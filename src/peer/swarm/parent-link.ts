@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { request, type Dispatcher } from 'undici';
 import type { Logger } from '../../common/log.js';
 import { httpScheme, type ClientTls } from '../../common/tls.js';
-import { bitmapPath, pieceRequestPath, type PieceWish } from '../../rpc/upload-api.js';
+import { bitmapPath, pieceRequestPath, spanRequestPath, type PieceSpan, type PieceWish } from '../../rpc/upload-api.js';
 import type { ParentInfo } from '../../rpc/scheduler-api.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import { decodeBitmap } from '../upload/piece-board.js';
@@ -169,7 +169,10 @@ export class ParentLink implements ParentView {
         this.known = body.version;
         const held = decodeBitmap(body.bitmap, this.pieceCount);
         const growing = body.growing ? decodeBitmap(body.growing, this.pieceCount) : new Set<number>();
-        this.log.debug({ parent: this.id, version: body.version, complete: body.complete }, 'parent bitmap');
+        this.log.debug(
+          { parent: this.id, version: body.version, complete: body.complete, onDemand: body.onDemand === true },
+          'parent bitmap',
+        );
         let changed = this.onDemand !== (body.onDemand === true);
         this.onDemand = body.onDemand === true;
         for (const index of held) {
@@ -268,5 +271,31 @@ export class ParentLink implements ParentView {
     this.consecutiveFailures = 0;
     this.log.trace({ parent: this.id, index, ms: elapsed }, 'piece from parent');
     return piece;
+  }
+
+  /**
+   * Fetches part of a piece (upload-api.ts SPAN_PATH) into `into`, whose buffer is the span's
+   * length, calling its `advance` as bytes land. The bytes are not checked here: they go only
+   * to readers that check them against a verified TOC. Throws ParentBusyError or
+   * PieceMissingError as fetchPiece does, or an Error naming any other answer.
+   */
+  async fetchSpan(index: number, span: PieceSpan, hops: number, into: GrowingPiece, signal: AbortSignal): Promise<void> {
+    const head = await this.fetcher.get(
+      spanRequestPath(this.taskId, index, span, hops),
+      (answer) =>
+        answer.status === 200 && answer.length === into.buffer.length
+          ? { buffer: into.buffer, advance: (filled) => into.advance(filled) }
+          : undefined,
+      signal,
+    );
+    if (head.status === 429) {
+      this.busyUntil = Date.now() + this.pace.busyBackoffMs();
+      throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
+    }
+    if (head.status === 404) throw new PieceMissingError(`parent ${this.id} has no bytes ${span.start}-${span.end} of piece ${index}`);
+    if (head.status !== 200 || head.length !== into.buffer.length)
+      throw new Error(
+        `parent ${this.id} answered ${head.status} (${head.length} bytes) for bytes ${span.start}-${span.end} of piece ${index}`,
+      );
   }
 }

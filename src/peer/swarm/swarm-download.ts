@@ -3,11 +3,13 @@ import type { Logger } from '../../common/log.js';
 import type { ClientTls } from '../../common/tls.js';
 import type { ClusterToken } from '../../common/token.js';
 import type { FailureReason, SchedulerPacket } from '../../rpc/scheduler-api.js';
-import { CLIENT_AUTHORIZATION_HEADER, CLIENT_ORIGIN_HEADER } from '../../rpc/upload-api.js';
+import { CLIENT_AUTHORIZATION_HEADER, CLIENT_ORIGIN_HEADER, type PieceSpan } from '../../rpc/upload-api.js';
+import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
+import type { ParentLink } from './parent-link.js';
 import { ParentSet } from './parent-set.js';
 import { PiecesFromOrigin } from './pieces-from-origin.js';
 import { PiecesFromParents } from './pieces-from-parents.js';
@@ -42,6 +44,10 @@ type Mode = 'connecting' | 'swarm' | 'origin';
  * slot half a second longer costs little.
  */
 const IDLE_AFTER_MS = 500;
+/** A span waits this long for the scheduler to name a parent; then the reader fetches the whole piece. */
+const SPAN_PARENT_WAIT_MS = 5_000;
+/** A span whose parent sends nothing for this long is given up (the reader fetches the whole piece). */
+const SPAN_TIMEOUT_MS = 30_000;
 
 /**
  * One task's download through the swarm: what its clients want (WantedPieces), its scheduler
@@ -65,6 +71,10 @@ export class SwarmDownload {
   /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
   private idleReported = false;
   private idleTimer?: NodeJS.Timeout;
+  /** Spans being read from parents: the peer is not idle while it reads them. */
+  private spansReading = 0;
+  /** Woken whenever the parents or what they hold change. */
+  private parentNews = new Set<() => void>();
 
   constructor(
     readonly task: BlobTask,
@@ -94,7 +104,10 @@ export class SwarmDownload {
       },
     });
     this.parents = new ParentSet(task.digest, task.layout.pieceCount, dispatcher, settings, () => this.clientHeaders(), log, {
-      news: () => this.pump(),
+      news: () => {
+        this.wakeSpanReaders();
+        this.pump();
+      },
       dropped: (link, reason, message, index) => {
         settings.onParentDropped?.(reason);
         this.session.report({ packet: 'pieceFailed', pieceFailed: { index, parentId: link.id, reason, message } });
@@ -142,6 +155,81 @@ export class SwarmDownload {
   /** How this peer reads the origin for the task (its first client's way), while the download goes on. */
   get origin(): OriginSource | undefined {
     return this.finished || this.wanted.failed ? undefined : this.fromOrigin.origin;
+  }
+
+  /**
+   * Reads part of piece `index` for a reader that checks it against a verified TOC
+   * (piece-spans.ts): from the origin when the scheduler sent this peer there, else from a parent,
+   * preferring one that holds or receives the piece (any other reads the span upstream in turn).
+   * Joins the task's swarm if this peer has not; throws when no parent answers, and the caller
+   * fetches the whole piece instead.
+   */
+  async readSpan(index: number, span: PieceSpan, hops: number, into: GrowingPiece, origin?: OriginSource): Promise<void> {
+    if (this.closed || this.wanted.failed) throw new Error(`swarm download of ${this.task.digest} is closed`);
+    if (origin) this.fromOrigin.use(origin);
+    this.spansReading++;
+    try {
+      if (!this.session.started) this.start();
+      else if (this.idleReported) {
+        this.idleReported = false;
+        this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
+      }
+      const { offset } = pieceBounds(this.task.layout, index);
+      const signal = AbortSignal.timeout(SPAN_TIMEOUT_MS);
+      const deadline = Date.now() + SPAN_PARENT_WAIT_MS;
+      const tried = new Set<ParentLink>();
+      for (;;) {
+        if (this.closed) throw new Error(`swarm download of ${this.task.digest} is closed`);
+        const reader = this.mode === 'origin' ? this.fromOrigin.origin : undefined;
+        if (reader) return await reader.readRange(offset + span.start, offset + span.end, into, signal);
+        const link = this.parentForSpan(index, tried);
+        if (link) {
+          tried.add(link);
+          try {
+            return await link.fetchSpan(index, span, hops, into, signal);
+          } catch (error) {
+            // Bytes already handed on cannot be taken back: a span cut short fails.
+            if (into.filled > 0 || signal.aborted) throw error;
+            this.log.debug({ task: this.task.digest, index, parent: link.id, err: (error as Error).message }, 'span not read from parent');
+            continue;
+          }
+        }
+        if (Date.now() >= deadline) throw new Error(`no parent gave bytes ${span.start}-${span.end} of piece ${index}`);
+        await this.parentNewsOrTimeout(deadline - Date.now());
+      }
+    } finally {
+      this.spansReading--;
+      this.idleIfNothingWanted();
+    }
+  }
+
+  /** A parent to ask for a span: one holding or receiving the piece first, then one that fetches what it is asked. */
+  private parentForSpan(index: number, tried: ReadonlySet<ParentLink>): ParentLink | undefined {
+    const now = Date.now();
+    let fallback: ParentLink | undefined;
+    for (const link of this.parents) {
+      if (tried.has(link) || link.closed || link.busyUntil > now) continue;
+      if (link.carries(index)) return link;
+      if (link.onDemand) fallback ??= link;
+    }
+    return fallback;
+  }
+
+  private parentNewsOrTimeout(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, Math.max(0, ms));
+      const parentNews = this.parentNews;
+      function done() {
+        clearTimeout(timer);
+        parentNews.delete(done);
+        resolve();
+      }
+      parentNews.add(done);
+    });
+  }
+
+  private wakeSpanReaders(): void {
+    for (const wake of [...this.parentNews]) wake();
   }
 
   /** Resolves once every piece of the run is stored; rejects if the download gives up. */
@@ -199,6 +287,7 @@ export class SwarmDownload {
   close(reason: string, contentMismatch = false): void {
     if (this.closed) return;
     this.closed = true;
+    this.wakeSpanReaders();
     clearTimeout(this.idleTimer);
     if (this.watchdog) clearInterval(this.watchdog);
     this.fromParents.stop();
@@ -229,6 +318,7 @@ export class SwarmDownload {
       case 'parents':
         this.useParents();
         this.parents.follow(packet.parents.parents ?? []);
+        this.wakeSpanReaders();
         for (const index of this.fromParents.parentsRetired()) {
           this.log.info(
             { task: this.task.digest, index },
@@ -246,6 +336,7 @@ export class SwarmDownload {
       case 'backToSource':
         this.log.info({ task: this.task.digest, reason: packet.backToSource.reason }, 'scheduler sends this peer to the origin');
         this.goToOrigin(packet.backToSource.reason);
+        this.wakeSpanReaders();
         return;
     }
     this.pump();
@@ -297,7 +388,7 @@ export class SwarmDownload {
 
   /** Wanting nothing (a lazy reader served): gives the parents back if that lasts IDLE_AFTER_MS. */
   private idleIfNothingWanted(): void {
-    if (this.mode !== 'swarm' || this.wanted.size > 0 || this.fromParents.onTheirWay > 0) return;
+    if (this.mode !== 'swarm' || this.wanted.size > 0 || this.fromParents.onTheirWay > 0 || this.spansReading > 0) return;
     if (this.idleReported || this.idleTimer || this.finished) return;
     this.idleTimer = setTimeout(() => {
       this.idleTimer = undefined;
@@ -307,7 +398,8 @@ export class SwarmDownload {
         this.idleReported ||
         this.mode !== 'swarm' ||
         this.wanted.size > 0 ||
-        this.fromParents.onTheirWay > 0
+        this.fromParents.onTheirWay > 0 ||
+        this.spansReading > 0
       )
         return;
       this.idleReported = true;

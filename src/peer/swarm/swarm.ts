@@ -6,10 +6,11 @@ import type { RateLimiter } from '../../common/rate-limiter.js';
 import { parseBlobUrl } from '../../oci/blob-url.js';
 import type { RegistryTransport } from '../../oci/transport.js';
 import type { HostInfo } from '../../rpc/scheduler-api.js';
-import type { BlobFetchRequest, FetchStatus, PieceWish } from '../../rpc/upload-api.js';
-import { pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
+import type { BlobFetchRequest, FetchStatus, PieceSpan, PieceWish } from '../../rpc/upload-api.js';
+import { pieceBounds, pieceSizeFor, type PieceLayout } from '../../storage/piece-plan.js';
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
+import { PieceSpans, type SpanView } from '../piece-spans.js';
 import { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sources/piece-source.js';
 import type { TaskManager } from '../task-manager.js';
@@ -42,6 +43,8 @@ export function defaultHostId(ip: string, port: number): string {
  */
 export class Swarm {
   private readonly downloads = new Map<string, SwarmDownload>();
+  /** Parts of pieces read for lazy readers, here and downstream (piece-spans.ts). */
+  private readonly spans = new PieceSpans();
   private readonly schedulers: SchedulerClient;
   private readonly dispatcher: Agent;
 
@@ -134,7 +137,34 @@ export class Swarm {
     };
   }
 
+  /**
+   * Part of piece `index` for a reader that checks it against a verified TOC, or for a child
+   * passing such a read on (`hops`: peers it passed through): a span kept or arriving here, else
+   * read once — from the origin when this peer reads the task for the swarm, else from its
+   * parents. Undefined when this peer reads no spans of the task (a private blob, a peer leaving).
+   * `origin` is how the asking client would read the blob, for a peer not yet in the task's swarm.
+   */
+  span(task: BlobTask, index: number, span: PieceSpan, hops: number, origin?: OriginSource): SpanView | undefined {
+    if (this.closing || !task.blob.sources[0]?.public) return undefined;
+    const seeded = this.onDemand.get(task.digest);
+    if (!seeded && !origin && !this.relaySource(task.digest)) return this.spans.find(task.digest, index, span);
+    return this.spans.open(task.digest, index, span, async (into) => {
+      try {
+        if (seeded) {
+          const { offset } = pieceBounds(task.layout, index);
+          await seeded.origin.readRange(offset + span.start, offset + span.end, into);
+        } else {
+          await this.downloadFor(task).readSpan(index, span, hops, into, origin);
+        }
+      } catch (error) {
+        this.log.debug({ task: task.digest, index, span, err: (error as Error).message }, 'span not read');
+        throw error;
+      }
+    });
+  }
+
   pieceStored(task: BlobTask, index: number, length: number, provenance: PieceProvenance): void {
+    this.spans.forget(task.digest, index);
     this.downloads.get(task.digest)?.pieceStored(index, provenance, length);
   }
 
@@ -149,6 +179,7 @@ export class Swarm {
   /** Leaves the task's swarm; `contentMismatch`: the blob failed its digest (the scheduler forgets what this peer vouched for). */
   forget(digest: string, reason: string, { contentMismatch = false } = {}): void {
     this.onDemand.delete(digest);
+    this.spans.forget(digest);
     this.downloads.get(digest)?.close(reason, contentMismatch);
   }
 
@@ -202,14 +233,23 @@ export class Swarm {
       throw new Error(`task ${request.taskId} is stored here with ${task.size} bytes, not ${request.contentLength}`);
     }
     this.fetchErrors.delete(task.digest);
-    const origin = new OriginSource(new URL(request.origin.url), request.origin.headers, this.transport, this.downloadLimiter, this.log);
+    // A seed fills the pieces it reads around the spans it read of them for lazy readers.
+    const origin = new OriginSource(
+      new URL(request.origin.url),
+      request.origin.headers,
+      this.transport,
+      this.downloadLimiter,
+      this.log,
+      undefined,
+      why === 'seed' ? (index) => this.spans.complete(task.digest, index) : undefined,
+    );
     this.log.info({ task: task.digest, origin: new URL(request.origin.url).host, why }, 'fetching task for the swarm');
     if (why === 'seed') {
       // Piece by piece as children ask (fetchForChild): they ask for every piece of a blob they
       // download whole, so the registry still sends it once, and for a lazily read one only what
       // its readers read. Measured end to end (8 nodes starting a 390 MB image that reads 26 MB),
       // a seed reading whole blobs made the registry send 13.2 copies of the bytes needed.
-      this.onDemand.set(task.digest, this.sourceFor(task, origin));
+      this.onDemand.set(task.digest, { source: this.sourceFor(task, origin), origin });
       this.downloadFor(task).serveOnDemand(origin);
       lease.release();
       return;
@@ -231,7 +271,7 @@ export class Swarm {
   }
 
   /** Tasks this seed fetches piece by piece as children ask for them, each with the source it fetches through. */
-  private readonly onDemand = new Map<string, PieceSource>();
+  private readonly onDemand = new Map<string, { source: PieceSource; origin: OriginSource }>();
 
   /** This peer fetches any piece of the task a child asks for (a seed the scheduler triggered for it). */
   offersOnDemand(digest: string): boolean {
@@ -265,8 +305,8 @@ export class Swarm {
     if (seeded) {
       // Until its children's reads, and the swarm's, quieten, the registry's link carries only what workloads wait for.
       if (putsBackgroundOff(wish, this.lastDemandAt, Date.now(), this.downloads.get(task.digest)?.swarmReadingSince)) return 'put-off';
-      task.request(index, index, seeded, priority);
-      if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, seeded);
+      task.request(index, index, seeded.source, priority);
+      if (wish.wholeBlob) task.request(0, task.layout.pieceCount - 1, seeded.source);
       return 'fetching';
     }
     // A peer in the middle passes the piece on with the child's priority (the seed upstream puts

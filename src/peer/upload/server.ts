@@ -12,11 +12,14 @@ import {
   PIECE_PATH,
   PREHEAT_PATH,
   PREHEAT_STATUS_PATH,
+  MAX_SPAN_HOPS,
   SEED_TRIGGER_PATH,
+  SPAN_PATH,
   pieceWish,
   blobFetchRequestSchema,
   type BlobFetchRequest,
   type FetchStatus,
+  type PieceSpan,
   type PieceWish,
 } from '../../rpc/upload-api.js';
 import { parseWire, WireError } from '../../rpc/wire.js';
@@ -26,6 +29,7 @@ import type { AccessChecker } from '../access/checker.js';
 import { ruleFor } from '../access/rule.js';
 import type { BlobTask } from '../blob-task.js';
 import { pieceBuffers } from '../piece-buffers.js';
+import { arrivingBytes, type SpanView } from '../piece-spans.js';
 import type { TaskManager } from '../task-manager.js';
 import { encodeBitmap, type PieceBoard } from './piece-board.js';
 
@@ -48,11 +52,16 @@ export interface UploadServiceDeps {
   onUploaded(bytes: number): void;
   /** Counts a request by kind and how it was answered (a private piece or a trigger: refused too). */
   onRequest?(
-    kind: 'piece' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status',
+    kind: 'piece' | 'span' | 'bitmap' | 'seed' | 'preheat' | 'preheat-status',
     outcome: 'sent' | 'relayed' | 'fetched' | 'put-off' | 'busy' | 'missing' | 'accepted' | 'refused',
   ): void;
   /** A seed's pieces fetched as children ask for them; undefined on peers that fetch nothing for others. */
   onDemand?: PiecesOnDemand;
+  /**
+   * Part of a piece this peer does not hold, for a child passing on a lazy reader's read
+   * (Swarm.span); undefined when this peer reads no spans of the task.
+   */
+  spans?: (task: BlobTask, index: number, span: PieceSpan, hops: number) => SpanView | undefined;
   /** Handles `POST /_starling/seed` on a seed peer; undefined on ordinary peers. */
   seedTrigger?: (request: BlobFetchRequest) => Promise<void>;
   /** Handles the manager's `POST /_starling/preheat` and `GET /_starling/preheat/<digest>`. */
@@ -110,6 +119,11 @@ export class UploadService {
     if (path === '/healthz') return this.reply(res, 200, { ok: true });
     if (!this.deps.clusterToken.accepts(req.headers.authorization))
       return this.reply(res, 401, { error: 'missing or wrong cluster token' });
+    const [, spanDigest, spanIndex, spanStart, spanEnd] = SPAN_PATH.exec(path) ?? [];
+    if (spanDigest !== undefined && req.method === 'GET') {
+      const span = { start: Number(spanStart), end: Number(spanEnd) };
+      return this.serveSpan(req, res, spanDigest, Number(spanIndex), span, Number(new URLSearchParams(queryText ?? '').get('hops') ?? 0));
+    }
     const [, pieceDigest, pieceIndex] = PIECE_PATH.exec(path) ?? [];
     if (pieceDigest !== undefined && req.method === 'GET')
       return this.servePiece(req, res, pieceDigest, Number(pieceIndex), pieceWish(new URLSearchParams(queryText ?? '')));
@@ -191,6 +205,74 @@ export class UploadService {
   }
 
   /**
+   * Sends bytes [start, end] of piece `index`: from the stored piece, or from a span kept here or
+   * read upstream for this child (Swarm.span), relayed as it arrives. A span read upstream that
+   * breaks off cuts the response short.
+   */
+  private async serveSpan(
+    req: IncomingMessage,
+    res: ServerResponse,
+    digest: string,
+    index: number,
+    span: PieceSpan,
+    hops: number,
+  ): Promise<void> {
+    const lease = this.deps.tasks.lease(digest);
+    if (!lease) return this.reply(res, 404, { error: `task ${digest} is not here` });
+    try {
+      const { task } = lease;
+      if (index >= task.layout.pieceCount) return this.reply(res, 404, { error: `piece ${index} is not a piece of ${digest}` });
+      const { length } = pieceBounds(task.layout, index);
+      if (!Number.isSafeInteger(span.start) || !Number.isSafeInteger(span.end) || span.start > span.end || span.end >= length)
+        return this.reply(res, 416, { error: `bytes ${span.start}-${span.end} are not a span of piece ${index} (${length} bytes)` });
+      if (!Number.isSafeInteger(hops) || hops < 0 || hops > MAX_SPAN_HOPS)
+        return this.reply(res, 400, { error: `hops ${hops} is not from 0 to ${MAX_SPAN_HOPS}` });
+      const refusal = await this.refusePrivatePiece(req, task);
+      if (refusal) {
+        this.deps.onRequest?.('span', 'refused');
+        return this.reply(res, 403, { error: refusal });
+      }
+      const stored = task.hasPiece(index);
+      const arriving = stored ? undefined : this.deps.spans?.(task, index, span, hops + 1);
+      if (!stored && !arriving) {
+        this.deps.onRequest?.('span', 'missing');
+        return this.reply(res, 404, { error: `bytes ${span.start}-${span.end} of piece ${index} are not here` });
+      }
+      if (this.inUse >= this.deps.slots) {
+        this.deps.onRequest?.('span', 'busy');
+        res.setHeader('retry-after', '1');
+        return this.reply(res, 429, { error: 'all upload slots are busy' });
+      }
+      this.inUse++;
+      try {
+        this.deps.onDemand?.demanded();
+        res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': span.end - span.start + 1 });
+        res.flushHeaders();
+        this.deps.onRequest?.('span', stored ? 'sent' : 'relayed');
+        if (arriving) await this.relaySpan(res, arriving, span);
+        else await this.sendStored(res, task, index, span.start, span.end + 1);
+        res.end();
+      } finally {
+        this.inUse--;
+      }
+    } finally {
+      lease.release();
+    }
+  }
+
+  private async relaySpan(res: ServerResponse, arriving: SpanView, span: PieceSpan): Promise<void> {
+    const last = arriving.offset + span.end - span.start;
+    for await (const bytes of arrivingBytes(arriving.bytes, arriving.offset, last, RELAY_CHUNK)) {
+      for (let at = 0; at < bytes.length; at += WRITE_CHUNK) {
+        const part = bytes.subarray(at, at + WRITE_CHUNK);
+        await this.deps.limiter.take(part.length);
+        await writeChunk(res, part);
+        this.deps.onUploaded(part.length);
+      }
+    }
+  }
+
+  /**
    * Why a child may not have pieces of this blob, or undefined when it may (access/rule.ts): a
    * public blob's pieces go to any holder of the cluster token; a private blob's only over TLS,
    * to a child whose client names one of the blob's source registries, when that registry
@@ -253,11 +335,11 @@ export class UploadService {
     return sent;
   }
 
-  /** Sends bytes [from, length) of a stored piece: from the page cache when it can, else through a buffer. */
-  private async sendStored(res: ServerResponse, task: BlobTask, index: number, from: number, length: number): Promise<void> {
+  /** Sends bytes [from, to) of a stored piece: from the page cache when it can, else through a buffer. */
+  private async sendStored(res: ServerResponse, task: BlobTask, index: number, from: number, to: number): Promise<void> {
     const { offset } = pieceBounds(task.layout, index);
-    for (let position = from; position < length; position += WRITE_CHUNK) {
-      const size = Math.min(WRITE_CHUNK, length - position);
+    for (let position = from; position < to; position += WRITE_CHUNK) {
+      const size = Math.min(WRITE_CHUNK, to - position);
       await this.deps.limiter.take(size);
       const sent = await sendFileRange(res, task.blob.dataFd, offset + position, size).catch(() => {
         throw new ClientGoneError();
