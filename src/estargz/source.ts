@@ -7,8 +7,12 @@ import { EstargzError } from './errors.js';
  */
 export interface RangeSource {
   readonly size: number;
-  /** `background` marks a read no one waits for (a cache filling in); sources that cannot say so ignore it. */
-  read(offset: number, length: number, priority?: 'demand' | 'background'): Promise<Buffer>;
+  /**
+   * `background` marks a read no one waits for (a cache filling in); sources that cannot say so
+   * ignore it. `checkedPieces`: bytes the source checked itself only (a Starling peer otherwise
+   * sends parts of pieces it could not check yet): asked again after a chunk failed its digest.
+   */
+  read(offset: number, length: number, priority?: 'demand' | 'background', options?: { checkedPieces?: boolean }): Promise<Buffer>;
   close?(): Promise<void>;
 }
 

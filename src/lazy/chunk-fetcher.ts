@@ -215,13 +215,27 @@ export class ChunkFetcher {
   private fetchSpan(span: ChunkRef[], priority: ReadPriority): Array<Promise<Buffer>> {
     const start = itemAt(span, 0).offset;
     const end = itemAt(span, span.length - 1).end;
-    const compressed = this.source.read(start, end - start, priority).then((bytes) => {
-      this.stats.bytesFetched += bytes.length;
-      return bytes;
-    });
+    const read = (checkedPieces: boolean) =>
+      this.source.read(start, end - start, priority, { checkedPieces }).then((bytes) => {
+        this.stats.bytesFetched += bytes.length;
+        return bytes;
+      });
+    const compressed = read(false);
+    // A peer may have sent part of a piece it could not check: a chunk that fails its digest is
+    // read once more, from pieces the peer checked (a parent that flips bits fails only there).
+    let checked: Promise<Buffer> | undefined;
+    const accept = async (chunk: ChunkRef, bytes: Buffer) => {
+      try {
+        return await this.accept(chunk, bytes.subarray(chunk.offset - start, chunk.end - start));
+      } catch (error) {
+        if (!(error instanceof EstargzError && error.code === 'CHUNK_DIGEST')) throw error;
+        const again = await (checked ??= read(true));
+        return this.accept(chunk, again.subarray(chunk.offset - start, chunk.end - start));
+      }
+    };
     return span.map((chunk) => {
       const done: Promise<Buffer> = compressed
-        .then((bytes) => this.accept(chunk, bytes.subarray(chunk.offset - start, chunk.end - start)))
+        .then((bytes) => accept(chunk, bytes))
         .finally(() => {
           // An on-demand fetch that overtook this one is the chunk's fetch now.
           if (this.inflight.get(chunk.digest) !== done) return;

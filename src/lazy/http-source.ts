@@ -85,19 +85,29 @@ export class HttpRangeSource implements StreamingRangeSource {
     }
   }
 
-  async read(offset: number, length: number, priority: ReadPriority = 'demand'): Promise<Buffer> {
+  async read(
+    offset: number,
+    length: number,
+    priority: ReadPriority = 'demand',
+    options: { checkedPieces?: boolean } = {},
+  ): Promise<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return Buffer.alloc(0);
     const parts: Buffer[] = [];
-    for await (const part of this.stream(offset, length, priority)) parts.push(part);
+    for await (const part of this.stream(offset, length, priority, options)) parts.push(part);
     return Buffer.concat(parts, length);
   }
 
   /** [offset, offset+length) as one Range request; retried from the start only before the first byte. */
-  async *stream(offset: number, length: number, priority: ReadPriority = 'demand'): AsyncGenerator<Buffer> {
+  async *stream(
+    offset: number,
+    length: number,
+    priority: ReadPriority = 'demand',
+    options: { checkedPieces?: boolean } = {},
+  ): AsyncGenerator<Buffer> {
     checkRange(this.size, offset, length);
     if (length === 0) return;
-    const body = await this.open(offset, length, priority);
+    const body = await this.open(offset, length, priority, options.checkedPieces === true);
     let received = 0;
     for await (const chunk of body as AsyncIterable<Buffer>) {
       received += chunk.length;
@@ -108,10 +118,12 @@ export class HttpRangeSource implements StreamingRangeSource {
     if (received !== length) throw new HttpRangeError(`${this.url}: range [${offset}, +${length}) ended after ${received} bytes`);
   }
 
-  private async open(offset: number, length: number, priority: ReadPriority) {
+  private async open(offset: number, length: number, priority: ReadPriority, checkedPieces: boolean) {
     const range = `bytes=${offset}-${offset + length - 1}`;
     // The Starling peer passes a background read's mark on to the seeds it reads through; a plain registry ignores it.
-    const headers = priority === 'background' ? { ...this.headers, range, [READ_PRIORITY_HEADER]: priority } : { ...this.headers, range };
+    const headers: Record<string, string> =
+      priority === 'background' ? { ...this.headers, range, [READ_PRIORITY_HEADER]: priority } : { ...this.headers, range };
+    if (checkedPieces) delete headers[READ_CHECKED_HEADER];
     for (let attempt = 1; ; attempt++) {
       let retryable = true;
       try {

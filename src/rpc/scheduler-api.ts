@@ -105,7 +105,7 @@ export type SchedulerPacket =
   | { packet: 'parents'; parents: { parents: ParentInfo[] } }
   | { packet: 'digests'; digests: PieceDigests }
   | { packet: 'backToSource'; backToSource: { reason: string } }
-  | { packet: 'wait'; wait: { reason: string } }
+  | { packet: 'wait'; wait: { reason: string; spanSources?: ParentInfo[] } }
   | { packet: 'swarmReading'; swarmReading: { onDemand: boolean } };
 
 export interface PieceDigests {

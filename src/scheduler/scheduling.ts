@@ -401,7 +401,11 @@ export class Scheduling {
 
   private wait(peer: Peer, reason: string, started: number): void {
     peer.state = 'waiting';
-    peer.send({ packet: 'wait', wait: { reason } });
+    // Meanwhile a lazy reader may read the spans it needs from the seeds reading the origin.
+    const spanSources = [...peer.task.peers.values()]
+      .filter((other) => other.isSeed && other.state === 'backToSource' && other.host !== peer.host)
+      .map((seed) => toParentInfo(seed, 0));
+    peer.send({ packet: 'wait', wait: spanSources.length ? { reason, spanSources } : { reason } });
     this.hooks.onScheduled?.(peer, 'wait', this.hooks.now() - started);
   }
 

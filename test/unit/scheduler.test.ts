@@ -194,6 +194,25 @@ describe('scheduling: who reads the origin', () => {
     assert.equal(e.last(waiting)?.packet, 'parents', 'served once a holder has room');
   });
 
+  it('tells a waiting peer the seeds reading the origin, to read spans from meanwhile', () => {
+    const e = engine({ pipeline: { fanout: 1, seedFanout: 1 }, shape: 'pipeline' });
+    const seed = e.join('seed-1', { seed: true });
+    assert.equal(e.last(seed)?.packet, 'backToSource', 'the seed reads the origin');
+    const first = e.join('node-1');
+    assert.deepEqual(
+      first.parents.map((p) => p.id),
+      [seed.id],
+      'takes the seed',
+    );
+    const waiting = e.join('node-2');
+    const told = e.last(waiting);
+    assert.equal(told?.packet, 'wait', "the seed's one chain is taken");
+    assert.deepEqual(
+      told?.packet === 'wait' ? told.wait.spanSources?.map((p) => [p.peerId, p.seed]) : undefined,
+      [[seed.id, true]],
+    );
+  });
+
   it("never asks a seed for a private blob: the peer holding its client's credentials reads the origin itself", () => {
     const e = engine();
     e.scheduling.announceHost(host('seed', { seed: true }));

@@ -24,6 +24,8 @@ export interface ParentSetEvents {
  */
 export class ParentSet implements Iterable<ParentLink> {
   private readonly links = new Map<string, ParentLink>();
+  /** Seeds the scheduler named while this peer waits for parents: asked for spans only, not followed. */
+  private readonly spanLinks = new Map<string, ParentLink>();
   private readonly blocked = new Set<string>();
 
   constructor(
@@ -64,20 +66,29 @@ export class ParentSet implements Iterable<ParentLink> {
     }
     for (const info of parents) {
       if (this.links.has(info.peerId) || this.blocked.has(info.peerId) || info.hostId === this.settings.hostId) continue;
-      const link = new ParentLink(
-        info,
-        this.taskId,
-        this.pieceCount,
-        this.dispatcher,
-        { authorization: this.settings.clusterToken.authorization, ...this.clientHeaders() },
-        this.settings.tls,
-        this.log,
-        () => this.events.news(),
-        (dead, error) => this.drop(dead, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message),
-      );
+      const link = this.link(info);
       this.links.set(info.peerId, link);
       link.start();
     }
+  }
+
+  /** The seeds to ask for spans while this peer has no parents (the scheduler's `wait`). */
+  spanSources(infos: ParentInfo[]): void {
+    const keep = new Set(infos.map((info) => info.peerId));
+    for (const [id, link] of this.spanLinks) {
+      if (keep.has(id)) continue;
+      link.retire();
+      this.spanLinks.delete(id);
+    }
+    for (const info of infos) {
+      if (this.spanLinks.has(info.peerId) || this.blocked.has(info.peerId) || info.hostId === this.settings.hostId) continue;
+      this.spanLinks.set(info.peerId, this.link(info));
+    }
+  }
+
+  /** Links to ask for a span: the parents, then the seeds named for spans. */
+  forSpans(): ParentLink[] {
+    return [...this.links.values(), ...this.spanLinks.values()];
   }
 
   /** Stops using a parent for this task: closed at once (its pieces on the way too) and blocked. */
@@ -92,7 +103,22 @@ export class ParentSet implements Iterable<ParentLink> {
 
   /** Closes every parent (the download finished or left the task). */
   closeAll(): void {
-    for (const link of this.links.values()) link.close();
+    for (const link of [...this.links.values(), ...this.spanLinks.values()]) link.close();
     this.links.clear();
+    this.spanLinks.clear();
+  }
+
+  private link(info: ParentInfo): ParentLink {
+    return new ParentLink(
+      info,
+      this.taskId,
+      this.pieceCount,
+      this.dispatcher,
+      { authorization: this.settings.clusterToken.authorization, ...this.clientHeaders() },
+      this.settings.tls,
+      this.log,
+      () => this.events.news(),
+      (dead, error) => this.drop(dead, 'FAILURE_REASON_PARENT_UNREACHABLE', error.message),
+    );
   }
 }

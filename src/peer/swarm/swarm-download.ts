@@ -9,7 +9,7 @@ import type { BlobTask } from '../blob-task.js';
 import type { GrowingPiece } from '../growing-piece.js';
 import type { OriginSource } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun } from '../sources/piece-source.js';
-import type { ParentLink } from './parent-link.js';
+import { ParentBusyError, type ParentLink } from './parent-link.js';
 import { ParentSet } from './parent-set.js';
 import { PiecesFromOrigin } from './pieces-from-origin.js';
 import { PiecesFromParents } from './pieces-from-parents.js';
@@ -48,6 +48,8 @@ const IDLE_AFTER_MS = 500;
 const SPAN_PARENT_WAIT_MS = 5_000;
 /** A span whose parent sends nothing for this long is given up (the reader fetches the whole piece). */
 const SPAN_TIMEOUT_MS = 30_000;
+/** With no parent free for a span, look again this often (a busy parent's backoff ends without news). */
+const SPAN_RETRY_MS = 250;
 
 /**
  * One task's download through the swarm: what its clients want (WantedPieces), its scheduler
@@ -184,18 +186,19 @@ export class SwarmDownload {
         if (reader) return await reader.readRange(offset + span.start, offset + span.end, into, signal);
         const link = this.parentForSpan(index, tried);
         if (link) {
-          tried.add(link);
           try {
             return await link.fetchSpan(index, span, hops, into, signal);
           } catch (error) {
             // Bytes already handed on cannot be taken back: a span cut short fails.
             if (into.filled > 0 || signal.aborted) throw error;
+            // A busy parent is asked again once its backoff is over; any other answer is final.
+            if (!(error instanceof ParentBusyError)) tried.add(link);
             this.log.debug({ task: this.task.digest, index, parent: link.id, err: (error as Error).message }, 'span not read from parent');
             continue;
           }
         }
         if (Date.now() >= deadline) throw new Error(`no parent gave bytes ${span.start}-${span.end} of piece ${index}`);
-        await this.parentNewsOrTimeout(deadline - Date.now());
+        await this.parentNewsOrTimeout(Math.min(deadline - Date.now(), SPAN_RETRY_MS));
       }
     } finally {
       this.spansReading--;
@@ -207,10 +210,11 @@ export class SwarmDownload {
   private parentForSpan(index: number, tried: ReadonlySet<ParentLink>): ParentLink | undefined {
     const now = Date.now();
     let fallback: ParentLink | undefined;
-    for (const link of this.parents) {
+    for (const link of this.parents.forSpans()) {
       if (tried.has(link) || link.closed || link.busyUntil > now) continue;
       if (link.carries(index)) return link;
-      if (link.onDemand) fallback ??= link;
+      // A seed named for spans reads any span from the origin; its bitmap is not followed.
+      if (link.onDemand || link.seed) fallback ??= link;
     }
     return fallback;
   }
@@ -318,6 +322,8 @@ export class SwarmDownload {
       case 'parents':
         this.useParents();
         this.parents.follow(packet.parents.parents ?? []);
+        // Parents of its own now: they pass spans on (the seeds named while it waited are let go).
+        if (packet.parents.parents?.length) this.parents.spanSources([]);
         this.wakeSpanReaders();
         for (const index of this.fromParents.parentsRetired()) {
           this.log.info(
@@ -331,6 +337,8 @@ export class SwarmDownload {
         break;
       case 'wait':
         this.useParents();
+        this.parents.spanSources(packet.wait.spanSources ?? []);
+        this.wakeSpanReaders();
         this.log.debug({ task: this.task.digest, reason: packet.wait.reason }, 'scheduler says wait');
         break;
       case 'backToSource':
