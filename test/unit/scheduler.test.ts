@@ -207,10 +207,7 @@ describe('scheduling: who reads the origin', () => {
     const waiting = e.join('node-2');
     const told = e.last(waiting);
     assert.equal(told?.packet, 'wait', "the seed's one chain is taken");
-    assert.deepEqual(
-      told?.packet === 'wait' ? told.wait.spanSources?.map((p) => [p.peerId, p.seed]) : undefined,
-      [[seed.id, true]],
-    );
+    assert.deepEqual(told?.packet === 'wait' ? told.wait.spanSources?.map((p) => [p.peerId, p.seed]) : undefined, [[seed.id, true]]);
   });
 
   it("never asks a seed for a private blob: the peer holding its client's credentials reads the origin itself", () => {
