@@ -82,6 +82,7 @@ export type PeerPacket =
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
   | { packet: 'idle'; idle: Record<string, never> }
+  | { packet: 'spanRead'; spanRead: Record<string, never> }
   | { packet: 'downloadFinished'; downloadFinished: Record<string, never> }
   | { packet: 'downloadFailed'; downloadFailed: DownloadFailed };
 

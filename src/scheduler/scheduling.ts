@@ -181,6 +181,12 @@ export class Scheduling {
    * waiting for a parent may get it now rather than once it has stored a whole piece (with 4 MiB
    * pieces on slow links, many seconds later).
    */
+  /** The peer reads part of a piece a workload waits for: the registry's swarm reads on demand. */
+  spanRead(peer: Peer): void {
+    const registry = peer.task.registry;
+    if (this.onDemand.demanded(registry, this.hooks.now())) this.sayReading(registry, true);
+  }
+
   pieceStarted(peer: Peer, index: number, background = false): void {
     const task = peer.task;
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;

@@ -89,6 +89,8 @@ export function schedulerHandlers(
               return scheduling.reschedule(peer, packet.reschedule.blocklist ?? []);
             case 'idle':
               return scheduling.idle(peer);
+            case 'spanRead':
+              return scheduling.spanRead(peer);
             case 'downloadFinished':
               return scheduling.finished(peer);
             case 'downloadFailed':

@@ -754,4 +754,19 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
     for (const peer of [peers.aBase, peers.aModel, peers.bModel, late]) assert.deepEqual(heard(peer), [true, false], peer.id);
     assert.deepEqual(heard(peers.cOther), []);
   });
+
+  it('counts a span read for a workload as the swarm reading on demand, though no piece arrives', () => {
+    const { e, peers, heard } = layers();
+    e.scheduling.spanRead(peers.aModel);
+    assert.deepEqual(heard(peers.bModel), [true]);
+    assert.equal(peers.aModel.growing.size + peers.aModel.pieces.size, 0, 'the reader holds no piece for it');
+    e.advance(2_000);
+    e.scheduling.spanRead(peers.aBase);
+    e.advance(2_000);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true], 'a later span keeps the swarm reading');
+    e.advance(1_500);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true, false]);
+  });
 });

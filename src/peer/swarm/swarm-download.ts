@@ -176,6 +176,8 @@ export class SwarmDownload {
         this.idleReported = false;
         this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
       }
+      // Only a read for this peer's own reader says the swarm reads on demand; a relayed one was said downstream.
+      if (hops === 0) this.session.report({ packet: 'spanRead', spanRead: {} });
       const { offset } = pieceBounds(this.task.layout, index);
       const signal = AbortSignal.timeout(SPAN_TIMEOUT_MS);
       const deadline = Date.now() + SPAN_PARENT_WAIT_MS;
