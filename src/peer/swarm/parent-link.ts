@@ -46,6 +46,8 @@ export class ParentLink implements ParentView {
   /** The parent fetches any piece this child asks for (a seed the scheduler triggered), and relays it as it arrives. */
   onDemand = false;
   private attempts = 0;
+  /** Spans being read from this parent (they finish on a retired link, as pieces do). */
+  private spansOnTheWay = 0;
   /** Failures in a row, of bitmap requests or of pieces (a success resets it). */
   private consecutiveFailures = 0;
   /** How fast the parent serves this child. */
@@ -110,7 +112,12 @@ export class ParentLink implements ParentView {
   /** An attempt ended, however: a retired link closes with its last one. */
   attemptEnded(): void {
     this.attempts--;
-    if (this.closed && this.attempts === 0) this.fetcher.close();
+    this.closeIfRetiredAndDone();
+  }
+
+  /** A retired link closes once its last piece and span are in. */
+  private closeIfRetiredAndDone(): void {
+    if (this.closed && this.attempts === 0 && this.spansOnTheWay === 0) this.fetcher.close();
   }
 
   /** A piece failed for a cause other than a clear answer (busy, missing): says whether that makes the parent unreachable (two in a row). */
@@ -141,7 +148,7 @@ export class ParentLink implements ParentView {
    */
   retire(): void {
     this.stop.abort();
-    if (this.attempts === 0) this.fetcher.close();
+    this.closeIfRetiredAndDone();
   }
 
   private async follow(): Promise<void> {
@@ -280,6 +287,16 @@ export class ParentLink implements ParentView {
    * PieceMissingError as fetchPiece does, or an Error naming any other answer.
    */
   async fetchSpan(index: number, span: PieceSpan, hops: number, into: GrowingPiece, signal: AbortSignal): Promise<void> {
+    this.spansOnTheWay++;
+    try {
+      await this.readSpan(index, span, hops, into, signal);
+    } finally {
+      this.spansOnTheWay--;
+      this.closeIfRetiredAndDone();
+    }
+  }
+
+  private async readSpan(index: number, span: PieceSpan, hops: number, into: GrowingPiece, signal: AbortSignal): Promise<void> {
     const head = await this.fetcher.get(
       spanRequestPath(this.taskId, index, span, hops),
       (answer) =>
