@@ -158,11 +158,7 @@ export class UploadService {
         this.deps.onRequest?.('piece', 'refused');
         return this.reply(res, 403, { error: refusal });
       }
-      if (this.inUse >= this.deps.slots) {
-        this.deps.onRequest?.('piece', 'busy');
-        res.setHeader('retry-after', '1');
-        return this.reply(res, 429, { error: 'all upload slots are busy' });
-      }
+      if (this.refusedBusy(res, 'piece')) return;
       this.inUse++;
       try {
         if (!wish.background) this.deps.onDemand?.demanded();
@@ -204,6 +200,15 @@ export class UploadService {
     }
   }
 
+  /** Answers 429 when every upload slot is taken: the child asks another parent, or this one a moment later. */
+  private refusedBusy(res: ServerResponse, kind: 'piece' | 'span'): boolean {
+    if (this.inUse < this.deps.slots) return false;
+    this.deps.onRequest?.(kind, 'busy');
+    res.setHeader('retry-after', '1');
+    this.reply(res, 429, { error: 'all upload slots are busy' });
+    return true;
+  }
+
   /**
    * Sends bytes [start, end] of piece `index`: from the stored piece, or from a span kept here or
    * read upstream for this child (Swarm.span), relayed as it arrives. A span read upstream that
@@ -238,11 +243,7 @@ export class UploadService {
         this.deps.onRequest?.('span', 'missing');
         return this.reply(res, 404, { error: `bytes ${span.start}-${span.end} of piece ${index} are not here` });
       }
-      if (this.inUse >= this.deps.slots) {
-        this.deps.onRequest?.('span', 'busy');
-        res.setHeader('retry-after', '1');
-        return this.reply(res, 429, { error: 'all upload slots are busy' });
-      }
+      if (this.refusedBusy(res, 'span')) return;
       this.inUse++;
       try {
         this.deps.onDemand?.demanded();
