@@ -27,6 +27,13 @@ export function relayableHeaders(headers: Record<string, string | string[] | und
   return out;
 }
 
+/** A `Content-Range: bytes <start>-<end>/<total|*>` header's numbers, or undefined if it is not one. */
+function parseContentRange(header: string): { start: number; end: number; total?: number } | undefined {
+  const m = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(header);
+  if (!m) return undefined;
+  return { start: Number(m[1]), end: Number(m[2]), ...(m[3] === '*' ? {} : { total: Number(m[3]) }) };
+}
+
 /**
  * Fetches pieces of one blob straight from its origin (a registry blob URL), with the client's
  * credentials. Runs that are not the whole blob are fetched with one Range request each; an
@@ -140,12 +147,12 @@ export class OriginSource implements PieceSource {
       bodyStart = 0;
     } else if (statusCode === 206 && !wholeBlob) {
       const contentRange = String(response.headers['content-range'] ?? '');
-      const answered = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(contentRange);
-      if (answered && answered[3] !== '*' && Number(answered[3]) !== layout.size) {
+      const answered = parseContentRange(contentRange);
+      if (answered?.total !== undefined && answered.total !== layout.size) {
         response.body.destroy();
         throw new BlobSizeMismatchError(`origin answered a range of a blob of ${layout.size} bytes with Content-Range "${contentRange}"`);
       }
-      if (!answered || Number(answered[1]) !== start || Number(answered[2]) !== end) {
+      if (answered?.start !== start || answered.end !== end) {
         response.body.destroy();
         throw new Error(`origin answered bytes ${start}-${end} with Content-Range "${contentRange}"`);
       }
@@ -172,8 +179,8 @@ export class OriginSource implements PieceSource {
     const headers = { ...this.headers, range: `bytes=${start}-${end}` };
     const response = await this.transport.sendForBuffers(this.url, { headers, signal, expectedBytes: length });
     const contentRange = String(response.headers['content-range'] ?? '');
-    const answered = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(contentRange);
-    if (response.statusCode !== 206 || !answered || Number(answered[1]) !== start || Number(answered[2]) !== end) {
+    const answered = parseContentRange(contentRange);
+    if (response.statusCode !== 206 || answered?.start !== start || answered.end !== end) {
       response.body.destroy();
       if (response.statusCode === 200) this.onRangeIgnored();
       throw new UpstreamStatusError(
