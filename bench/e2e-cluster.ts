@@ -8,7 +8,7 @@
 //
 //   npx tsc -p . && npx tsx bench/e2e-cluster.ts --nodes 8 [--rows a,b,c,d] [--node-rate 50mbit] [--origin-rate 200mbit]
 //     [--model-size 256MiB] [--shard-size 4MiB] [--shards-loaded 4] [--image debian|busybox] [--shape adaptive|mesh|pipeline]
-//     [--json-out FILE] [--plots DIR] [--keep-logs DIR]
+//     [--json-out FILE] [--plots DIR] [--keep-logs DIR] [--peer-log-level debug]
 //
 // The image (bench/lib/e2e-image.ts, cached in /var/tmp): Debian bookworm minbase, python3, a model
 // of random shards and an app layer whose serve.py imports modules, loads the first shards and prints
@@ -44,6 +44,7 @@ const args = scenarioArgs(
     'snapshotter-config': { type: 'string', help: 'more YAML for every snapshotter, e.g. "prefetch: {resolveAhead: false}"' },
     plots: { type: 'string', help: 'write the completion CDFs and the registry egress over time (SVG) there' },
     'keep-logs': { type: 'string', help: "copy every node's and every process's logs there" },
+    'peer-log-level': { type: 'string', help: 'log level of the seed and every peer (default warn), e.g. debug with --keep-logs' },
   },
   { nodeRate: '50mbit', size: null },
 );
@@ -73,6 +74,7 @@ try {
       {
         ...context,
         schedulerArgs: ['--shape', flags.shape],
+        peerArgs: flags['peer-log-level'] ? ['--log-level', flags['peer-log-level']] : undefined,
         snapshotterConfig: flags['snapshotter-config'],
         log: (line) => console.error(line),
       },

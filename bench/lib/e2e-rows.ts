@@ -63,6 +63,8 @@ export interface E2eContext {
   workDir: string;
   /** Extra `starling scheduler` flags (e.g. ['--shape', 'pipeline']). */
   schedulerArgs?: string[];
+  /** Extra `starling peer` flags for the seed and every node's peer (e.g. ['--log-level', 'debug']). */
+  peerArgs?: string[];
   /** More YAML for every node's snapshotter (not backgroundFetch, which the row sets). */
   snapshotterConfig?: string;
   /** How long to wait, after the last ready line, for every lazy node to hold the whole image. */
@@ -137,7 +139,9 @@ export interface E2eClusterOptions {
 export async function startE2eCluster(
   image: WorkloadImage,
   o: E2eClusterOptions,
-): Promise<Omit<E2eContext, 'log' | 'schedulerArgs' | 'snapshotterConfig' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }> {
+): Promise<
+  Omit<E2eContext, 'log' | 'schedulerArgs' | 'peerArgs' | 'snapshotterConfig' | 'wholeImageTimeoutMs'> & { stop(): Promise<void> }
+> {
   const cluster = await createCluster({
     nodes: o.nodes,
     nodeRate: o.nodeRate,
@@ -196,7 +200,14 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
   const nodes: NodeStack[] = [];
   let egress: EgressSampler | undefined;
   try {
-    if (spec.swarm) swarm = await startSwarm(c, { registryHost, workDir: rowDir, schedulerArgs: ctx.schedulerArgs });
+    if (spec.swarm)
+      swarm = await startSwarm(c, {
+        registryHost,
+        workDir: rowDir,
+        schedulerArgs: ctx.schedulerArgs,
+        peerArgs: ctx.peerArgs,
+        seedArgs: ctx.peerArgs,
+      });
     nodes.push(...(await startNodes(ctx, spec, rowDir, registryHost)));
     const nodeDirs = (node: NodeStack) => (swarm ? [swarm.dataDir(node.host)] : []);
 
