@@ -8,7 +8,7 @@
 //
 //   npx tsc -p . && npx tsx bench/e2e-cluster.ts --nodes 8 [--rows a,b,c,d] [--node-rate 50mbit] [--origin-rate 200mbit]
 //     [--model-size 256MiB] [--shard-size 4MiB] [--shards-loaded 4] [--image debian|busybox] [--shape adaptive|mesh|pipeline]
-//     [--json-out FILE] [--plots DIR] [--keep-logs DIR] [--peer-log-level debug]
+//     [--json-out FILE] [--plots DIR] [--keep-logs DIR] [--log-level debug]
 //
 // The image (bench/lib/e2e-image.ts, cached in /var/tmp): Debian bookworm minbase, python3, a model
 // of random shards and an app layer whose serve.py imports modules, loads the first shards and prints
@@ -44,7 +44,10 @@ const args = scenarioArgs(
     'snapshotter-config': { type: 'string', help: 'more YAML for every snapshotter, e.g. "prefetch: {resolveAhead: false}"' },
     plots: { type: 'string', help: 'write the completion CDFs and the registry egress over time (SVG) there' },
     'keep-logs': { type: 'string', help: "copy every node's and every process's logs there" },
-    'peer-log-level': { type: 'string', help: 'log level of the seed and every peer (default warn), e.g. debug with --keep-logs' },
+    'log-level': {
+      type: 'string',
+      help: 'log level of the scheduler, the seed and every peer (default: info, warn, warn), e.g. debug with --keep-logs',
+    },
   },
   { nodeRate: '50mbit', size: null },
 );
@@ -62,6 +65,8 @@ if (flags.image !== 'debian' && flags.image !== 'busybox') throw new Error(`--im
 if (flags.shape !== 'mesh' && flags.shape !== 'pipeline' && flags.shape !== 'adaptive')
   throw new Error(`--shape must be mesh, pipeline or adaptive, got "${flags.shape}"`);
 
+const logLevel = flags['log-level'] ? ['--log-level', flags['log-level']] : [];
+
 const loadBefore = loadAverage();
 const image: WorkloadImage = flags.image === 'debian' ? await debianModelImage(modelOptions) : await busyboxModelImage(modelOptions);
 const work = await makeTempDir('starling-bench-e2e-');
@@ -73,8 +78,8 @@ try {
     const result = await runRow(
       {
         ...context,
-        schedulerArgs: ['--shape', flags.shape],
-        peerArgs: flags['peer-log-level'] ? ['--log-level', flags['peer-log-level']] : undefined,
+        schedulerArgs: ['--shape', flags.shape, ...logLevel],
+        peerArgs: logLevel,
         snapshotterConfig: flags['snapshotter-config'],
         log: (line) => console.error(line),
       },

@@ -302,9 +302,15 @@ export class BlobTask {
     return undefined;
   }
 
-  /** Piece `index` is stored, or some fetch brings it (requested, or its bytes arriving). */
-  holdsOrFetches(index: number): boolean {
-    return this.blob.hasPiece(index) || this.inflight.has(index) || this.growing.has(index);
+  /**
+   * Piece `index` is stored, its bytes are arriving, or it was requested for a reader that waits
+   * for it. A piece requested only for background readers does not count: the swarm may hold it
+   * until the nodes still starting have read what they need (policy/background-put-off.ts), and a
+   * workload's read inside it would wait as long (8 nodes end to end: 5-8 s for the last two).
+   */
+  holdsOrFetchesOnDemand(index: number): boolean {
+    if (this.blob.hasPiece(index) || this.growing.has(index)) return true;
+    return this.inflight.has(index) && !this.backgroundOnly.has(index);
   }
 
   isGrowing(index: number): boolean {

@@ -500,6 +500,45 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     });
   }
 
+  it("a workload's read inside a piece its node fills in the background is not held with that piece", async () => {
+    // The node's background fetch asked for the piece first; the swarm holds background pieces
+    // while another node still reads for its start. The workload's few bytes come as a span at once.
+    const { peers } = await cluster(2);
+    const [reader, filler] = peers as [RunningPeerProcess, RunningPeerProcess];
+    const name = 'swarm/background-then-demand';
+    const blob = await pushRandomBlob(registry, name, 30 * MB);
+    const bytes = readFileSync(blob.path);
+    const piece = 4 * 1024 * 1024;
+    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
+      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+    };
+    const checked = { [READ_CHECKED_HEADER]: 'toc' };
+    await read(reader, 10, 100, checked); // the seed is triggered, and the swarm reads on demand
+    const background = read(filler, 0, blob.size, { [READ_PRIORITY_HEADER]: 'background' });
+    // The reader keeps reading for its workload for 6 s: the background pieces wait all that time.
+    const reading = (async () => {
+      for (let index = 1; index <= 6; index++) {
+        await read(reader, index * piece + 10, index * piece + 100, checked);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    })();
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const started = Date.now();
+    await read(filler, 5 * piece + 1_000, 5 * piece + 2_000, checked);
+    const waited = Date.now() - started;
+    assert.ok(waited < 2_000, `the workload's read waited ${waited} ms`);
+    assert.ok(
+      (await filler.metric('starling_peer_span_bytes_total')) >= 1_000,
+      'it came as a span, not with the piece the background read asked for',
+    );
+    await reading;
+    await background;
+  });
+
   it('a preheat still reads the whole blob, on a seed as on any peer', async () => {
     const scheduler = await startScheduler({ ip: ip() });
     running.push(scheduler);

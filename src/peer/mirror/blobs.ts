@@ -185,6 +185,11 @@ export class BlobService {
           for (const index of task.request(...coveringPieces(task, part), source, priority)) fetchedForThis.add(index);
         }
       }
+      if (fetchedForThis.size > 0 || spanned.size > 0)
+        this.deps.log.debug(
+          { digest: task.digest, range: whole ? undefined : first, priority, spans: [...spanned.keys()], pieces: [...fetchedForThis] },
+          'read fetches',
+        );
       // A span that could not be read: the whole piece after all.
       const fetchWhole = (index: number) => {
         for (const fetched of task.request(index, index, source, priority)) fetchedForThis.add(fetched);
@@ -225,7 +230,8 @@ export class BlobService {
    * The parts of the range's edge pieces to read as spans (piece-spans.ts), each with its bytes to
    * come (undefined if the span could not be read): for a read a workload waits for, from a client
    * that checks what it reads against a verified TOC, of a piece the range needs only part of and
-   * that is neither here nor on its way. A background read fills the cache with whole pieces.
+   * that is neither here, nor arriving, nor requested by another such read. A background read
+   * fills the cache with whole pieces.
    */
   private spansFor(
     req: IncomingMessage,
@@ -244,7 +250,7 @@ export class BlobService {
         start: Math.max(range.start, bounds.offset) - bounds.offset,
         end: Math.min(range.end, bounds.offset + bounds.length - 1) - bounds.offset,
       };
-      if ((span.start === 0 && span.end === bounds.length - 1) || task.holdsOrFetches(index)) continue;
+      if ((span.start === 0 && span.end === bounds.length - 1) || task.holdsOrFetchesOnDemand(index)) continue;
       const view = spanFor(task, index, span, origin);
       if (view) spans.set(index, this.spanBytes(view, span.end - span.start + 1, task, index));
     }
