@@ -152,7 +152,11 @@ export class Scheduling {
     if (countRound && !holdersBusy) peer.fruitlessRounds++;
     if (peer.fruitlessRounds >= this.config.retryLimit) return this.sendToOrigin(peer, `no parent after ${this.config.retryLimit} rounds`);
     if (this.triggerSeedFor(peer, started)) return;
-    if (holdersBusy) return this.wait(peer, 'every holder is serving as many children as it can', started);
+    if (holdersBusy) {
+      if (this.log.isLevelEnabled('debug'))
+        this.log.debug({ task: task.id, peer: peer.id, excluded: Object.fromEntries(excluded) }, 'every holder is busy: the peer waits');
+      return this.wait(peer, 'every holder is serving as many children as it can', started);
+    }
     if (this.hasActiveSource(task, () => true)) return this.wait(peer, 'parents are still fetching their first pieces', started);
     if (this.mayReadOrigin(task, peer)) return this.sendToOrigin(peer, 'no peer holds the blob');
     return this.wait(peer, 'another peer is reading the origin', started);
