@@ -122,14 +122,19 @@ describe('BlobTask with an origin source', () => {
     const task = await makeTask();
     task.request(1, 2, source(origin), 'background');
     assert.ok(task.wantedInBackgroundOnly(1) && task.wantedInBackgroundOnly(2));
+    // Before any byte arrives, a piece asked for in the background only is no piece on its way for
+    // a reader that waits: such a read takes a span rather than wait with it (mirror/blobs.ts).
+    assert.ok(!task.holdsOrFetchesOnDemand(1) && !task.holdsOrFetchesOnDemand(0));
     task.request(2, 3, source(origin));
     assert.ok(task.wantedInBackgroundOnly(1), 'still wanted in the background only');
     assert.ok(!task.wantedInBackgroundOnly(2), 'a reader waits for it now');
     assert.ok(!task.wantedInBackgroundOnly(3));
+    assert.ok(task.holdsOrFetchesOnDemand(2) && task.holdsOrFetchesOnDemand(3));
     task.request(3, 3, source(origin), 'background');
     assert.ok(!task.wantedInBackgroundOnly(3), 'a background reader does not demote a piece a reader waits for');
     await Promise.all([task.waitForPiece(1), task.waitForPiece(3)]);
     assert.ok(!task.wantedInBackgroundOnly(1), 'stored: wanted no more');
+    assert.ok(task.holdsOrFetchesOnDemand(1), 'stored');
     await origin.close();
   });
 
