@@ -185,7 +185,8 @@ export class BlobService {
           for (const index of task.request(...coveringPieces(task, part), source, priority)) fetchedForThis.add(index);
         }
       }
-      if (fetchedForThis.size > 0 || spanned.size > 0)
+      // Every FUSE read that misses the cache comes here: the arrays are built only when logged.
+      if ((fetchedForThis.size > 0 || spanned.size > 0) && this.deps.log.isLevelEnabled('debug'))
         this.deps.log.debug(
           { digest: task.digest, range: whole ? undefined : first, priority, spans: [...spanned.keys()], pieces: [...fetchedForThis] },
           'read fetches',
