@@ -1,4 +1,5 @@
 import { sha256Hex } from '../../common/hashing.js';
+import type { Logger } from '../../common/log.js';
 import type { PeerPacket, PieceDigests } from '../../rpc/scheduler-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
@@ -60,6 +61,8 @@ interface Attempt {
   length: number;
   /** The piece's bytes as they arrive, once the parent has begun to send them (relayed to this peer's children as they come). */
   growing?: GrowingPiece;
+  /** When the parent agreed to send it. */
+  firstByteAt?: number;
 }
 
 /**
@@ -98,6 +101,7 @@ export class PiecesFromParents {
     private readonly parents: ParentSet,
     private readonly settings: ParentFetchSettings,
     private readonly events: ParentFetchEvents,
+    private readonly log: Logger,
   ) {
     this.tieBreak = pieceTieBreaks(task.layout.pieceCount);
   }
@@ -353,8 +357,22 @@ export class PiecesFromParents {
     list.push(attempt);
     this.attempts.set(index, list);
     link.attemptStarted();
+    // Which piece a peer asks of which parent, and whether the parent had it on its way, is what
+    // decides whether a chain relays as it receives: logged at debug to read a cluster run's logs.
+    if (this.log.isLevelEnabled('debug'))
+      this.log.debug(
+        {
+          task: this.task.digest,
+          index,
+          parent: link.id,
+          carried: link.carries(index),
+          background: this.task.wantedInBackgroundOnly(index),
+        },
+        'piece asked',
+      );
     const stall = this.watchForStall(attempt);
     let stored = false;
+    let failure: string | undefined;
     void link
       .fetchPiece(index, () => this.beginPiece(index, attempt), attempt.controller.signal, {
         wholeBlob,
@@ -363,8 +381,24 @@ export class PiecesFromParents {
       .then(async (bytes) => {
         stored = await this.checkAndStore(index, attempt, bytes);
       })
-      .catch((error: Error) => this.failed(index, attempt, error, stall.timedOut))
+      .catch((error: Error) => {
+        failure = error.name;
+        this.failed(index, attempt, error, stall.timedOut);
+      })
       .finally(() => {
+        if (this.log.isLevelEnabled('debug'))
+          this.log.debug(
+            {
+              task: this.task.digest,
+              index,
+              parent: link.id,
+              stored,
+              failure,
+              ms: Date.now() - attempt.started,
+              firstByteMs: attempt.firstByteAt && attempt.firstByteAt - attempt.started,
+            },
+            'piece attempt ended',
+          );
         stall.stop();
         attempt.growing?.end();
         link.attemptEnded();
@@ -384,6 +418,7 @@ export class PiecesFromParents {
   private beginPiece(index: number, attempt: Attempt): GrowingPiece {
     const growing = this.events.beginPiece(index);
     attempt.growing = growing;
+    attempt.firstByteAt = Date.now();
     // All but the byte a relaying parent holds back until its own check: its upload to us is
     // over, and the next piece may be asked of it while this one is checked and stored.
     void growing.next(attempt.length - 2).then(() => {

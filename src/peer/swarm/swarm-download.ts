@@ -116,12 +116,19 @@ export class SwarmDownload {
         this.pump(); // without node parents, a seed may send more pieces at once
       },
     });
-    this.fromParents = new PiecesFromParents(task, this.wanted, this.parents, settings, {
-      report: (packet) => this.session.report(packet),
-      beginPiece: (index) => this.beginPiece(index, false),
-      settled: () => this.attemptSettled(),
-      putOff: () => (this.lastProgress = Date.now()),
-    });
+    this.fromParents = new PiecesFromParents(
+      task,
+      this.wanted,
+      this.parents,
+      settings,
+      {
+        report: (packet) => this.session.report(packet),
+        beginPiece: (index) => this.beginPiece(index, false),
+        settled: () => this.attemptSettled(),
+        putOff: () => (this.lastProgress = Date.now()),
+      },
+      log,
+    );
     this.fromOrigin = new PiecesFromOrigin(task, this.wanted, (index) => this.fromParents.isOnItsWay(index), log, {
       beginPiece: (index) => this.beginPiece(index, true),
       gaveUp: (error) => this.wanted.fail(error),
