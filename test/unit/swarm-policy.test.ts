@@ -48,6 +48,22 @@ describe('swarm policy: which piece first', () => {
     assert.deepEqual(order.slice(HEAD_WINDOW), [3, 4, 5]); // the rest by rarity again
   });
 
+  it("asks for a lazy reader's awaited pieces first, those a parent carries before those it would fetch, each in index order", () => {
+    const candidates: Candidate[] = [
+      { index: 6, holders: 1, nodeHolders: 1 }, // only background readers want it
+      { index: 3, holders: 1, nodeHolders: 1, awaited: true },
+      { index: 2, holders: 1, nodeHolders: 1, awaited: true, carried: true },
+      { index: 0, holders: 1, nodeHolders: 1, awaited: true },
+      { index: 1, holders: 1, nodeHolders: 0, awaited: true, carried: true }, // seed-only, but on its way there
+      { index: 5, holders: 9, nodeHolders: 9 },
+    ];
+    // Whatever the download's random rank: every node of a chain asks in the same order.
+    for (const tieBreak of [ranks(3, 0, 2, 1, 5, 6), ranks(6, 5, 0, 1, 2, 3)])
+      assert.deepEqual(orderCandidates(candidates, tieBreak, false), [1, 2, 0, 3, 6, 5]);
+    // A client streaming the blob keeps its head window ahead of them.
+    assert.deepEqual(orderCandidates(candidates, ranks(), true), [0, 1, 2, 3, 6, 5]);
+  });
+
   it("ranks holder counts past the scheduler's parent limit alike", () => {
     assert.equal(rarityClass(70, 70), rarityClass(63, 63));
     assert.ok(rarityClass(63, 63) < rarityClass(1, 0));

@@ -256,12 +256,15 @@ export class PiecesFromParents {
       if (this.task.hasPiece(index) || this.attempts.has(index)) continue;
       let holders = 0;
       let nodeHolders = 0;
+      let carried = false;
       for (const link of this.parents) {
         if (!this.mayAsk(link, index, now, whole)) continue;
         holders++;
         if (!link.seed) nodeHolders++;
+        carried ||= link.carries(index);
       }
-      if (holders > 0) available.push({ index, holders, nodeHolders });
+      const awaited = !whole && !this.task.wantedInBackgroundOnly(index);
+      if (holders > 0) available.push({ index, holders, nodeHolders, awaited, carried });
     }
     return orderCandidates(available, (index) => this.tieBreak[index] ?? 0, this.task.streamingReaders > 0);
   }
