@@ -16,6 +16,7 @@ import {
 } from '../fixtures/peer.js';
 import { freePort, waitFor } from '../fixtures/processes.js';
 import { blobBytesSent, blobRequests, startRegistry, type Registry } from '../fixtures/registry.js';
+import { startLyingRegistry } from '../fixtures/lying-registry.js';
 import { READ_CHECKED_HEADER, READ_PRIORITY_HEADER, type ReadPriority } from '../../src/rpc/mirror-api.js';
 import type { TaskStat } from '../../src/rpc/scheduler-api.js';
 import {
@@ -78,8 +79,11 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       schedulerArgs?: string[];
       labels?: (i: number) => Record<string, string>;
       seeds?: Array<Record<string, string>>;
+      /** The registries the peers reach over plain HTTP (default: the docker-registry). */
+      insecure?: string[];
     } = {},
   ) {
+    const insecure = options.insecure ?? [registry.host];
     const scheduler = await startScheduler({ ip: ip(), extraArgs: options.schedulerArgs });
     running.push(scheduler);
     const seeds: RunningPeerProcess[] = [];
@@ -90,7 +94,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
         schedulers: [scheduler.address],
         seed: true,
         labels,
-        insecure: [registry.host],
+        insecure,
         extraArgs: options.seedArgs,
       });
       running.push(seed);
@@ -102,7 +106,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
           ip: ip(),
           schedulers: [scheduler.address],
           labels: options.labels?.(i),
-          insecure: [registry.host],
+          insecure,
           extraArgs: options.peerArgs,
         }),
       ),
@@ -379,6 +383,46 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       'the reader got them from the seed',
     );
     assert.equal(await itemAt(seeds, 0).metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' }), 2);
+  });
+
+  it('lazy readers ask for the pieces their workloads wait for in index order, and the seed reads them from the registry in that order', async () => {
+    // A registry slow enough that pieces are on their way for a while. Every node asks for the
+    // pieces in the same order, so a chain child asks its parent for the piece the parent is
+    // receiving (relayed as it comes), not for one the parent would fetch only later.
+    const origin = await startLyingRegistry();
+    running.push(origin);
+    const { peers } = await cluster(2, { insecure: [origin.host] });
+    const piece = 4 * 1024 * 1024;
+    const { digest, bytes } = origin.add({ size: 6 * piece, lies: { bytesPerSecond: 8 * MB } });
+    const read = async (peer: RunningPeerProcess) => {
+      const response = await request(`${peer.url}/v2/swarm/in-order/blobs/${digest}?ns=${origin.host}`, {
+        headers: { range: `bytes=0-${4 * piece - 1}` },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(0, 4 * piece)), 'the bytes read');
+    };
+    await Promise.all(peers.map(read));
+    // Each node's first ask of each piece (a busy parent is asked again), from its debug log.
+    const asked = (peer: RunningPeerProcess) => {
+      const indexes = peer.service
+        .readLog()
+        .split('\n')
+        .flatMap((line) => {
+          const entry = /^\{/.test(line) ? (JSON.parse(line) as { msg?: string; task?: string; index?: number }) : {};
+          return entry.msg === 'piece asked' && entry.task === digest ? [entry.index] : [];
+        });
+      return [...new Set(indexes)];
+    };
+    for (const peer of peers) assert.deepEqual(asked(peer), [0, 1, 2, 3], `the pieces ${peer.host} asked its parents for, in order`);
+    const starts = origin
+      .requests()
+      .filter((r) => r.method === 'GET' && r.path.endsWith(digest) && r.range !== undefined)
+      .map((r) => Number(/^bytes=(\d+)-/.exec(r.range ?? '')?.[1]));
+    assert.deepEqual(
+      starts,
+      [0, 1, 2, 3].map((index) => index * piece),
+      'the seed read each piece once, in order',
+    );
   });
 
   for (const { shape, schedulerArgs } of shapes.filter(({ shape }) => shape !== 'mesh')) {
