@@ -62,6 +62,8 @@ export class Peer {
   readonly growing = new Map<number, number>();
   /** The pieces of `growing`, as a bitset for the every-pair checks of parent selection. */
   readonly arriving: PieceSet;
+  /** The pieces of `growing` that a workload waits for (not wanted in the background only). */
+  readonly awaitedArriving = new Set<number>();
   /** What its reports showed of its transfers (adaptive shape). */
   readonly pace = new PeerPace();
   /** Pieces it reported a digest for while on this stream. */
@@ -96,10 +98,12 @@ export class Peer {
     return this.state === 'finished' || this.pieces.size >= this.task.pieceCount;
   }
 
-  /** A piece began arriving at this peer (PieceStarted). */
-  pieceArriving(index: number, now: number): void {
+  /** A piece began arriving at this peer (PieceStarted); `awaited`: a workload waits for it. */
+  pieceArriving(index: number, now: number, awaited = false): void {
     this.growing.set(index, now);
     this.arriving.add(index);
+    if (awaited) this.awaitedArriving.add(index);
+    else this.awaitedArriving.delete(index);
   }
 
   /** A piece is stored here: it is no longer on its way. */
@@ -107,6 +111,7 @@ export class Peer {
     this.pieces.add(index);
     this.growing.delete(index);
     this.arriving.delete(index);
+    this.awaitedArriving.delete(index);
   }
 
   /** Forgets piece starts that were never followed by the piece (GROWING_TTL_MS). */
@@ -119,6 +124,7 @@ export class Peer {
     if (now - since <= GROWING_TTL_MS) return false;
     this.growing.delete(index);
     this.arriving.delete(index);
+    this.awaitedArriving.delete(index);
     return true;
   }
 

@@ -112,6 +112,19 @@ export class Scheduling {
     return peer;
   }
 
+  /** A peer of the registry's tasks is receiving a piece a workload waits for (forgetting starts that went stale). */
+  private awaitedPieceArriving(registry: string, now: number): boolean {
+    for (const task of this.resources.tasks.values()) {
+      if (task.registry !== registry) continue;
+      for (const peer of task.peers.values()) {
+        if (peer.awaitedArriving.size === 0) continue;
+        peer.forgetStaleStarts(now);
+        if (peer.awaitedArriving.size > 0) return true;
+      }
+    }
+    return false;
+  }
+
   /** Tells every peer of the registry's tasks whether its swarm fetches pieces workloads wait for (on-demand-reading.ts). */
   private sayReading(registry: string, onDemand: boolean): void {
     for (const task of this.resources.tasks.values()) {
@@ -196,7 +209,7 @@ export class Scheduling {
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
     if (!background && this.onDemand.demanded(task.registry, this.hooks.now())) this.sayReading(task.registry, true);
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
-    peer.pieceArriving(index, this.hooks.now());
+    peer.pieceArriving(index, this.hooks.now(), !background);
     if (wasHolder) return;
     // A new holder: peers waiting for a parent may take it.
     this.offerNewHolder(peer);
@@ -343,7 +356,7 @@ export class Scheduling {
    */
   tick(): void {
     const now = this.hooks.now();
-    for (const registry of this.onDemand.quietened(now)) this.sayReading(registry, false);
+    for (const registry of this.onDemand.quietened(now, (r) => this.awaitedPieceArriving(r, now))) this.sayReading(registry, false);
     for (const task of this.resources.tasks.values()) {
       if (this.config.shape === 'adaptive') this.adaptive.tick(task, now);
       for (const peer of [...task.peers.values()]) {

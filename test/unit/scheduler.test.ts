@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/common/log.js';
 import { hostInfo as host } from '../fixtures/host-info.js';
-import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
+import type { HostInfo, PieceFinished, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { formatIssues } from '../../src/common/config.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
 import { PieceSet } from '../../src/scheduler/piece-set.js';
@@ -698,6 +698,11 @@ describe('PieceSet', () => {
   });
 });
 
+/** Reports piece `index` stored at `peer`, fetched from the origin. */
+function store(e: { scheduling: { pieceFinished: (peer: Peer, report: PieceFinished) => void } }, peer: Peer, index: number): void {
+  e.scheduling.pieceFinished(peer, { index, digest: digest(index), parentId: '', costMs: 1, fromOrigin: true, length: PIECE });
+}
+
 describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
   /** Peers of two layers of one registry and one layer of another, each recording what it is told of the swarm's reads. */
   function layers() {
@@ -746,13 +751,40 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
     assert.deepEqual(heard(peers.bModel), [true], 'once per change, not per piece');
     const late = joinTask('d', base);
     assert.deepEqual(heard(late), [true], 'a peer joining meanwhile is told as it registers');
-    e.advance(2_000);
+    e.advance(1_000);
+    store(e, peers.aBase, 0);
+    store(e, peers.bModel, 1);
+    e.advance(1_000);
     e.scheduling.tick();
     assert.deepEqual(heard(peers.aBase), [true], 'still reading 2 s after the last such piece');
     e.advance(1_500);
     e.scheduling.tick();
     for (const peer of [peers.aBase, peers.aModel, peers.bModel, late]) assert.deepEqual(heard(peer), [true, false], peer.id);
     assert.deepEqual(heard(peers.cOther), []);
+  });
+
+  it('is not quiet while a piece a workload waits for is still arriving, however long ago it began', () => {
+    const { e, peers, heard } = layers();
+    e.scheduling.pieceStarted(peers.aModel, 0);
+    e.scheduling.pieceStarted(peers.bModel, 1, true); // a background piece on its way keeps nothing going
+    e.advance(5_000);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true], 'a slow link: the piece started 5 s ago and still comes');
+    store(e, peers.aModel, 0);
+    e.advance(2_000);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true], 'reading until 3 s after the last check that found one arriving');
+    e.advance(1_500);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true, false]);
+  });
+
+  it('forgets a piece start that never ends (GROWING_TTL_MS): the swarm goes quiet after all', () => {
+    const { e, peers, heard } = layers();
+    e.scheduling.pieceStarted(peers.aModel, 0);
+    e.advance(GROWING_TTL_MS + 1);
+    e.scheduling.tick();
+    assert.deepEqual(heard(peers.bModel), [true, false]);
   });
 
   it('counts a span read for a workload as the swarm reading on demand, though no piece arrives', () => {
