@@ -9,8 +9,15 @@
  * peer of the registry when this begins and ends (SwarmReading), and background fetches wait.
  */
 
-/** How long after the last piece a workload waited for the registry's swarm counts as quiet. */
-export const ON_DEMAND_QUIET_MS = 3_000;
+/**
+ * How long after the last piece a workload waited for arrived the registry's swarm counts as
+ * quiet. Longer than a workload's start after its last awaited piece: twelve nodes on two cores
+ * ran theirs 3.4-5.5 s from cache before the ready line, and with 3 s the nodes ready first
+ * fetched their background pieces from the registry meanwhile (1.21 copies of the bytes the starts
+ * needed). A late read a workload then makes finds the registry's link free. Background fetch
+ * waits this much longer once, after the starts, against minutes for the whole image.
+ */
+export const ON_DEMAND_QUIET_MS = 10_000;
 
 export class OnDemandReading {
   /** Registry → when a piece a workload waits for last began arriving at one of its peers. */

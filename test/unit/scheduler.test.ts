@@ -7,6 +7,7 @@ import { formatIssues } from '../../src/common/config.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
 import { PieceSet } from '../../src/scheduler/piece-set.js';
 import { graphHasCycle, GROWING_TTL_MS, Resources, type Peer } from '../../src/scheduler/resources.js';
+import { ON_DEMAND_QUIET_MS } from '../../src/scheduler/on-demand-reading.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 import { filterCandidates, keepsItsParents, type Exclusion } from '../../src/scheduler/selection.js';
 import { itemAt } from '../../src/common/indexing.js';
@@ -754,9 +755,9 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
     e.advance(1_000);
     store(e, peers.aBase, 0);
     store(e, peers.bModel, 1);
-    e.advance(1_000);
+    e.advance(ON_DEMAND_QUIET_MS - 2_000);
     e.scheduling.tick();
-    assert.deepEqual(heard(peers.aBase), [true], 'still reading 2 s after the last such piece');
+    assert.deepEqual(heard(peers.aBase), [true], 'still reading a second short of the quiet period after the last such piece');
     e.advance(1_500);
     e.scheduling.tick();
     for (const peer of [peers.aBase, peers.aModel, peers.bModel, late]) assert.deepEqual(heard(peer), [true, false], peer.id);
@@ -767,13 +768,13 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
     const { e, peers, heard } = layers();
     e.scheduling.pieceStarted(peers.aModel, 0);
     e.scheduling.pieceStarted(peers.bModel, 1, true); // a background piece on its way keeps nothing going
-    e.advance(5_000);
+    e.advance(ON_DEMAND_QUIET_MS + 2_000);
     e.scheduling.tick();
-    assert.deepEqual(heard(peers.bModel), [true], 'a slow link: the piece started 5 s ago and still comes');
+    assert.deepEqual(heard(peers.bModel), [true], 'a slow link: the piece started longer ago than the quiet period and still comes');
     store(e, peers.aModel, 0);
-    e.advance(2_000);
+    e.advance(ON_DEMAND_QUIET_MS - 1_000);
     e.scheduling.tick();
-    assert.deepEqual(heard(peers.bModel), [true], 'reading until 3 s after the last check that found one arriving');
+    assert.deepEqual(heard(peers.bModel), [true], 'reading until the quiet period after the last check that found one arriving');
     e.advance(1_500);
     e.scheduling.tick();
     assert.deepEqual(heard(peers.bModel), [true, false]);
@@ -794,7 +795,7 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
     assert.equal(peers.aModel.growing.size + peers.aModel.pieces.size, 0, 'the reader holds no piece for it');
     e.advance(2_000);
     e.scheduling.spanRead(peers.aBase);
-    e.advance(2_000);
+    e.advance(ON_DEMAND_QUIET_MS - 1_000);
     e.scheduling.tick();
     assert.deepEqual(heard(peers.bModel), [true], 'a later span keeps the swarm reading');
     e.advance(1_500);
