@@ -366,6 +366,45 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
+  it("a lazy mount's footer is served beside a seed's busy upload slots, not refused into a whole piece from the registry", async () => {
+    // One upload slot on the seed, paced at 1 MB/s: a piece holds it for four seconds.
+    const { seeds, peers } = await cluster(2, { seedArgs: ['--upload-slots', '1', '--upload-rate-limit', '1MB'] });
+    const [streamer, mounter] = peers as [RunningPeerProcess, RunningPeerProcess];
+    const name = 'swarm/busy-seed-footer';
+    const blob = await pushRandomBlob(registry, name, 12 * MB);
+    const bytes = readFileSync(blob.path);
+    const piece = 4 * 1024 * 1024;
+    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
+      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+      return Date.now();
+    };
+    const streaming = read(streamer, 0, piece); // a whole piece: it takes the seed's one slot
+    const seed = itemAt(seeds, 0);
+    await waitFor(
+      async () => (await seed.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' })) >= 1,
+      10_000,
+      'the piece under way',
+    );
+    const started = Date.now();
+    const footerRead = await read(mounter, blob.size - 51, blob.size, { [READ_CHECKED_HEADER]: 'toc' });
+    const streamed = await streaming;
+    assert.ok(footerRead < streamed, 'the footer came while the piece still held the slot');
+    assert.ok(footerRead - started < 2_000, `the footer took ${footerRead - started} ms`);
+    assert.equal(await seed.metric('starling_peer_upload_requests_total', { kind: 'span', outcome: 'busy' }), 0, 'no span was refused');
+    // The registry sent the piece and the footer's bytes, not the blob's last piece.
+    await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 10_000, "the registry's log");
+    assert.deepEqual(
+      blobRequests(registry.requests(), blob.digest)
+        .map((r) => r.bytesWritten)
+        .sort((a, b) => a - b),
+      [51, piece],
+    );
+  });
+
   it('a seed triggered for a lazy reader reads from the registry only the pieces the reader asks for, in its order', async () => {
     const { seeds, peers } = await cluster(1);
     const blob = await pushRandomBlob(registry, 'swarm/on-demand', 30 * MB);
@@ -545,7 +584,10 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       const filled = await background;
       assert.ok(filled >= lastDemand, 'the background read ended after the reads a workload waited for');
       // Soon after the swarm's quiet period, not when the filler's stall would send it to the registry (60 s).
-      assert.ok(filled - lastDemand < ON_DEMAND_QUIET_MS + 12_000, `the background read ended ${filled - lastDemand} ms after the last read on demand`);
+      assert.ok(
+        filled - lastDemand < ON_DEMAND_QUIET_MS + 12_000,
+        `the background read ended ${filled - lastDemand} ms after the last read on demand`,
+      );
       // Every piece once from the registry, those only the background wanted last (its log may trail the reads).
       await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 10_000, 'the registry log');
       assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');

@@ -38,6 +38,19 @@ const WRITE_CHUNK = 256 * 1024;
 const RELAY_CHUNK = 64 * 1024;
 const MAX_LONG_POLL_MS = 30_000;
 
+/**
+ * Spans no longer than this share of their piece are served beside the upload slots, in a lane of
+ * as many again. A lazy mount's footer and TOC reads are tens of bytes to a few hundred KB and
+ * hold the mount up; while every slot streamed a 4 MiB piece (twelve nodes mounting four layers
+ * at 10 Mbit/s) they were refused for seconds, and each child fell back to the whole piece: a
+ * piece from the registry for a 51-byte footer. What they add to the upload is small, and the
+ * rate limiter still paces it.
+ */
+const SMALL_SPAN_SHARE = 1 / 8;
+
+/** Pieces and spans hold the upload slots; small spans have a lane of their own (SMALL_SPAN_SHARE). */
+type UploadLane = 'slots' | 'smallSpans';
+
 /** What the upload side reports of its load (for host announcements) and what it needs. */
 export interface UploadServiceDeps {
   tasks: TaskManager;
@@ -96,12 +109,13 @@ class PieceAbandonedError extends Error {
 }
 
 export class UploadService {
-  private inUse = 0;
+  private readonly inUse: Record<UploadLane, number> = { slots: 0, smallSpans: 0 };
 
   constructor(private readonly deps: UploadServiceDeps) {}
 
+  /** Upload slots taken (the small spans' lane aside): what the scheduler places children by. */
   get slotsInUse(): number {
-    return this.inUse;
+    return this.inUse.slots;
   }
 
   /** Serves piece bytes and piece bitmaps to peers holding the cluster token. */
@@ -158,8 +172,8 @@ export class UploadService {
         this.deps.onRequest?.('piece', 'refused');
         return this.reply(res, 403, { error: refusal });
       }
-      if (this.refusedBusy(res, 'piece')) return;
-      this.inUse++;
+      if (this.refusedBusy(res, 'piece', 'slots')) return;
+      this.inUse.slots++;
       try {
         if (!wish.background) this.deps.onDemand?.demanded();
         const fetched = !here(index);
@@ -193,16 +207,16 @@ export class UploadService {
         await this.sendStored(res, task, index, relayed, length);
         res.end();
       } finally {
-        this.inUse--;
+        this.inUse.slots--;
       }
     } finally {
       lease.release();
     }
   }
 
-  /** Answers 429 when every upload slot is taken: the child asks another parent, or this one a moment later. */
-  private refusedBusy(res: ServerResponse, kind: 'piece' | 'span'): boolean {
-    if (this.inUse < this.deps.slots) return false;
+  /** Answers 429 when every slot of the lane is taken: the child asks another parent, or this one a moment later. */
+  private refusedBusy(res: ServerResponse, kind: 'piece' | 'span', lane: UploadLane): boolean {
+    if (this.inUse[lane] < this.deps.slots) return false;
     this.deps.onRequest?.(kind, 'busy');
     res.setHeader('retry-after', '1');
     this.reply(res, 429, { error: 'all upload slots are busy' });
@@ -243,8 +257,9 @@ export class UploadService {
         this.deps.onRequest?.('span', 'missing');
         return this.reply(res, 404, { error: `bytes ${span.start}-${span.end} of piece ${index} are not here` });
       }
-      if (this.refusedBusy(res, 'span')) return;
-      this.inUse++;
+      const lane: UploadLane = span.end - span.start + 1 <= length * SMALL_SPAN_SHARE ? 'smallSpans' : 'slots';
+      if (this.refusedBusy(res, 'span', lane)) return;
+      this.inUse[lane]++;
       try {
         this.deps.onDemand?.demanded();
         res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': span.end - span.start + 1 });
@@ -254,7 +269,7 @@ export class UploadService {
         else await this.sendStored(res, task, index, span.start, span.end + 1);
         res.end();
       } finally {
-        this.inUse--;
+        this.inUse[lane]--;
       }
     } finally {
       lease.release();
