@@ -39,12 +39,13 @@ const RELAY_CHUNK = 64 * 1024;
 const MAX_LONG_POLL_MS = 30_000;
 
 /**
- * Spans no longer than this share of their piece are served beside the upload slots, in a lane of
- * as many again. A lazy mount's footer and TOC reads are tens of bytes to a few hundred KB and
- * hold the mount up; while every slot streamed a 4 MiB piece (twelve nodes mounting four layers
- * at 10 Mbit/s) they were refused for seconds, and each child fell back to the whole piece: a
- * piece from the registry for a 51-byte footer. What they add to the upload is small, and the
- * rate limiter still paces it.
+ * Spans no longer than this share of the task's piece size (not of their own piece: a blob's
+ * last piece, which holds the TOC and the footer, may be short) are served beside the upload
+ * slots, in a lane of as many again. A lazy mount's footer and TOC reads are tens of bytes to a
+ * few hundred KB and hold the mount up; while every slot streamed a 4 MiB piece (twelve nodes
+ * mounting four layers at 10 Mbit/s) they were refused for seconds, and each child fell back to
+ * the whole piece: a piece from the registry for a 51-byte footer. What they add to the upload
+ * is small, and the rate limiter still paces it.
  */
 const SMALL_SPAN_SHARE = 1 / 8;
 
@@ -257,7 +258,7 @@ export class UploadService {
         this.deps.onRequest?.('span', 'missing');
         return this.reply(res, 404, { error: `bytes ${span.start}-${span.end} of piece ${index} are not here` });
       }
-      const lane: UploadLane = span.end - span.start + 1 <= length * SMALL_SPAN_SHARE ? 'smallSpans' : 'slots';
+      const lane: UploadLane = span.end - span.start + 1 <= task.layout.pieceSize * SMALL_SPAN_SHARE ? 'smallSpans' : 'slots';
       if (this.refusedBusy(res, 'span', lane)) return;
       this.inUse[lane]++;
       try {
