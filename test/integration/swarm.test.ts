@@ -600,6 +600,36 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     });
   }
 
+  it("a node whose background pieces wait for the swarm gives its parents' upload slots back to a node that reads for its workload", async () => {
+    // One upload slot on the seed. The filler's background pieces wait while the reader reads on
+    // demand; kept, its parents would hold the seed's slot, and the reader's next piece would wait
+    // for the swarm to go quiet (ON_DEMAND_QUIET_MS) and the filler to finish.
+    const { peers } = await cluster(2, { seedArgs: ['--upload-slots', '1'], schedulerArgs: ['--shape', 'mesh'] });
+    const [reader, filler] = peers as [RunningPeerProcess, RunningPeerProcess];
+    const name = 'swarm/background-gives-slot';
+    const blob = await pushRandomBlob(registry, name, 30 * MB);
+    const bytes = readFileSync(blob.path);
+    const piece = 4 * 1024 * 1024;
+    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
+      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+      return Date.now();
+    };
+    await read(reader, 10, 100); // the swarm reads on demand
+    const background = read(filler, 0, blob.size, { [READ_PRIORITY_HEADER]: 'background' });
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    const started = Date.now();
+    const readAgain = await read(reader, 3 * piece + 10, 3 * piece + 100);
+    assert.ok(readAgain - started < ON_DEMAND_QUIET_MS / 2, `the workload's next read waited ${readAgain - started} ms`);
+    const filled = await background;
+    assert.ok(filled >= readAgain, 'the background read ended after the read a workload waited for');
+    await waitFor(() => blobBytesSent(registry.requests(), blob.digest) >= blob.size, 10_000, 'the registry log');
+    assert.equal(blobBytesSent(registry.requests(), blob.digest), blob.size, 'the registry sent the blob once');
+  });
+
   it("a workload's read inside a piece its node fills in the background is not held with that piece", async () => {
     // The node's background fetch asked for the piece first; the swarm holds background pieces
     // while another node still reads for its start. The workload's few bytes come as a span at once.

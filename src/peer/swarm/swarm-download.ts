@@ -151,11 +151,7 @@ export class SwarmDownload {
     const wasIdle = this.wanted.size === 0;
     const added = this.wanted.add(run);
     if (added && wasIdle) this.lastProgress = Date.now();
-    if (added && this.idleReported) {
-      // Parents again, now: the scheduler gave them to others while this peer wanted nothing.
-      this.idleReported = false;
-      this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
-    }
+    if (added) this.resumeIfWanting();
     if (!this.session.started) this.start();
     if (this.mode === 'origin') this.fromOrigin.read();
     else this.pump();
@@ -343,6 +339,8 @@ export class SwarmDownload {
         break;
       case 'swarmReading':
         this.fromParents.swarmReading(packet.swarmReading.onDemand);
+        this.resumeIfWanting();
+        this.pump();
         break;
       case 'wait':
         this.useParents();
@@ -403,31 +401,42 @@ export class SwarmDownload {
     else this.idleIfNothingWanted();
   }
 
-  /** Wanting nothing (a lazy reader served): gives the parents back if that lasts IDLE_AFTER_MS. */
+  /**
+   * Nothing to fetch now: nothing wanted (a lazy reader served), or only background pieces, which
+   * wait while the swarm reads on demand (policy/background-put-off.ts).
+   */
+  private wantsNothingNow(): boolean {
+    return this.wanted.size === 0 || this.fromParents.waitsForSwarmOnly(Date.now());
+  }
+
+  /**
+   * Wanting nothing now: gives the parents back if that lasts IDLE_AFTER_MS. Held background pieces
+   * count as nothing: kept, the parents' upload slots would wait with them while other nodes'
+   * starts waited for a slot (a seed's eight slots, end to end).
+   */
   private idleIfNothingWanted(): void {
-    if (this.mode !== 'swarm' || this.wanted.size > 0 || this.fromParents.onTheirWay > 0 || this.spansReading > 0) return;
-    if (this.idleReported || this.idleTimer || this.finished) return;
+    const busy = () => this.mode !== 'swarm' || !this.wantsNothingNow() || this.fromParents.onTheirWay > 0 || this.spansReading > 0;
+    if (busy() || this.idleReported || this.idleTimer || this.finished) return;
     this.idleTimer = setTimeout(() => {
       this.idleTimer = undefined;
-      if (
-        this.closed ||
-        this.finished ||
-        this.idleReported ||
-        this.mode !== 'swarm' ||
-        this.wanted.size > 0 ||
-        this.fromParents.onTheirWay > 0 ||
-        this.spansReading > 0
-      )
-        return;
+      if (this.closed || this.finished || this.idleReported || busy()) return;
       this.idleReported = true;
       this.session.report({ packet: 'idle', idle: {} });
     }, IDLE_AFTER_MS);
     this.idleTimer.unref();
   }
 
+  /** Parents again, now, if this peer said it was idle and wants pieces it may fetch: the scheduler gave them to others meanwhile. */
+  private resumeIfWanting(): void {
+    if (!this.idleReported || this.wantsNothingNow()) return;
+    this.idleReported = false;
+    this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
+  }
+
   /** The watchdog: parents that were busy may have free slots again; a stalled download asks for help (policy/stall.ts). */
   private checkProgress(): void {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
+    this.resumeIfWanting(); // a swarm that read on demand past SWARM_READING_HOLD_MAX_MS holds background pieces no longer
     this.pump();
     if (this.fromParents.waitsForSwarmOnly(Date.now())) {
       this.lastProgress = Date.now(); // waiting on purpose while other nodes start: no stall
