@@ -405,6 +405,43 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
+  it("a lazy mount's prefetch span waits for a busy seed's slot, rather than fetching its whole piece from the registry", async () => {
+    // One upload slot on the seed, paced at 512 KB/s: a piece holds it for eight seconds, longer
+    // than a span waits for a parent that gives nothing.
+    const { seeds, peers } = await cluster(2, { seedArgs: ['--upload-slots', '1', '--upload-rate-limit', '512KB'] });
+    const [streamer, mounter] = peers as [RunningPeerProcess, RunningPeerProcess];
+    const name = 'swarm/busy-seed-prefetch';
+    const blob = await pushRandomBlob(registry, name, 12 * MB);
+    const bytes = readFileSync(blob.path);
+    const piece = 4 * 1024 * 1024;
+    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
+      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+      return Date.now();
+    };
+    const streaming = read(streamer, 0, piece); // a whole piece: it takes the seed's one slot
+    const seed = itemAt(seeds, 0);
+    await waitFor(
+      async () => (await seed.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' })) >= 1,
+      10_000,
+      'the piece under way',
+    );
+    // 1.5 MB of the next piece: a prefetch range's end, too large for the small spans' lane.
+    const prefetchEnd = await read(mounter, piece, piece + 1_500_000, { [READ_CHECKED_HEADER]: 'toc' });
+    assert.ok(prefetchEnd >= (await streaming) - 1_000, 'the span waited for the slot');
+    await waitFor(() => blobRequests(registry.requests(), blob.digest).length >= 2, 10_000, "the registry's log");
+    assert.deepEqual(
+      blobRequests(registry.requests(), blob.digest)
+        .map((r) => r.bytesWritten)
+        .sort((a, b) => a - b),
+      [1_500_000, piece],
+      'the registry sent the span, not the piece around it',
+    );
+  });
+
   it('a seed triggered for a lazy reader reads from the registry only the pieces the reader asks for, in its order', async () => {
     const { seeds, peers } = await cluster(1);
     const blob = await pushRandomBlob(registry, 'swarm/on-demand', 30 * MB);

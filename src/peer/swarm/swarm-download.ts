@@ -44,7 +44,12 @@ type Mode = 'connecting' | 'swarm' | 'origin';
  * slot half a second longer costs little.
  */
 const IDLE_AFTER_MS = 500;
-/** A span waits this long for the scheduler to name a parent; then the reader fetches the whole piece. */
+/**
+ * A span waits this long for the scheduler to name a parent that gives it; then the reader fetches
+ * the whole piece. A parent that answers busy is waited for (up to SPAN_TIMEOUT_MS): the whole
+ * piece would wait for the same slots, then cost a piece's bytes for the span's (twelve nodes
+ * mounting four layers at once fetched whole pieces around their 1.6 MB prefetch spans).
+ */
 const SPAN_PARENT_WAIT_MS = 5_000;
 /** A span whose parent sends nothing for this long is given up (the reader fetches the whole piece). */
 const SPAN_TIMEOUT_MS = 30_000;
@@ -183,7 +188,7 @@ export class SwarmDownload {
       if (hops === 0) this.session.report({ packet: 'spanRead', spanRead: {} });
       const { offset } = pieceBounds(this.task.layout, index);
       const signal = AbortSignal.timeout(SPAN_TIMEOUT_MS);
-      const deadline = Date.now() + SPAN_PARENT_WAIT_MS;
+      let deadline = Date.now() + SPAN_PARENT_WAIT_MS;
       const tried = new Set<ParentLink>();
       for (;;) {
         if (this.closed) throw new Error(`swarm download of ${this.task.digest} is closed`);
@@ -197,12 +202,13 @@ export class SwarmDownload {
             // Bytes already handed on cannot be taken back: a span cut short fails.
             if (into.filled > 0 || signal.aborted) throw error;
             // A busy parent is asked again once its backoff is over; any other answer is final.
-            if (!(error instanceof ParentBusyError)) tried.add(link);
+            if (error instanceof ParentBusyError) deadline = Math.max(deadline, Date.now() + SPAN_PARENT_WAIT_MS);
+            else tried.add(link);
             this.log.debug({ task: this.task.digest, index, parent: link.id, err: (error as Error).message }, 'span not read from parent');
             continue;
           }
         }
-        if (Date.now() >= deadline) throw new Error(`no parent gave bytes ${span.start}-${span.end} of piece ${index}`);
+        if (Date.now() >= deadline || signal.aborted) throw new Error(`no parent gave bytes ${span.start}-${span.end} of piece ${index}`);
         await this.parentNewsOrTimeout(Math.min(deadline - Date.now(), SPAN_RETRY_MS));
       }
     } finally {
