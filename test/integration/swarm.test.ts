@@ -366,11 +366,13 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
-  it("a lazy mount's footer is served beside a seed's busy upload slots, not refused into a whole piece from the registry", async () => {
-    // One upload slot on the seed, paced at 1 MB/s: a piece holds it for four seconds.
-    const { seeds, peers } = await cluster(2, { seedArgs: ['--upload-slots', '1', '--upload-rate-limit', '1MB'] });
+  /**
+   * Two peers under a seed with one upload slot paced at `rateLimit`; the first streams the blob's
+   * first piece through it, and holds the slot until that piece is through.
+   */
+  async function seedBusyWithAPiece(name: string, rateLimit: string) {
+    const { seeds, peers } = await cluster(2, { seedArgs: ['--upload-slots', '1', '--upload-rate-limit', rateLimit] });
     const [streamer, mounter] = peers as [RunningPeerProcess, RunningPeerProcess];
-    const name = 'swarm/busy-seed-footer';
     const blob = await pushRandomBlob(registry, name, 12 * MB);
     const bytes = readFileSync(blob.path);
     const piece = 4 * 1024 * 1024;
@@ -382,13 +384,19 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
       assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
       return Date.now();
     };
-    const streaming = read(streamer, 0, piece); // a whole piece: it takes the seed's one slot
+    const streaming = read(streamer, 0, piece);
     const seed = itemAt(seeds, 0);
     await waitFor(
       async () => (await seed.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' })) >= 1,
       10_000,
       'the piece under way',
     );
+    return { seed, mounter, blob, piece, read, streaming };
+  }
+
+  it("a lazy mount's footer is served beside a seed's busy upload slots, not refused into a whole piece from the registry", async () => {
+    // A piece at 1 MB/s holds the seed's one slot for four seconds.
+    const { seed, mounter, blob, piece, read, streaming } = await seedBusyWithAPiece('swarm/busy-seed-footer', '1MB');
     const started = Date.now();
     const footerRead = await read(mounter, blob.size - 51, blob.size, { [READ_CHECKED_HEADER]: 'toc' });
     const streamed = await streaming;
@@ -406,29 +414,9 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
   });
 
   it("a lazy mount's prefetch span waits for a busy seed's slot, rather than fetching its whole piece from the registry", async () => {
-    // One upload slot on the seed, paced at 512 KB/s: a piece holds it for eight seconds, longer
-    // than a span waits for a parent that gives nothing.
-    const { seeds, peers } = await cluster(2, { seedArgs: ['--upload-slots', '1', '--upload-rate-limit', '512KB'] });
-    const [streamer, mounter] = peers as [RunningPeerProcess, RunningPeerProcess];
-    const name = 'swarm/busy-seed-prefetch';
-    const blob = await pushRandomBlob(registry, name, 12 * MB);
-    const bytes = readFileSync(blob.path);
-    const piece = 4 * 1024 * 1024;
-    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
-      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
-        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
-      });
-      assert.equal(response.statusCode, 206);
-      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
-      return Date.now();
-    };
-    const streaming = read(streamer, 0, piece); // a whole piece: it takes the seed's one slot
-    const seed = itemAt(seeds, 0);
-    await waitFor(
-      async () => (await seed.metric('starling_peer_upload_requests_total', { kind: 'piece', outcome: 'fetched' })) >= 1,
-      10_000,
-      'the piece under way',
-    );
+    // A piece at 512 KB/s holds the seed's one slot for eight seconds, longer than a span waits
+    // for a parent that gives nothing.
+    const { mounter, blob, piece, read, streaming } = await seedBusyWithAPiece('swarm/busy-seed-prefetch', '512KB');
     // 1.5 MB of the next piece: a prefetch range's end, too large for the small spans' lane.
     const prefetchEnd = await read(mounter, piece, piece + 1_500_000, { [READ_CHECKED_HEADER]: 'toc' });
     assert.ok(prefetchEnd >= (await streaming) - 1_000, 'the span waited for the slot');
