@@ -366,6 +366,18 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     );
   });
 
+  /** Reads bytes [first, end) of the blob through a peer and checks them; resolves to when the last came. */
+  function rangeReader(name: string, blob: PushedBlob, bytes: Buffer) {
+    return async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
+      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
+        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
+      });
+      assert.equal(response.statusCode, 206);
+      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
+      return Date.now();
+    };
+  }
+
   /**
    * Two peers under a seed with one upload slot paced at `rateLimit`; the first streams the blob's
    * first piece through it, and holds the slot until that piece is through.
@@ -376,14 +388,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     const blob = await pushRandomBlob(registry, name, 12 * MB);
     const bytes = readFileSync(blob.path);
     const piece = 4 * 1024 * 1024;
-    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
-      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
-        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
-      });
-      assert.equal(response.statusCode, 206);
-      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
-      return Date.now();
-    };
+    const read = rangeReader(name, blob, bytes);
     const streaming = read(streamer, 0, piece);
     const seed = itemAt(seeds, 0);
     await waitFor(
@@ -635,14 +640,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     const blob = await pushRandomBlob(registry, name, 30 * MB);
     const bytes = readFileSync(blob.path);
     const piece = 4 * 1024 * 1024;
-    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
-      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
-        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
-      });
-      assert.equal(response.statusCode, 206);
-      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
-      return Date.now();
-    };
+    const read = rangeReader(name, blob, bytes);
     await read(reader, 10, 100); // the swarm reads on demand
     const background = read(filler, 0, blob.size, { [READ_PRIORITY_HEADER]: 'background' });
     await new Promise((resolve) => setTimeout(resolve, 2_000));
@@ -664,13 +662,7 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     const blob = await pushRandomBlob(registry, name, 30 * MB);
     const bytes = readFileSync(blob.path);
     const piece = 4 * 1024 * 1024;
-    const read = async (peer: RunningPeerProcess, first: number, end: number, headers: Record<string, string> = {}) => {
-      const response = await request(`${peer.url}/v2/${name}/blobs/${blob.digest}?ns=${registry.host}`, {
-        headers: { range: `bytes=${first}-${end - 1}`, ...headers },
-      });
-      assert.equal(response.statusCode, 206);
-      assert.ok(Buffer.from(await response.body.arrayBuffer()).equals(bytes.subarray(first, end)), `bytes ${first}-${end - 1}`);
-    };
+    const read = rangeReader(name, blob, bytes);
     const checked = { [READ_CHECKED_HEADER]: 'toc' };
     await read(reader, 10, 100, checked); // the seed is triggered, and the swarm reads on demand
     const background = read(filler, 0, blob.size, { [READ_PRIORITY_HEADER]: 'background' });
