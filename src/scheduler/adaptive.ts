@@ -190,23 +190,31 @@ function slowAgainstParent(
   for (const [index, start] of arriving) {
     if (now <= start) continue;
     const parentStored = parent.pace.storedAt.get(index);
-    let late: boolean;
+    const elapsed = now - start;
+    // How long the piece should take at most: what SLOW allows past its due time.
+    let allowed: number;
     if (parentStored !== undefined && parentStored > start) {
       // No faster than the parent received it, nor than its upload's share for each child allows.
       const each = feedsEach(parent);
-      late = now - start > (Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers) / SLOW;
+      allowed = (Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers) / SLOW;
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
       const each = feedsEach(parent);
-      late = each !== undefined && (now - start) * each * SLOW > size * sharers;
+      allowed = each === undefined ? Infinity : (size * sharers) / (each * SLOW);
     } else {
-      late = false; // the parent is still receiving it
+      allowed = Infinity; // the parent is still receiving it
     }
-    if (!late) continue;
+    if (elapsed <= allowed || elapsed - allowed * SLOW < MIN_LATE_MS) continue;
     const rate = size / (now - start);
     if (!found || rate < found.rate) found = { since: start, rate };
   }
   return found;
 }
+
+/**
+ * How late a piece must be, beyond its due time, to be judged slow: the reports' own delays
+ * (messages, event loops) are of this order, and a piece of a fast link takes less.
+ */
+const MIN_LATE_MS = 2;
 
 /**
  * The task's reference rate: the most a node was measured to receive (not a seed: a seed may be

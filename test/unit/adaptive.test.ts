@@ -136,6 +136,25 @@ describe('adaptive shape: measuring from piece reports', () => {
     assert.equal(a.host.links.downCap, undefined);
   });
 
+  it('on a fast link, does not find a child slow whose piece is late by less than the reports can tell', () => {
+    // Pieces of a millisecond: a stores one every 1 ms while s's copy of piece 0, begun with a's,
+    // still arrives, checked at each of a's stores. A millisecond of lateness is of the order of a
+    // report's own delay: s is found slow only once its piece is 2 ms past its due time (a's 1 ms).
+    const e = engine();
+    const { a, s } = chainWithMiddle(e);
+    const aStores = (k: number) => {
+      e.at(1_000 + k + 1);
+      e.stores(a, k);
+      e.starts(a, k + 1);
+    };
+    aStores(0);
+    aStores(1);
+    assert.equal(s.host.links.downCap, undefined, 'not found slow 1 ms past its due time (twice as long as a took)');
+    aStores(2);
+    assert.ok(s.host.links.downCap !== undefined, 'found slow 2 ms past its due time');
+    assert.equal(a.host.links.downCap, undefined);
+  });
+
   it('does not find a chain slow that keeps its pace, piece for piece', () => {
     const e = engine();
     const { a, s, c } = chainWithMiddle(e);
