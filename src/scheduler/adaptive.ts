@@ -191,20 +191,20 @@ function slowAgainstParent(
     if (now <= start) continue;
     const parentStored = parent.pace.storedAt.get(index);
     const elapsed = now - start;
-    // How long the piece should take at most: what SLOW allows past its due time.
-    let allowed: number;
+    // How long the piece should take; it is late past 1/SLOW of that, and MIN_LATE_MS beyond it.
+    let due: number;
     if (parentStored !== undefined && parentStored > start) {
       // No faster than the parent received it, nor than its upload's share for each child allows.
       const each = feedsEach(parent);
-      allowed = (Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers) / SLOW;
+      due = Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers;
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
       const each = feedsEach(parent);
-      allowed = each === undefined ? Infinity : (size * sharers) / (each * SLOW);
+      due = each === undefined ? Infinity : (size * sharers) / each;
     } else {
-      allowed = Infinity; // the parent is still receiving it
+      due = Infinity; // the parent is still receiving it
     }
-    if (elapsed <= allowed || elapsed - allowed * SLOW < MIN_LATE_MS) continue;
-    const rate = size / (now - start);
+    if (elapsed <= due / SLOW || elapsed - due < MIN_LATE_MS) continue;
+    const rate = size / elapsed;
     if (!found || rate < found.rate) found = { since: start, rate };
   }
   return found;
