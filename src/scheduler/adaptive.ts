@@ -12,6 +12,7 @@ import {
   probeTargets,
   roomOf,
   slowFeeder,
+  uploadSharers,
 } from './placement.js';
 import type { Peer, Resources, Task } from './resources.js';
 
@@ -45,6 +46,7 @@ export class Adaptation {
       // Its download was not the slow end after all: the parent whose transfer showed the cap was.
       const blamed = cleared.clearedCapFrom ? this.engine.resources.hosts.get(cleared.clearedCapFrom) : undefined;
       if (blamed && cleared.cap !== undefined) {
+        this.engine.log.debug({ task: task.id, peer: peer.id, blamed: blamed.id, bytesPerMs: cleared.cap }, 'upload capped');
         blamed.links.capUpload(cleared.cap);
         for (const feeder of blamed.peers) if (feeder.task === task && slowFeeder(feeder)) this.retire(feeder);
       }
@@ -52,10 +54,8 @@ export class Adaptation {
     raiseReference(task, peer);
     const parent = !report.fromOrigin && report.parentId ? task.peers.get(report.parentId) : undefined;
     if (parent && startedAt !== undefined) {
-      peer.pace.fromParentTook(parent.id, length, now - startedAt);
-      let delivered = 0;
-      for (const child of parent.children) delivered += child.pace.fromParent.get(parent.id) ?? 0;
-      parent.host.links.sawDelivered(delivered);
+      // Enough of its pieces that every child's latest counts, however many share its upload.
+      parent.host.links.delivered(startedAt, now, length, Math.max(DELIVERY_WINDOW, 2 * uploadSharers(parent)));
     }
     this.check(task, now);
   }
@@ -209,6 +209,9 @@ function slowAgainstParent(
   }
   return found;
 }
+
+/** The fewest pieces a parent's children stored from it that measure what it delivers. */
+const DELIVERY_WINDOW = 8;
 
 /**
  * How late a piece must be, beyond its due time, to be judged slow: the reports' own delays
