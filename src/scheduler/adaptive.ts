@@ -45,9 +45,8 @@ export class Adaptation {
       const cleared = links.sawIntake(intake);
       // Its download was not the slow end after all: the parent whose transfer showed the cap was.
       const blamed = cleared.clearedCapFrom ? this.engine.resources.hosts.get(cleared.clearedCapFrom) : undefined;
-      if (blamed && cleared.cap !== undefined) {
+      if (blamed && cleared.cap !== undefined && blamed.links.blameUpload(cleared.cap)) {
         this.engine.log.debug({ task: task.id, peer: peer.id, blamed: blamed.id, bytesPerMs: cleared.cap }, 'upload capped');
-        blamed.links.capUpload(cleared.cap);
         for (const feeder of blamed.peers) if (feeder.task === task && slowFeeder(feeder)) this.retire(feeder);
       }
     }

@@ -153,6 +153,8 @@ export class LinkKnowledge {
   bestIntake = 0;
   /** The most its children together have been seen to receive from it (its upload is at least this). */
   bestDelivered = 0;
+  /** What its children together received from it when last measured. */
+  lastDelivered = 0;
   /** Pieces its children stored from it lately (see delivered). */
   private readonly sent: Array<{ start: number; end: number; length: number }> = [];
   /** Its download holds its transfers to about this. */
@@ -204,6 +206,7 @@ export class LinkKnowledge {
 
   /** What its children together receive from it now: raises the evidence, and clears an upload cap it clearly beats. */
   private sawDelivered(rate: number): void {
+    this.lastDelivered = rate;
     if (rate > this.bestDelivered) this.bestDelivered = rate;
     if (this.upCap !== undefined && rate * SLOW > this.upCap) this.upCap = undefined;
   }
@@ -215,8 +218,17 @@ export class LinkKnowledge {
     }
   }
 
-  capUpload(rate: number): void {
+  /**
+   * A child's transfer from this host ran at `rate`, and the child's download turned out not to be
+   * what held it. The upload is capped unless its children were last seen receiving clearly more
+   * from it together: then the transfer was held by something else (its upload shared among many
+   * children, the child's download shared with other pieces), and a cap would send a fast uploader
+   * to ride, or starve a seed's chains. Returns whether it capped.
+   */
+  blameUpload(rate: number): boolean {
+    if (this.lastDelivered * SLOW > rate) return false;
     if (this.upCap === undefined || rate < this.upCap) this.upCap = rate;
+    return true;
   }
 
   /** Its upload is held to about this (a measured cap, or the announced limit). */

@@ -34,9 +34,26 @@ describe('what a host delivers to its children together', () => {
 
   it('a measured delivery clearly above an upload cap clears it', () => {
     const links = new LinkKnowledge();
-    links.capUpload(RATE / 4);
+    assert.equal(links.blameUpload(RATE / 4), true, 'nothing was delivered yet: the cap holds');
     assert.equal(links.cap, RATE / 4);
     for (let k = 0; k < 2; k++) links.delivered(k * PIECE_MS, (k + 1) * PIECE_MS, PIECE, 4);
     assert.equal(links.upCap, undefined);
+  });
+});
+
+describe('blaming an upload', () => {
+  it('a host whose children were last seen receiving clearly more than the rate is not capped to it', () => {
+    const links = new LinkKnowledge();
+    for (let k = 0; k < 2; k++) links.delivered(k * PIECE_MS, (k + 1) * PIECE_MS, PIECE, 4);
+    assert.equal(links.blameUpload(RATE / 4), false);
+    assert.equal(links.upCap, undefined);
+    assert.equal(links.cap, undefined);
+  });
+
+  it('a host last seen delivering about the rate is capped to it', () => {
+    const links = new LinkKnowledge();
+    for (let k = 0; k < 2; k++) links.delivered(k * 4 * PIECE_MS, (k + 1) * 4 * PIECE_MS, PIECE, 4);
+    assert.equal(links.blameUpload(RATE / 4), true);
+    assert.equal(links.upCap, RATE / 4);
   });
 });
