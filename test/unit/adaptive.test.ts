@@ -284,6 +284,39 @@ describe('adaptive shape: a slow upload', () => {
   });
 });
 
+describe('adaptive shape: a slow upload, or not', () => {
+  it('a parent just seen delivering a chain its full pace is not blamed when a child it fed slowly does better elsewhere', () => {
+    const e = engine();
+    const { a, s } = chainWithMiddle(e);
+    // a's children together were just measured receiving from it at a node's full pace.
+    a.host.links.delivered(1_000, 1_000 + FAST, PIECE, 8);
+    for (let k = 0; k < 3; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(a, k);
+      e.starts(a, k + 1);
+    }
+    e.at(1_000 + 3.2 * FAST);
+    e.scheduling.tick();
+    assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
+    const other = e.join('other', {}, all(PIECES));
+    s.parents.forEach((p) => p.children.delete(s));
+    s.parents = [other];
+    other.children.add(s);
+    s.parentsSince = e.now();
+    for (let k = 1; k <= 4; k++) {
+      e.starts(s, k);
+      e.at(e.now() + FAST);
+      e.stores(s, k);
+      // a keeps its pace meanwhile.
+      e.stores(a, k + 2);
+      e.starts(a, k + 3);
+    }
+    assert.equal(s.host.links.downCap, undefined, "s's cap is gone");
+    assert.equal(a.host.links.upCap, undefined, "a's upload is not capped: it was seen doing better than s received");
+    assert.equal(slowFeeder(a), false, 'a keeps feeding its chain');
+  });
+});
+
 describe('adaptive shape: an announced upload limit', () => {
   it('a peer announcing an upload far below what nodes receive gives its chain up once that is measured', () => {
     const e = engine();
