@@ -255,63 +255,51 @@ describe("adaptive shape: a host's tasks share its links", () => {
   });
 });
 
-describe('adaptive shape: a slow upload', () => {
-  it("when a child found slow does clearly better under another parent, the blame moves to the first parent's upload", () => {
-    const e = engine();
-    const { a, s } = chainWithMiddle(e);
-    for (let k = 0; k < 3; k++) {
-      e.at(1_000 + (k + 1) * FAST);
-      e.stores(a, k);
-      e.starts(a, k + 1);
-    }
-    e.at(1_000 + 3.2 * FAST);
-    e.scheduling.tick();
-    assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
-    // Under another parent, s receives at a node's full rate: its download was never the problem.
-    const other = e.join('other', {}, all(PIECES));
-    s.parents.forEach((p) => p.children.delete(s));
-    s.parents = [other];
-    other.children.add(s);
-    s.parentsSince = e.now();
-    for (let k = 1; k <= 4; k++) {
-      e.starts(s, k);
-      e.at(e.now() + FAST);
-      e.stores(s, k);
-    }
-    assert.equal(s.host.links.downCap, undefined, 'its cap is gone');
-    assert.ok(a.host.links.upCap !== undefined, 'a is slow to upload');
-    assert.ok(slowFeeder(a), 'and feeds no chain');
-  });
-});
-
-describe('adaptive shape: a slow upload, or not', () => {
-  it('a parent just seen delivering a chain its full pace is not blamed when a child it fed slowly does better elsewhere', () => {
-    const e = engine();
-    const { a, s } = chainWithMiddle(e);
-    // a's children together were just measured receiving from it at a node's full pace.
-    a.host.links.delivered(1_000, 1_000 + FAST, PIECE, 8);
-    for (let k = 0; k < 3; k++) {
-      e.at(1_000 + (k + 1) * FAST);
-      e.stores(a, k);
-      e.starts(a, k + 1);
-    }
-    e.at(1_000 + 3.2 * FAST);
-    e.scheduling.tick();
-    assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
-    const other = e.join('other', {}, all(PIECES));
-    s.parents.forEach((p) => p.children.delete(s));
-    s.parents = [other];
-    other.children.add(s);
-    s.parentsSince = e.now();
-    for (let k = 1; k <= 4; k++) {
-      e.starts(s, k);
-      e.at(e.now() + FAST);
-      e.stores(s, k);
-      // a keeps its pace meanwhile.
+/**
+ * s found slow under a (chainWithMiddle, slowMiddle's pace), then moved under another parent
+ * where it receives at a node's full rate: its download was never the problem. With
+ * `aDelivered`, a's children were just measured receiving from it at a node's full pace, and a
+ * keeps that pace meanwhile.
+ */
+function slowUnderAFastElsewhere(aDelivered: boolean) {
+  const e = engine();
+  const { a, s } = chainWithMiddle(e);
+  if (aDelivered) a.host.links.delivered(1_000, 1_000 + FAST, PIECE, 8);
+  for (let k = 0; k < 3; k++) {
+    e.at(1_000 + (k + 1) * FAST);
+    e.stores(a, k);
+    e.starts(a, k + 1);
+  }
+  e.at(1_000 + 3.2 * FAST);
+  e.scheduling.tick();
+  assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
+  const other = e.join('other', {}, all(PIECES));
+  s.parents.forEach((p) => p.children.delete(s));
+  s.parents = [other];
+  other.children.add(s);
+  s.parentsSince = e.now();
+  for (let k = 1; k <= 4; k++) {
+    e.starts(s, k);
+    e.at(e.now() + FAST);
+    e.stores(s, k);
+    if (aDelivered) {
       e.stores(a, k + 2);
       e.starts(a, k + 3);
     }
-    assert.equal(s.host.links.downCap, undefined, "s's cap is gone");
+  }
+  assert.equal(s.host.links.downCap, undefined, "s's cap is gone");
+  return { a, s };
+}
+
+describe('adaptive shape: a slow upload', () => {
+  it("when a child found slow does clearly better under another parent, the blame moves to the first parent's upload", () => {
+    const { a } = slowUnderAFastElsewhere(false);
+    assert.ok(a.host.links.upCap !== undefined, 'a is slow to upload');
+    assert.ok(slowFeeder(a), 'and feeds no chain');
+  });
+
+  it('a parent just seen delivering a chain its full pace is not blamed when a child it fed slowly does better elsewhere', () => {
+    const { a } = slowUnderAFastElsewhere(true);
     assert.equal(a.host.links.upCap, undefined, "a's upload is not capped: it was seen doing better than s received");
     assert.equal(slowFeeder(a), false, 'a keeps feeding its chain');
   });
