@@ -22,13 +22,37 @@ const INTAKE_WINDOW = 3;
 const STORE_TIMES_KEPT = 16;
 
 /**
- * A peer's receive rate over its last few stored pieces: their bytes over the time from the
- * earliest one's first byte to the last one's end. Pieces that overlap count once in the time, so
- * pieces landing together do not read as a multiple of the rate. An origin read, one stream of
- * pieces without starts of their own, is measured from when the stream began.
+ * The last few pieces of a transfer (or of several at once), to measure a rate over: their bytes
+ * over the time from the earliest one's first byte to the newest one's end. Pieces that overlap
+ * count once in the time, so pieces landing together do not read as a multiple of the rate.
+ */
+class PieceWindow {
+  private readonly pieces: Array<{ start: number; length: number }> = [];
+
+  /** When the first byte of the earliest piece kept arrived (Infinity: none). */
+  get since(): number {
+    let from = Infinity;
+    for (const piece of this.pieces) from = Math.min(from, piece.start);
+    return from;
+  }
+
+  /** A piece whose first byte came at `start` ended at `end`, the newest end: the rate over the last `kept` pieces, if measurable. */
+  add(start: number, end: number, length: number, kept: number): number | undefined {
+    this.pieces.push({ start: Math.min(start, end), length });
+    while (this.pieces.length > Math.max(1, kept)) this.pieces.shift();
+    let bytes = 0;
+    for (const piece of this.pieces) bytes += piece.length;
+    const from = this.since;
+    return end > from ? bytes / (end - from) : undefined;
+  }
+}
+
+/**
+ * A peer's receive rate over its last few stored pieces (PieceWindow). An origin read, one stream
+ * of pieces without starts of their own, is measured from when the stream began.
  */
 export class Intake {
-  private readonly pieces: Array<{ start: number; end: number; length: number }> = [];
+  private readonly window = new PieceWindow();
   private count = 0;
   private streamBytes = 0;
   /** Bytes per ms; undefined until measured. */
@@ -41,9 +65,7 @@ export class Intake {
 
   /** When the first byte of the earliest piece in the measurement arrived (Infinity: none). */
   get since(): number {
-    let from = Infinity;
-    for (const piece of this.pieces) from = Math.min(from, piece.start);
-    return from;
+    return this.window.since;
   }
 
   /**
@@ -53,15 +75,7 @@ export class Intake {
    */
   record(start: number, end: number, length: number): void {
     if (++this.count === 1) return;
-    this.pieces.push({ start: Math.min(start, end), end, length });
-    if (this.pieces.length > INTAKE_WINDOW) this.pieces.shift();
-    let from = Infinity;
-    let bytes = 0;
-    for (const piece of this.pieces) {
-      from = Math.min(from, piece.start);
-      bytes += piece.length;
-    }
-    if (end > from) this.rate = bytes / (end - from);
+    this.rate = this.window.add(start, end, length, INTAKE_WINDOW) ?? this.rate;
   }
 
   /** A piece of a stream that began at `since` was stored at `end`. */
@@ -156,7 +170,7 @@ export class LinkKnowledge {
   /** What its children together received from it when last measured. */
   lastDelivered = 0;
   /** Pieces its children stored from it lately (see delivered). */
-  private readonly sent: Array<{ start: number; end: number; length: number }> = [];
+  private readonly sent = new PieceWindow();
   /** Its download holds its transfers to about this. */
   downCap?: number;
   /** The host whose transfer to it showed the cap: blamed instead if the cap turns out wrong. */
@@ -185,23 +199,13 @@ export class LinkKnowledge {
 
   /**
    * A child stored a piece from this host whose first byte came at `start`: what its children
-   * received together over its last `kept` such pieces (their bytes over the time from the earliest
-   * one's first byte to the last one's end; pieces sent at once count once in the time). Children
-   * served one after another are not summed as if served at once: summing each child's last rate
-   * took a 50 Gbit/s node for a 286 Gbit/s uploader, with room for dozens of children.
+   * received together over its last `kept` such pieces (PieceWindow). Children served one after
+   * another are not summed as if served at once: summing each child's last rate took a 50 Gbit/s
+   * node for a 286 Gbit/s uploader, with room for dozens of children.
    */
   delivered(start: number, end: number, length: number, kept: number): void {
-    this.sent.push({ start: Math.min(start, end), end, length });
-    while (this.sent.length > Math.max(1, kept)) this.sent.shift();
-    let from = Infinity;
-    let to = 0;
-    let bytes = 0;
-    for (const piece of this.sent) {
-      from = Math.min(from, piece.start);
-      to = Math.max(to, piece.end);
-      bytes += piece.length;
-    }
-    if (to > from) this.sawDelivered(bytes / (to - from));
+    const rate = this.sent.add(start, end, length, kept);
+    if (rate !== undefined) this.sawDelivered(rate);
   }
 
   /** What its children together receive from it now: raises the evidence, and clears an upload cap it clearly beats. */
