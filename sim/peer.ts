@@ -387,7 +387,7 @@ export class SimDownload {
       world.inScheduler(() => {
         switch (packet.packet) {
           case 'pieceStarted':
-            return world.scheduling.pieceStarted(peer, packet.pieceStarted.index);
+            return world.scheduling.pieceStarted(peer, packet.pieceStarted.index, { parentId: packet.pieceStarted.parentId });
           case 'pieceFinished':
             return world.scheduling.pieceFinished(peer, packet.pieceFinished);
           case 'pieceFailed':
@@ -698,7 +698,7 @@ export class SimDownload {
   private beginGrowing(index: number, attempt: Attempt): void {
     if (this.world.settings.storeAndForward || this.stored[index] || this.growing.has(index) || !attempt.flow) return;
     this.growing.set(index, { flow: attempt.flow, attempt, cuts: new Set(), waiters: [] });
-    this.report({ packet: 'pieceStarted', pieceStarted: { index } });
+    this.report({ packet: 'pieceStarted', pieceStarted: { index, parentId: attempt.link.id } });
     this.tellFollowers((link) => link.add(index, false));
   }
 

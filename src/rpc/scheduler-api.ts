@@ -50,6 +50,12 @@ export interface PieceStarted {
   index: number;
   /** Only background readers want the piece: no workload waits for it (absent: one does). */
   background?: boolean;
+  /**
+   * The parent whose bytes these are (absent or empty: the origin). A piece asked of a parent just before
+   * the scheduler moved the peer arrives after the move: judged against the new parent, it would
+   * show that parent's child as slow.
+   */
+  parentId?: string;
 }
 
 export interface PieceFinished {

@@ -98,6 +98,9 @@ export function checkRegister(register: RegisterPeer | undefined): RegisterPeer 
 /** Checks a packet after the register (indexes are checked against the task by the engine). */
 export function checkPeerPacket(packet: PeerPacket): PeerPacket {
   switch (packet.packet) {
+    case 'pieceStarted':
+      if (packet.pieceStarted.parentId) checkId(packet.pieceStarted.parentId, 'piece parent id');
+      break;
     case 'pieceFinished':
       if (typeof packet.pieceFinished.digest === 'string' && packet.pieceFinished.digest.length > 150) fail('piece digest is too long');
       break;

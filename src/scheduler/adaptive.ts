@@ -85,7 +85,7 @@ export class Adaptation {
     updateReference(task);
     for (const peer of [...task.peers.values()]) {
       if (peer.state !== 'running' || peer.parents.length === 0) continue;
-      const arriving = [...peer.growing].filter(([, start]) => start >= peer.parentsSince);
+      const arriving = peer.arrivingFromParents();
       const onlyParent = peer.parents.length === 1 ? peer.parents[0] : undefined;
       const sharers = downloadSharers(peer);
       const slow = onlyParent ? slowAgainstParent(peer, onlyParent, arriving, now, sharers) : undefined;

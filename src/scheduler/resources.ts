@@ -60,6 +60,8 @@ export class Peer {
    * fetch gave up is not reported, so entries also go stale after GROWING_TTL_MS.
    */
   readonly growing = new Map<number, number>();
+  /** The parent each piece of `growing` comes from, when the peer said (absent: the origin, or not said). */
+  readonly growingFrom = new Map<number, string>();
   /** The pieces of `growing`, as a bitset for the every-pair checks of parent selection. */
   readonly arriving: PieceSet;
   /** The pieces of `growing` that a workload waits for (not wanted in the background only). */
@@ -99,8 +101,10 @@ export class Peer {
   }
 
   /** A piece began arriving at this peer (PieceStarted); `awaited`: a workload waits for it. */
-  pieceArriving(index: number, now: number, awaited = false): void {
+  pieceArriving(index: number, now: number, awaited = false, parentId?: string): void {
     this.growing.set(index, now);
+    if (parentId === undefined) this.growingFrom.delete(index);
+    else this.growingFrom.set(index, parentId);
     this.arriving.add(index);
     if (awaited) this.awaitedArriving.add(index);
     else this.awaitedArriving.delete(index);
@@ -110,8 +114,20 @@ export class Peer {
   pieceStored(index: number): void {
     this.pieces.add(index);
     this.growing.delete(index);
+    this.growingFrom.delete(index);
     this.arriving.delete(index);
     this.awaitedArriving.delete(index);
+  }
+
+  /**
+   * The pieces of `growing` asked of its present parents (index → when their first byte came):
+   * from one of them, as the peer said, or (not said) begun since they became its parents.
+   */
+  arrivingFromParents(): Array<[number, number]> {
+    return [...this.growing].filter(([index, start]) => {
+      const from = this.growingFrom.get(index);
+      return from === undefined ? start >= this.parentsSince : this.parents.some((parent) => parent.id === from);
+    });
   }
 
   /** Forgets piece starts that were never followed by the piece (GROWING_TTL_MS). */
@@ -123,6 +139,7 @@ export class Peer {
   private forgetIfStale(index: number, since: number, now: number): boolean {
     if (now - since <= GROWING_TTL_MS) return false;
     this.growing.delete(index);
+    this.growingFrom.delete(index);
     this.arriving.delete(index);
     this.awaitedArriving.delete(index);
     return true;

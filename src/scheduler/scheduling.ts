@@ -204,12 +204,16 @@ export class Scheduling {
     if (this.onDemand.demanded(registry, this.hooks.now())) this.sayReading(registry, true);
   }
 
-  pieceStarted(peer: Peer, index: number, background = false): void {
+  /**
+   * Piece `index` began arriving at the peer: from `parentId` (absent: the origin); `background`:
+   * no workload waits for it.
+   */
+  pieceStarted(peer: Peer, index: number, how: { background?: boolean; parentId?: string } = {}): void {
     const task = peer.task;
     if (!Number.isInteger(index) || index < 0 || index >= task.pieceCount || peer.pieces.has(index)) return;
-    if (!background && this.onDemand.demanded(task.registry, this.hooks.now())) this.sayReading(task.registry, true);
+    if (!how.background && this.onDemand.demanded(task.registry, this.hooks.now())) this.sayReading(task.registry, true);
     const wasHolder = peer.pieces.size > 0 || peer.growing.size > 0;
-    peer.pieceArriving(index, this.hooks.now(), !background);
+    peer.pieceArriving(index, this.hooks.now(), !how.background, how.parentId);
     if (wasHolder) return;
     // A new holder: peers waiting for a parent may take it.
     this.offerNewHolder(peer);

@@ -79,7 +79,10 @@ export function schedulerHandlers(
             case 'register':
               return fail(grpc.status.FAILED_PRECONDITION, 'register sent twice on one stream');
             case 'pieceStarted':
-              return scheduling.pieceStarted(peer, packet.pieceStarted.index, packet.pieceStarted.background === true);
+              return scheduling.pieceStarted(peer, packet.pieceStarted.index, {
+                background: packet.pieceStarted.background === true,
+                parentId: packet.pieceStarted.parentId || undefined,
+              });
             case 'pieceFinished':
               return scheduling.pieceFinished(peer, packet.pieceFinished);
             case 'pieceFailed':

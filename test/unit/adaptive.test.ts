@@ -178,6 +178,35 @@ describe('adaptive shape: measuring from piece reports', () => {
   });
 });
 
+describe('adaptive shape: a piece judged against the parent it comes from', () => {
+  /**
+   * slowMiddle's chain after s went to ride: c moved up under a, as its piece 0 came in. A piece c
+   * asked of s before the move begins to arrive only now (`parentId` says from whom, or nothing does), and still arrives
+   * at s's slow pace long after a stored its own copy; a keeps its pace meanwhile.
+   */
+  function pieceFromTheOldParent(sayParent: boolean) {
+    const { e, a, s, c } = slowMiddle();
+    assert.equal(c.parents[0], a, 'c moved under a');
+    e.stores(c, 0);
+    e.scheduling.pieceStarted(c, 1, sayParent ? { parentId: s.id } : {});
+    for (let k = 3; k < 8; k++) {
+      e.at(1_000 + (k + 0.3) * FAST);
+      e.stores(a, k);
+      e.starts(a, k + 1);
+    }
+    e.scheduling.tick();
+    return c;
+  }
+
+  it('does not find a child slow by a piece still arriving from the parent it was moved off', () => {
+    assert.equal(pieceFromTheOldParent(true).host.links.downCap, undefined);
+  });
+
+  it("a piece whose parent was not said, begun after the move, is taken for the new parent's (the rule for older peers)", () => {
+    assert.ok(pieceFromTheOldParent(false).host.links.downCap !== undefined, 'c found slow against a: the case the parent id tells apart');
+  });
+});
+
 describe('adaptive shape: where slow peers go', () => {
   it('a peer slow against the fastest nodes rides as a passenger, and its chain child takes its place', () => {
     const { e, a, s, c } = slowMiddle();

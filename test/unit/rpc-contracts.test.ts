@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { peerKeepaliveSchema, schedulerKeepaliveSchema } from '../../src/rpc/manager-api.js';
+import { checkPeerPacket, SchedulerInputError } from '../../src/rpc/scheduler-checks.js';
 import { blobFetchRequestSchema, fetchStatusSchema } from '../../src/rpc/upload-api.js';
 import { parseWire, WireError } from '../../src/rpc/wire.js';
 
@@ -89,6 +90,17 @@ describe('wire contracts (src/rpc/)', () => {
     assert.match(
       problem(schedulerKeepaliveSchema, { ...keepalive, port: 70000, clusterName: '-a' }, 'keepalive'),
       /port: .*; clusterName: must be letters, digits/,
+    );
+  });
+
+  it("takes a piece start with or without the parent it comes from (empty, as gRPC's default, is the origin), and refuses an overlong parent id", () => {
+    for (const parentId of [undefined, '', 'h2|' + digest]) {
+      const packet = { packet: 'pieceStarted' as const, pieceStarted: { index: 3, parentId } };
+      assert.deepEqual(checkPeerPacket(packet), packet);
+    }
+    assert.throws(
+      () => checkPeerPacket({ packet: 'pieceStarted', pieceStarted: { index: 3, parentId: 'x'.repeat(300) } }),
+      (error: unknown) => error instanceof SchedulerInputError && /piece parent id is longer than 256 characters/.test(error.message),
     );
   });
 });

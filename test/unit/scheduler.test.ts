@@ -743,7 +743,7 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
 
   it("tells every peer of the registry's tasks when a piece a workload waits for starts arriving, and when that has stopped", () => {
     const { e, peers, heard, joinTask, base } = layers();
-    e.scheduling.pieceStarted(peers.aModel, 0, true);
+    e.scheduling.pieceStarted(peers.aModel, 0, { background: true });
     assert.deepEqual(heard(peers.bModel), [], 'a background piece says nothing');
     e.scheduling.pieceStarted(peers.aBase, 0);
     for (const peer of [peers.aBase, peers.aModel, peers.bModel]) assert.deepEqual(heard(peer), [true], peer.id);
@@ -767,7 +767,7 @@ describe("scheduling: the swarm's on-demand reads (SwarmReading)", () => {
   it('is not quiet while a piece a workload waits for is still arriving, however long ago it began', () => {
     const { e, peers, heard } = layers();
     e.scheduling.pieceStarted(peers.aModel, 0);
-    e.scheduling.pieceStarted(peers.bModel, 1, true); // a background piece on its way keeps nothing going
+    e.scheduling.pieceStarted(peers.bModel, 1, { background: true }); // a background piece on its way keeps nothing going
     e.advance(ON_DEMAND_QUIET_MS + 2_000);
     e.scheduling.tick();
     assert.deepEqual(heard(peers.bModel), [true], 'a slow link: the piece started longer ago than the quiet period and still comes');

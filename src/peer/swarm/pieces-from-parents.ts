@@ -25,8 +25,8 @@ export interface ParentFetchSettings {
 export interface ParentFetchEvents {
   /** Says something to the scheduler (a piece begun, a piece failed). */
   report(packet: PeerPacket): void;
-  /** Opens a piece's relay buffer as its bytes start to arrive. */
-  beginPiece(index: number): GrowingPiece;
+  /** Opens a piece's relay buffer as its bytes start to arrive from parent `parentId`. */
+  beginPiece(index: number, parentId: string): GrowingPiece;
   /** An attempt at piece `index` ended, whatever came of it. */
   settled(index: number): void;
   /** A seed put a background piece off: the download is waiting on purpose, not stalled. */
@@ -419,7 +419,7 @@ export class PiecesFromParents {
 
   /** The piece's relay buffer, once the parent has agreed to send it. */
   private beginPiece(index: number, attempt: Attempt): GrowingPiece {
-    const growing = this.events.beginPiece(index);
+    const growing = this.events.beginPiece(index, attempt.link.id);
     attempt.growing = growing;
     attempt.firstByteAt = Date.now();
     // All but the byte a relaying parent holds back until its own check: its upload to us is

@@ -128,14 +128,14 @@ export class SwarmDownload {
       settings,
       {
         report: (packet) => this.session.report(packet),
-        beginPiece: (index) => this.beginPiece(index, false),
+        beginPiece: (index, parentId) => this.beginPiece(index, parentId),
         settled: () => this.attemptSettled(),
         putOff: () => (this.lastProgress = Date.now()),
       },
       log,
     );
     this.fromOrigin = new PiecesFromOrigin(task, this.wanted, (index) => this.fromParents.isOnItsWay(index), log, {
-      beginPiece: (index) => this.beginPiece(index, true),
+      beginPiece: (index) => this.beginPiece(index),
       gaveUp: (error) => this.wanted.fail(error),
     });
   }
@@ -387,10 +387,12 @@ export class SwarmDownload {
   /**
    * Opens a piece's relay buffer as its bytes start to arrive, and says so to the scheduler: this
    * peer can serve the piece to children at once, so it may be handed as a parent already.
+   * `parentId`: the parent sending it (absent: the origin).
    */
-  private beginPiece(index: number, fromOrigin: boolean): GrowingPiece {
-    const growing = this.task.beginPiece(index, fromOrigin);
-    this.session.report({ packet: 'pieceStarted', pieceStarted: { index, background: this.task.wantedInBackgroundOnly(index) } });
+  private beginPiece(index: number, parentId?: string): GrowingPiece {
+    const growing = this.task.beginPiece(index, parentId === undefined);
+    const background = this.task.wantedInBackgroundOnly(index);
+    this.session.report({ packet: 'pieceStarted', pieceStarted: { index, background, parentId } });
     return growing;
   }
 
