@@ -279,6 +279,8 @@ export class SimDownload {
   /** Pieces arriving here now, offered to children as they come. */
   readonly growing = new Map<number, GrowingPiece>();
   mode: Mode = 'connecting';
+  /** When a pump is due for a busy parent's wait to end (simulated ms; Infinity: none). */
+  private backoffWakeAt = Infinity;
   private connected = false;
   private schedPeer?: Peer;
   readonly wanted: Uint8Array;
@@ -565,7 +567,23 @@ export class SimDownload {
       });
       if (started === 0) this.noteFruitlessScan();
     }
+    if (budget > 0 && hadCandidates) this.pumpWhenBackoffEnds();
     if (!hadCandidates && this.attempts.size > 0) this.endgame();
+  }
+
+  /** pieces-from-parents.ts pumpWhenBackoffEnds(): a busy parent's wait ends without news; pump then. */
+  private pumpWhenBackoffEnds(): void {
+    const now = this.now * 1000;
+    let until = Infinity;
+    for (const link of this.links.values()) if (link.busyUntil > now) until = Math.min(until, link.busyUntil);
+    if (until === Infinity || this.backoffWakeAt <= until) return;
+    this.backoffWakeAt = until;
+    // A nanosecond past the wait: the clock's seconds times 1000 may fall an ulp short of `until`.
+    this.world.queue.at(until / 1000 + 1e-9, () => {
+      if (this.backoffWakeAt !== until) return; // an earlier wake replaced this one
+      this.backoffWakeAt = Infinity;
+      this.pump();
+    });
   }
 
   /** A scan that found nothing startable need not be repeated until something relevant changes. */
@@ -648,7 +666,7 @@ export class SimDownload {
         world.queue.after(latency, () => {
           if (attempt.done) return;
           // parent-link.ts fetchPiece(): the parent is left alone for about one of its piece times.
-          link.busyUntil = this.now * 1000 + link.pace.busyBackoffMs();
+          link.busyUntil = this.now * 1000 + link.pace.answeredBusy();
           this.finishAttempt(attempt);
         });
         return;

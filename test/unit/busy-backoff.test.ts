@@ -19,9 +19,11 @@ describe('how long a busy parent is left alone', () => {
     assert.equal(busyBackoffMs(64 * 1024, 100_000_000), BUSY_BACKOFF_MIN_MS);
   });
 
-  it("waits the longest while the parent's pace is unknown", () => {
-    assert.equal(busyBackoffMs(4 * MiB, 0), BUSY_BACKOFF_MAX_MS);
-    assert.equal(busyBackoffMs(0, 0), BUSY_BACKOFF_MAX_MS);
-    assert.equal(busyBackoffMs(4 * MiB, Number.NaN), BUSY_BACKOFF_MAX_MS);
+  it("while the parent's pace is unknown, starts at the floor and doubles with each 429 in a row up to the bound", () => {
+    assert.equal(busyBackoffMs(4 * MiB, 0), BUSY_BACKOFF_MIN_MS);
+    assert.equal(busyBackoffMs(0, 0, 2), 2 * BUSY_BACKOFF_MIN_MS);
+    assert.equal(busyBackoffMs(4 * MiB, Number.NaN, 3), 4 * BUSY_BACKOFF_MIN_MS);
+    assert.equal(busyBackoffMs(4 * MiB, 0, 6), BUSY_BACKOFF_MAX_MS);
+    assert.equal(busyBackoffMs(4 * MiB, 0, 1e9), BUSY_BACKOFF_MAX_MS);
   });
 });

@@ -195,7 +195,8 @@ describe('sim: a tiny swarm through the real scheduler', () => {
       });
     const tail = run('p2p', setup(false));
     const eager = run('p2p', setup(true));
-    assert.ok(eager.abortedBytes > 8 * eager.size, `eager endgame aborted ${eager.abortedBytes / eager.size} copies`);
+    // 8-9 copies while a busy new parent was left alone 250 ms; about 5 since it is asked again sooner.
+    assert.ok(eager.abortedBytes > 4 * eager.size, `eager endgame aborted ${eager.abortedBytes / eager.size} copies`);
     assert.ok(tail.abortedBytes < 1 * tail.size, `tail endgame aborted ${tail.abortedBytes / tail.size} copies`);
     assert.ok(tail.last < eager.last, `tail ${tail.last} s against eager ${eager.last} s`);
   });

@@ -12,7 +12,7 @@ import {
   type ParentView,
 } from '../../src/peer/swarm/policy/parent-choice.js';
 import { ParentPace } from '../../src/peer/swarm/policy/parent-pace.js';
-import { BUSY_BACKOFF_MAX_MS } from '../../src/peer/swarm/policy/busy-backoff.js';
+import { BUSY_BACKOFF_MAX_MS, BUSY_BACKOFF_MIN_MS } from '../../src/peer/swarm/policy/busy-backoff.js';
 import { ORIGIN_AFTER_STALLS, pieceCheckIntervalMs, stallVerdict } from '../../src/peer/swarm/policy/stall.js';
 
 const ranks = (...order: number[]) => {
@@ -205,7 +205,6 @@ describe('swarm policy: which parent', () => {
 describe("swarm policy: a parent's pace", () => {
   it("starts at the first piece's rate and follows later pieces as a moving average", () => {
     const pace = new ParentPace();
-    assert.equal(pace.busyBackoffMs(), BUSY_BACKOFF_MAX_MS); // nothing served yet
     pace.pieceServed(1_000, 10);
     assert.equal(pace.rate, 100);
     pace.pieceServed(1_000, 5); // 200 B/ms
@@ -217,7 +216,14 @@ describe("swarm policy: a parent's pace", () => {
   it("waits after a 429 about one of the last piece's times from that parent", () => {
     const pace = new ParentPace();
     pace.pieceServed(4_000_000, 20); // 200 kB/ms
-    assert.equal(pace.busyBackoffMs(), 20);
+    assert.equal(pace.answeredBusy(), 20);
+    assert.equal(pace.answeredBusy(), 20, 'a measured pace sets the wait, however many 429s');
+  });
+
+  it('while nothing was served yet, waits twice as long after each 429 in a row, from the floor to the bound', () => {
+    const pace = new ParentPace();
+    const waits = Array.from({ length: 7 }, () => pace.answeredBusy());
+    assert.deepEqual(waits, [BUSY_BACKOFF_MIN_MS, 20, 40, 80, 160, BUSY_BACKOFF_MAX_MS, BUSY_BACKOFF_MAX_MS]);
   });
 });
 

@@ -259,7 +259,7 @@ export class ParentLink implements ParentView {
       throw error;
     }
     if (head.status === 429) {
-      this.busyUntil = Date.now() + this.pace.busyBackoffMs();
+      this.busyUntil = Date.now() + this.pace.answeredBusy();
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
     if (head.status === 503 && this.onDemand && wish?.background) {
@@ -306,7 +306,7 @@ export class ParentLink implements ParentView {
       signal,
     );
     if (head.status === 429) {
-      this.busyUntil = Date.now() + this.pace.busyBackoffMs();
+      this.busyUntil = Date.now() + this.pace.answeredBusy();
       throw new ParentBusyError(`parent ${this.id} has no free upload slot`);
     }
     if (head.status === 404) throw new PieceMissingError(`parent ${this.id} has no bytes ${span.start}-${span.end} of piece ${index}`);

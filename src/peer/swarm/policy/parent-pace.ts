@@ -9,16 +9,20 @@ export class ParentPace {
   rate = 0;
   /** The length of the last piece this parent sent (what a 429's wait is measured against). */
   private pieceBytes = 0;
+  /** 429s it answered since it last served a piece. */
+  private busyInARow = 0;
 
   /** A piece of `bytes` came from the parent in `elapsedMs` (request to last byte). */
   pieceServed(bytes: number, elapsedMs: number): void {
     const rate = bytes / Math.max(1, elapsedMs);
     this.rate = this.rate === 0 ? rate : (1 - NEWEST_PIECE_WEIGHT) * this.rate + NEWEST_PIECE_WEIGHT * rate;
     this.pieceBytes = bytes;
+    this.busyInARow = 0;
   }
 
-  /** How long to leave the parent alone after it answered 429 (busyBackoffMs). */
-  busyBackoffMs(): number {
-    return busyBackoffMs(this.pieceBytes, this.rate);
+  /** The parent answered 429: how long to leave it alone (busyBackoffMs). */
+  answeredBusy(): number {
+    this.busyInARow++;
+    return busyBackoffMs(this.pieceBytes, this.rate, this.busyInARow);
   }
 }
