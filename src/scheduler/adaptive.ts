@@ -7,14 +7,16 @@ import {
   farBelowReference,
   feedRate,
   feedsEach,
+  chainChildren,
   heldBack,
   paceOf,
   probeTargets,
   roomOf,
+  roomToTry,
   slowFeeder,
   uploadSharers,
 } from './placement.js';
-import type { Peer, Resources, Task } from './resources.js';
+import type { Peer, Resources, RoomTrial, Task } from './resources.js';
 
 /** What the adaptive shape needs of the scheduling engine. */
 export interface AdaptiveEngine {
@@ -24,7 +26,7 @@ export interface AdaptiveEngine {
   reschedule(peer: Peer): void;
   /** Makes `parent` the peer's one parent now. */
   moveTo(peer: Peer, parent: Peer): void;
-  /** `parent` may serve `child` (same host, blocklist, pieces to offer, cycles, strict topology), room aside. */
+  /** `parent` may serve `child` (same host, blocklist, cycles, strict topology), room aside, and so may a chain parent it has caught up with. */
   mayServe(child: Peer, parent: Peer): boolean;
 }
 
@@ -85,6 +87,8 @@ export class Adaptation {
     updateReference(task);
     for (const peer of [...task.peers.values()]) {
       if (peer.state !== 'running' || peer.parents.length === 0) continue;
+      // A seed trying a chain more shares its upload on purpose: its children are not judged meanwhile.
+      if (peer.parents.some((parent) => state.roomTrials.has(parent))) continue;
       const arriving = peer.arrivingFromParents();
       const onlyParent = peer.parents.length === 1 ? peer.parents[0] : undefined;
       const sharers = downloadSharers(peer);
@@ -107,6 +111,53 @@ export class Adaptation {
       peer.pace.slowArrival = bound;
       this.engine.reschedule(peer);
     }
+    this.tryRoom(task, now);
+  }
+
+  /**
+   * Seeds learn what their upload carries by using it (placement.ts roomToTry): one chain more at
+   * a time, kept when their children then take about that much more together (ROOM_KEPT), else
+   * put back and the upload marked full. A trial lasts TRIAL_PIECE_TIMES of the seed's pace, long enough for the
+   * delivery window to hold only pieces sent during it.
+   */
+  private tryRoom(task: Task, now: number): void {
+    const trials = task.adaptive.roomTrials;
+    for (const seed of task.peers.values()) {
+      if (!seed.isSeed || seed.state === 'left') continue;
+      const trial = trials.get(seed);
+      if (trial) {
+        this.judgeTrial(seed, trial, now);
+        continue;
+      }
+      const child = roomToTry(seed);
+      const pace = paceOf(seed);
+      if (!child || pace === undefined || !this.engine.mayServe(child, seed)) continue;
+      trials.set(seed, { child, from: child.parents[0], since: now, chains: chainChildren(seed).length, pace });
+      this.engine.log.debug({ task: task.id, seed: seed.id, child: child.id }, 'room trial');
+      this.engine.moveTo(child, seed);
+    }
+  }
+
+  private judgeTrial(seed: Peer, trial: RoomTrial, now: number): void {
+    const task = seed.task;
+    const { child } = trial;
+    // Moved elsewhere, or gone: the trial says nothing.
+    if (child.state !== 'running' || child.parents[0] !== seed) {
+      task.adaptive.roomTrials.delete(seed);
+      return;
+    }
+    if (now - trial.since < (TRIAL_PIECE_TIMES * task.pieceSize) / trial.pace) return;
+    task.adaptive.roomTrials.delete(seed);
+    const took = seed.host.links.lastDelivered;
+    if (took >= ROOM_KEPT * (trial.chains + 1) * trial.pace) {
+      this.engine.log.debug({ task: task.id, seed: seed.id, bytesPerMs: took }, 'room found');
+      return;
+    }
+    seed.host.links.foundUploadFull(took);
+    this.engine.log.debug({ task: task.id, seed: seed.id, bytesPerMs: took }, 'upload full');
+    const back = trial.from;
+    if (back && back.state !== 'left' && this.engine.mayServe(child, back)) this.engine.moveTo(child, back);
+    else this.engine.reschedule(child);
   }
 
   /**
@@ -208,6 +259,16 @@ function slowAgainstParent(
   }
   return found;
 }
+
+/** How long a seed's trial of one chain more runs, in piece times at its pace (see Adaptation.tryRoom). */
+const TRIAL_PIECE_TIMES = 8;
+
+/**
+ * The share of one more chain at the seed's pace its children must take together for the chain to
+ * stay: a seed with room for one and a half chains would otherwise feed two at three quarters of
+ * its pace, and every node below would end a third later.
+ */
+const ROOM_KEPT = 0.9;
 
 /** The fewest pieces a parent's children stored from it that measure what it delivers. */
 const DELIVERY_WINDOW = 8;

@@ -235,6 +235,11 @@ export class LinkKnowledge {
     return true;
   }
 
+  /** Fed one child more, its children together took no more than `rate`: its upload is full. */
+  foundUploadFull(rate: number): void {
+    if (this.upCap === undefined || rate < this.upCap) this.upCap = rate;
+  }
+
   /** Its upload is held to about this (a measured cap, or the announced limit). */
   get upload(): number | undefined {
     if (this.upCap === undefined) return this.uploadLimit;

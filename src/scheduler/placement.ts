@@ -295,6 +295,43 @@ export function probeTargets(seed: Peer): Peer[] {
   return targets;
 }
 
+/** The middle of the seed's longest chain, if that chain is at least four long (halving it), and none above it is the seed's child. */
+function middleOfLongestChain(seed: Peer): Peer | undefined {
+  const { depthOf, deepest } = chainDepths(seed);
+  if (!deepest || depthOf(deepest) < 4) return undefined;
+  let chosen = deepest;
+  for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
+  if (chosen === seed || chosen.parents[0] === seed || feeds(chosen, seed)) return undefined;
+  return chosen;
+}
+
+/**
+ * A seed whose upload may carry one chain more than it feeds, though nothing measured shows it:
+ * the seed reads the origin slower than its nodes receive (a registry across a WAN link, a
+ * seed's NIC several times a node's), so what it was seen to receive and send is only what its
+ * chains took, and its room reads as none. Every chain it feeds runs at its pace (so it is not
+ * full already), its upload was never found full (LinkKnowledge.upCap), and the reference is
+ * confirmed. Returns the peer to try it with: the middle of its longest chain (see chainToSplit;
+ * simulated, 1000 nodes at 50 Gbit/s under a 25 Gbit/s registry fed through one chain of the
+ * seed ended at a median of 1.39 × their own bound, through three at 1.17).
+ */
+export function roomToTry(seed: Peer): Peer | undefined {
+  const state = seed.task.adaptive;
+  const links = seed.host.links;
+  if (!state.referenceConfirmed || links.upCap !== undefined) return undefined;
+  const pace = paceOf(seed);
+  if (pace === undefined || !Number.isFinite(pace)) return undefined;
+  const room = roomOf(seed);
+  if (room !== undefined && room >= SLOW * pace) return undefined; // known: chainToSplit and canTake use it
+  const chains = chainChildren(seed);
+  if (links.uploadLimit !== undefined && links.uploadLimit < (chains.length + 1) * pace * SLOW) return undefined;
+  for (const child of chains) {
+    const gets = receiving(child);
+    if (gets === undefined || gets < SLOW * pace) return undefined;
+  }
+  return middleOfLongestChain(seed);
+}
+
 /**
  * The peer a seed with room for a whole chain more takes (no cycle): the middle of the longest
  * chain, if that chain is at least four long and its middle is held back far below the
@@ -303,12 +340,8 @@ export function probeTargets(seed: Peer): Peer[] {
  * peer costs its chain a piece's overlap.
  */
 export function chainToSplit(seed: Peer): Peer | undefined {
-  const { depthOf, deepest } = chainDepths(seed);
-  if (!deepest || depthOf(deepest) < 4) return undefined;
-  let chosen = deepest;
-  for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
-  const gets = receiving(chosen);
-  if (gets === undefined || !heldBack(chosen, gets)) return undefined;
-  if (chosen === seed || chosen.parents[0] === seed || feeds(chosen, seed)) return undefined;
+  const chosen = middleOfLongestChain(seed);
+  const gets = chosen && receiving(chosen);
+  if (!chosen || gets === undefined || !heldBack(chosen, gets)) return undefined;
   return chosen;
 }

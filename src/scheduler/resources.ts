@@ -178,6 +178,19 @@ export interface AdaptiveTaskState {
   referenceConfirmed: boolean;
   /** Chain ends moved under a seed to find the reference (placement.ts chainToSplit). */
   probes: Peer[];
+  /** Seeds trying one chain more than their measured room, with the trial (adaptive.ts tryRoom). */
+  roomTrials: Map<Peer, RoomTrial>;
+}
+
+/** A seed feeding one chain more to learn whether its upload carries it (placement.ts roomToTry). */
+export interface RoomTrial {
+  /** The chain peer moved under the seed, and the parent it came from (it goes back if there is no room). */
+  readonly child: Peer;
+  readonly from: Peer | undefined;
+  readonly since: number;
+  /** The chains the seed fed before, at this pace (bytes per ms). */
+  readonly chains: number;
+  readonly pace: number;
 }
 
 /** Where a task is kept: its blob digest as read from one origin registry. */
@@ -206,7 +219,13 @@ export class Task {
   cyclesDetected = 0;
   lastActive: number;
   /** What the adaptive shape keeps of the task as a whole (adaptive.ts). */
-  readonly adaptive: AdaptiveTaskState = { checkedAt: 0, referenceRate: 0, referenceConfirmed: false, probes: [] };
+  readonly adaptive: AdaptiveTaskState = {
+    checkedAt: 0,
+    referenceRate: 0,
+    referenceConfirmed: false,
+    probes: [],
+    roomTrials: new Map(),
+  };
 
   constructor(
     readonly id: string,

@@ -13,7 +13,7 @@ import type { SchedulingConfig } from './config.js';
 import { Adaptation } from './adaptive.js';
 import { OnDemandReading } from './on-demand-reading.js';
 import { descendantsOf, Peer, Resources, type Host, type Task } from './resources.js';
-import { filterCandidates, freeChildSlots, keepsItsParents, selectParents, type Exclusion } from './selection.js';
+import { filterCandidates, freeChildSlots, keepsItsParents, momentarilyOut, selectParents, type Exclusion } from './selection.js';
 
 /** How long a triggered seed may take to register for the task before others stop waiting for it. */
 const SEED_SHOW_UP_MS = 15_000;
@@ -53,9 +53,10 @@ export class Scheduling {
       moveTo: (peer, parent) => this.setParents(peer, [parent]),
       mayServe: (child, parent) => {
         const excluded = new Map<string, Exclusion>();
-        return (
-          filterCandidates(child, this.config, this.hooks.now(), excluded).includes(parent) || excluded.get(parent.id) === 'overloaded'
-        );
+        if (filterCandidates(child, this.config, this.hooks.now(), excluded).includes(parent)) return true;
+        const why = excluded.get(parent.id);
+        // Full, or a chain's steady state: a child as far as its parent has nothing new from it for now.
+        return why === 'overloaded' || (why === 'nothing-to-offer' && momentarilyOut(parent, why) && !descendantsOf(child).has(parent));
       },
     });
   }

@@ -146,7 +146,7 @@ const MOMENTARY: ReadonlySet<Exclusion> = new Set(['nothing-to-offer', 'overload
  * reader that wants nothing (idle), gets no piece it does not hold: kept as a whole download's
  * only parent, it stalled that download until the origin (60 s).
  */
-function momentarilyOut(parent: Peer, why: Exclusion | undefined): boolean {
+export function momentarilyOut(parent: Peer, why: Exclusion | undefined): boolean {
   if (why === undefined || !MOMENTARY.has(why)) return false;
   return why !== 'nothing-to-offer' || stillDownloading(parent);
 }

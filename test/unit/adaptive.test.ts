@@ -362,3 +362,81 @@ describe('adaptive shape: an announced upload limit', () => {
     assert.equal(graphHasCycle(e.task), false);
   });
 });
+
+/**
+ * A seed reading the origin at a node's pace, and a chain of five nodes under it, every piece at
+ * that pace for three pieces: nothing measured says whether the seed can feed a second chain.
+ */
+function oneChainUnderASeed() {
+  const e = engine();
+  const seed = e.join('seed', { seed: true });
+  e.starts(seed, 0);
+  const join = (id: string) => {
+    const peer = e.join(id);
+    e.starts(peer, 0);
+    return peer;
+  };
+  const [a, b, c] = [join('a'), join('b'), join('c')];
+  const chain = [a, b, c, join('d'), join('f')];
+  assert.deepEqual(
+    chain.map((p) => e.lastParents(p)),
+    [['seed'], ['a'], ['b'], ['c'], ['d']],
+    'one chain to begin with',
+  );
+  for (let k = 0; k < 3; k++) {
+    e.at(1_000 + (k + 1) * FAST);
+    e.stores(seed, k, 0);
+    e.starts(seed, k + 1);
+    for (const peer of chain) e.stores(peer, k);
+    for (const peer of chain) e.starts(peer, k + 1);
+  }
+  return { e, seed, chain, a, b, c };
+}
+
+/** Pieces `from`… arrive at every chain peer one per `perPiece` ms, from whatever parent each has, while the seed keeps its pace. */
+function flow(setup: ReturnType<typeof oneChainUnderASeed>, from: number, pieces: number, perPiece: number) {
+  const { e, seed, chain } = setup;
+  const start = e.now();
+  for (let k = from; k < from + pieces; k++) {
+    const at = start + (k - from + 1) * perPiece;
+    // The seed's origin stream keeps a node's pace, whatever its children take.
+    for (let s = seed.pieces.size; s < PIECES && 1_000 + (s + 1) * FAST <= at; s++) {
+      e.at(1_000 + (s + 1) * FAST);
+      e.stores(seed, s, 0);
+      if (s + 1 < PIECES) e.starts(seed, s + 1);
+    }
+    e.at(at);
+    for (const peer of chain) e.stores(peer, k);
+    for (const peer of chain) e.starts(peer, k + 1);
+  }
+}
+
+describe('adaptive shape: a seed learns its room by using it', () => {
+  it('a seed whose one chain keeps its pace tries the middle of that chain as a second chain', () => {
+    const setup = oneChainUnderASeed();
+    assert.deepEqual(setup.e.lastParents(setup.c), ['seed'], 'c, the middle of a → b → c → d → f, is tried under the seed');
+    assert.deepEqual(setup.e.lastParents(setup.a), ['seed']);
+  });
+
+  it('keeps the second chain when both then take the seed’s full pace', () => {
+    const setup = oneChainUnderASeed();
+    flow(setup, 3, 10, FAST);
+    assert.deepEqual(setup.e.lastParents(setup.c), ['seed'], 'c stays: the seed fed two chains at its pace');
+    assert.equal(setup.seed.host.links.upCap, undefined);
+  });
+
+  it('puts the chain back and marks the upload full when the two chains only share what one took', () => {
+    const setup = oneChainUnderASeed();
+    flow(setup, 3, 6, 2 * FAST);
+    assert.deepEqual(setup.e.lastParents(setup.c), ['b'], 'c goes back under b: the seed had no room');
+    const full = setup.seed.host.links.upCap;
+    assert.ok(full !== undefined && full < (1.3 * PIECE) / FAST, `the seed's upload is marked full at about one chain (${full})`);
+  });
+
+  it('puts the chain back when the seed has room for one and a half: two chains would each get three quarters', () => {
+    const setup = oneChainUnderASeed();
+    flow(setup, 3, 8, (4 / 3) * FAST);
+    assert.deepEqual(setup.e.lastParents(setup.c), ['b']);
+    assert.notEqual(setup.seed.host.links.upCap, undefined);
+  });
+});
