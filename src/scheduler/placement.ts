@@ -1,6 +1,6 @@
 import type { SchedulingConfig } from './config.js';
 import { SLOW } from './pace.js';
-import type { Peer } from './resources.js';
+import type { Peer, Task } from './resources.js';
 
 /**
  * The adaptive shape's placement rules: pure functions of what the scheduler measured (pace.ts).
@@ -295,41 +295,81 @@ export function probeTargets(seed: Peer): Peer[] {
   return targets;
 }
 
-/** The middle of the seed's longest chain, if that chain is at least four long (halving it), and none above it is the seed's child. */
-function middleOfLongestChain(seed: Peer): Peer | undefined {
-  const { depthOf, deepest } = chainDepths(seed);
-  if (!deepest || depthOf(deepest) < 4) return undefined;
-  let chosen = deepest;
-  for (let i = 0; i < Math.floor(depthOf(deepest) / 2); i++) chosen = chosen.parents[0] ?? chosen;
-  if (chosen === seed || chosen.parents[0] === seed || feeds(chosen, seed)) return undefined;
-  return chosen;
+/**
+ * The chains below each running chain peer of a task, from one pass: how many chain peers its
+ * longest chain below holds, and whether a room trial (adaptive.ts tryRoom) runs at a peer above
+ * it or below it. Memoized per peer (recursive, as chainDepths); riders and peers that left hold no chain.
+ */
+export interface ChainsBelow {
+  /** The middle of the longest chain below `peer`, if it is at least four long (halving it), else undefined. */
+  middle(peer: Peer): Peer | undefined;
+  /** A room trial runs at a peer above `peer`, or below it: a trial of its own would be judged on rates the other moves. */
+  nearTrial(peer: Peer): boolean;
+}
+
+export function chainsBelow(task: Task): ChainsBelow {
+  const trials = task.adaptive.roomTrials;
+  const heights = new Map<Peer, { height: number; via: Peer | undefined; trialBelow: boolean }>();
+  const below = (peer: Peer): { height: number; via: Peer | undefined; trialBelow: boolean } => {
+    const known = heights.get(peer);
+    if (known) return known;
+    const result = { height: 0, via: undefined as Peer | undefined, trialBelow: false };
+    heights.set(peer, result); // a guard against a stale edge looping
+    for (const child of chainChildren(peer)) {
+      if (child.state !== 'running' || child.parents[0] !== peer) continue;
+      const next = below(child);
+      if (next.height + 1 > result.height) Object.assign(result, { height: next.height + 1, via: child });
+      if (next.trialBelow || trials.has(child)) result.trialBelow = true;
+    }
+    return result;
+  };
+  const above = new Map<Peer, boolean>();
+  const trialAbove = (peer: Peer): boolean => {
+    const known = above.get(peer);
+    if (known !== undefined) return known;
+    above.set(peer, false);
+    const parent = peer.parents[0];
+    const found = parent !== undefined && (trials.has(parent) || trialAbove(parent));
+    above.set(peer, found);
+    return found;
+  };
+  return {
+    middle: (peer) => {
+      const { height } = below(peer);
+      if (height < 4) return undefined;
+      let chosen: Peer | undefined = peer;
+      for (let i = 0; i < height - Math.floor(height / 2) && chosen; i++) chosen = below(chosen).via;
+      return chosen;
+    },
+    nearTrial: (peer) => below(peer).trialBelow || trialAbove(peer),
+  };
 }
 
 /**
- * A seed whose upload may carry one chain more than it feeds, though nothing measured shows it:
- * the seed reads the origin slower than its nodes receive (a registry across a WAN link, a
- * seed's NIC several times a node's), so what it was seen to receive and send is only what its
- * chains took, and its room reads as none. Every chain it feeds runs at its pace (so it is not
- * full already), its upload was never found full (LinkKnowledge.upCap), and the reference is
- * confirmed. Returns the peer to try it with: the middle of its longest chain (see chainToSplit;
- * simulated, 1000 nodes at 50 Gbit/s under a 25 Gbit/s registry fed through one chain of the
- * seed ended at a median of 1.39 × their own bound, through three at 1.17).
+ * A peer whose upload may carry one chain more than it feeds, though nothing measured shows it:
+ * what it was seen to receive and send is only what its chains took (a seed reading the origin
+ * slower than its nodes receive, a node on a link several times the chain's pace), so its room
+ * reads as none. Every chain it feeds runs at its pace (so it is not full already), its upload was
+ * never found full (LinkKnowledge.upCap), and the reference is confirmed. Returns the peer to try
+ * it with: the middle of its longest chain below (see chainToSplit; simulated, 1000 nodes at
+ * 50 Gbit/s under a 25 Gbit/s registry fed through one chain of the seed ended at a median of
+ * 1.39 × their own bound, through three at 1.17).
  */
-export function roomToTry(seed: Peer): Peer | undefined {
-  const state = seed.task.adaptive;
-  const links = seed.host.links;
-  if (!state.referenceConfirmed || links.upCap !== undefined) return undefined;
-  const pace = paceOf(seed);
+export function roomToTry(peer: Peer, chains: ChainsBelow): Peer | undefined {
+  const state = peer.task.adaptive;
+  const links = peer.host.links;
+  if (!state.referenceConfirmed || links.upCap !== undefined || slowFeeder(peer)) return undefined;
+  const pace = paceOf(peer);
   if (pace === undefined || !Number.isFinite(pace)) return undefined;
-  const room = roomOf(seed);
+  const room = roomOf(peer);
   if (room !== undefined && room >= SLOW * pace) return undefined; // known: chainToSplit and canTake use it
-  const chains = chainChildren(seed);
-  if (links.uploadLimit !== undefined && links.uploadLimit < (chains.length + 1) * pace * SLOW) return undefined;
-  for (const child of chains) {
+  const children = chainChildren(peer);
+  if (links.uploadLimit !== undefined && links.uploadLimit < (children.length + 1) * pace * SLOW) return undefined;
+  for (const child of children) {
     const gets = receiving(child);
     if (gets === undefined || gets < SLOW * pace) return undefined;
   }
-  return middleOfLongestChain(seed);
+  return chains.middle(peer);
 }
 
 /**
@@ -340,7 +380,7 @@ export function roomToTry(seed: Peer): Peer | undefined {
  * peer costs its chain a piece's overlap.
  */
 export function chainToSplit(seed: Peer): Peer | undefined {
-  const chosen = middleOfLongestChain(seed);
+  const chosen = chainsBelow(seed.task).middle(seed);
   const gets = chosen && receiving(chosen);
   if (!chosen || gets === undefined || !heldBack(chosen, gets)) return undefined;
   return chosen;

@@ -178,13 +178,15 @@ export interface AdaptiveTaskState {
   referenceConfirmed: boolean;
   /** Chain ends moved under a seed to find the reference (placement.ts chainToSplit). */
   probes: Peer[];
-  /** Seeds trying one chain more than their measured room, with the trial (adaptive.ts tryRoom). */
+  /** Peers trying one chain more than their measured room, with the trial (adaptive.ts tryRoom). */
   roomTrials: Map<Peer, RoomTrial>;
+  /** When each peer's last room trial ended: pieces its children began before then judge nothing (adaptive.ts). */
+  roomTrialsEnded: Map<Peer, number>;
 }
 
-/** A seed feeding one chain more to learn whether its upload carries it (placement.ts roomToTry). */
+/** A peer feeding one chain more to learn whether its upload carries it (placement.ts roomToTry). */
 export interface RoomTrial {
-  /** The chain peer moved under the seed, and the parent it came from (it goes back if there is no room). */
+  /** The chain peer moved under the peer trying, and the parent it came from (it goes back if there is no room). */
   readonly child: Peer;
   readonly from: Peer | undefined;
   readonly since: number;
@@ -225,6 +227,7 @@ export class Task {
     referenceConfirmed: false,
     probes: [],
     roomTrials: new Map(),
+    roomTrialsEnded: new Map(),
   };
 
   constructor(

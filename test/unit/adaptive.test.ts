@@ -17,7 +17,7 @@ const PIECES = 16;
 const FAST = 400;
 
 /** The engine in the adaptive shape, with a hand-driven clock and every piece's digest known. */
-function engine(config: Partial<SchedulingConfig> = {}) {
+function engine(config: Partial<SchedulingConfig> = {}, pieces = PIECES) {
   let now = 1_000;
   const packets = new Map<string, SchedulerPacket[]>();
   const scheduling = new Scheduling(
@@ -36,7 +36,7 @@ function engine(config: Partial<SchedulingConfig> = {}) {
         peerId,
         hostId: id,
         taskId,
-        contentLength: PIECES * PIECE,
+        contentLength: pieces * PIECE,
         pieceSize: PIECE,
         origin: { url: 'http://registry/v2/x/blobs/d', headers: {} },
         heldPieces: held,
@@ -45,8 +45,8 @@ function engine(config: Partial<SchedulingConfig> = {}) {
     );
   };
   // The task the peers join: keyed by the registry of their origin URL.
-  const task = scheduling.resources.task(TASK, PIECES * PIECE, PIECE, now, 'http://registry');
-  for (let i = 0; i < PIECES; i++) scheduling.learnDigest(task, i, `sha256:${i.toString(16).padStart(64, '0')}`);
+  const task = scheduling.resources.task(TASK, pieces * PIECE, PIECE, now, 'http://registry');
+  for (let i = 0; i < pieces; i++) scheduling.learnDigest(task, i, `sha256:${i.toString(16).padStart(64, '0')}`);
   /** Piece `index` starts arriving at `peer` now. */
   const starts = (peer: Peer, index: number) => scheduling.pieceStarted(peer, index);
   /** Piece `index` is stored at `peer` now, from its first parent (or the origin). */
@@ -65,7 +65,7 @@ function engine(config: Partial<SchedulingConfig> = {}) {
     const packet = [...(packets.get(peer.id) ?? [])].reverse().find((p) => p.packet === 'parents');
     return packet?.packet === 'parents' ? packet.parents.parents.map((p) => p.peerId.split('|')[0]) : undefined;
   };
-  return { scheduling, join, starts, stores, lastParents, task, now: () => now, at: (ms: number) => (now = ms) };
+  return { scheduling, join, starts, stores, lastParents, task, pieces, now: () => now, at: (ms: number) => (now = ms) };
 }
 
 const all = (n: number) => [...Array(n).keys()];
@@ -366,10 +366,11 @@ describe('adaptive shape: an announced upload limit', () => {
 /**
  * A seed reading the origin at a node's pace, and a chain of five nodes under it, every piece at
  * that pace for three pieces: nothing measured says whether the seed can feed a second chain.
+ * With `seedFeedsOne`, the seed announces an upload limit of one chain's pace.
  */
-function oneChainUnderASeed() {
-  const e = engine();
-  const seed = e.join('seed', { seed: true });
+function oneChainUnderASeed({ pieces = PIECES, seedFeedsOne = false } = {}) {
+  const e = engine({}, pieces);
+  const seed = e.join('seed', { seed: true, ...(seedFeedsOne ? { uploadBandwidth: (PIECE / FAST) * 1000 } : {}) });
   e.starts(seed, 0);
   const join = (id: string) => {
     const peer = e.join(id);
@@ -393,21 +394,29 @@ function oneChainUnderASeed() {
   return { e, seed, chain, a, b, c };
 }
 
-/** Pieces `from`… arrive at every chain peer one per `perPiece` ms, from whatever parent each has, while the seed keeps its pace. */
-function flow(setup: ReturnType<typeof oneChainUnderASeed>, from: number, pieces: number, perPiece: number) {
+/**
+ * Pieces `from`… arrive at every chain peer one per `perPiece` ms, from whatever parent each has,
+ * while the seed keeps its pace, and so do the peers in `keepPace` (fed by the seed).
+ */
+function flow(setup: ReturnType<typeof oneChainUnderASeed>, from: number, pieces: number, perPiece: number, keepPace: Peer[] = []) {
   const { e, seed, chain } = setup;
   const start = e.now();
   for (let k = from; k < from + pieces; k++) {
     const at = start + (k - from + 1) * perPiece;
     // The seed's origin stream keeps a node's pace, whatever its children take.
-    for (let s = seed.pieces.size; s < PIECES && 1_000 + (s + 1) * FAST <= at; s++) {
+    for (let s = seed.pieces.size; s < e.pieces && 1_000 + (s + 1) * FAST <= at; s++) {
       e.at(1_000 + (s + 1) * FAST);
       e.stores(seed, s, 0);
-      if (s + 1 < PIECES) e.starts(seed, s + 1);
+      if (s + 1 < e.pieces) e.starts(seed, s + 1);
+      for (const peer of keepPace) {
+        e.stores(peer, s);
+        if (s + 1 < e.pieces) e.starts(peer, s + 1);
+      }
     }
     e.at(at);
-    for (const peer of chain) e.stores(peer, k);
-    for (const peer of chain) e.starts(peer, k + 1);
+    const paced = chain.filter((peer) => !keepPace.includes(peer));
+    for (const peer of paced) e.stores(peer, k);
+    for (const peer of paced) e.starts(peer, k + 1);
   }
 }
 
@@ -438,5 +447,39 @@ describe('adaptive shape: a seed learns its room by using it', () => {
     flow(setup, 3, 8, (4 / 3) * FAST);
     assert.deepEqual(setup.e.lastParents(setup.c), ['b']);
     assert.notEqual(setup.seed.host.links.upCap, undefined);
+  });
+});
+
+describe('adaptive shape: a node learns its room by using it', () => {
+  const LONG = 128;
+
+  it('a node whose chain keeps its pace tries the middle of the chain below it, the seed being full', () => {
+    const setup = oneChainUnderASeed({ pieces: LONG, seedFeedsOne: true });
+    assert.deepEqual(setup.e.lastParents(setup.a), ['seed'], 'the seed announced room for one chain');
+    assert.deepEqual(setup.e.lastParents(setup.c), ['a'], 'c, the middle of b → c → d → f below a, is tried under a');
+  });
+
+  it('keeps the second chain when both then take the node’s full pace', () => {
+    const setup = oneChainUnderASeed({ pieces: LONG, seedFeedsOne: true });
+    flow(setup, 3, 10, FAST, [setup.a]);
+    assert.deepEqual(setup.e.lastParents(setup.c), ['a'], 'c stays: a fed two chains at its pace');
+    assert.equal(setup.a.host.links.upCap, undefined);
+  });
+
+  it('puts the chain back and marks the node’s upload full when the two chains only share what one took', () => {
+    const setup = oneChainUnderASeed({ pieces: LONG, seedFeedsOne: true });
+    // The two chains get half of a's pace each until the trial is judged (eight of a's piece times).
+    for (let k = 3; setup.e.task.adaptive.roomTrials.has(setup.a) && k < 20; k++) flow(setup, k, 1, 2 * FAST, [setup.a]);
+    assert.deepEqual(setup.e.lastParents(setup.c), ['b'], 'c goes back under b');
+    assert.notEqual(setup.a.host.links.upCap, undefined, "a's upload is marked full");
+  });
+
+  it('a short pull does not pay for a node’s trial', () => {
+    const setup = oneChainUnderASeed({ pieces: PIECES, seedFeedsOne: true });
+    assert.deepEqual(
+      setup.chain.map((p) => setup.e.lastParents(p)),
+      [['seed'], ['a'], ['b'], ['c'], ['d']],
+      '16 pieces: a failed trial would cost the chain below a fraction of its pull',
+    );
   });
 });
