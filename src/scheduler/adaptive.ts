@@ -137,16 +137,17 @@ export class Adaptation {
     if (seedTrying) return;
     for (const peer of task.peers.values()) {
       if (peer.isSeed || peer.state !== 'running' || trials.has(peer)) continue;
-      if (task.pieceCount - peer.pieces.size < MIN_PIECES_LEFT || chains.nearTrial(peer)) continue;
+      if (task.pieceCount - peer.pieces.size < MIN_PIECES_LEFT) continue;
       // Started: the chains moved, and the peers above and below it must see it.
-      if (this.startTrial(peer, chains, now)) chains = chainsBelow(task);
+      if (this.startTrial(peer, chains, now, true)) chains = chainsBelow(task);
     }
   }
 
-  private startTrial(peer: Peer, chains: ChainsBelow, now: number): boolean {
+  /** `alone`: not while a trial runs above or below the peer (tested only for a peer that could try: it walks the chains). */
+  private startTrial(peer: Peer, chains: ChainsBelow, now: number, alone = false): boolean {
     const child = roomToTry(peer, chains);
     const pace = paceOf(peer);
-    if (!child || pace === undefined || !this.engine.mayServe(child, peer)) return false;
+    if (!child || pace === undefined || (alone && chains.nearTrial(peer)) || !this.engine.mayServe(child, peer)) return false;
     peer.task.adaptive.roomTrials.set(peer, { child, from: child.parents[0], since: now, chains: chainChildren(peer).length, pace });
     this.engine.log.debug({ task: peer.task.id, peer: peer.id, child: child.id }, 'room trial');
     this.engine.moveTo(child, peer);
@@ -163,7 +164,7 @@ export class Adaptation {
     }
     if (now - trial.since < (TRIAL_PIECE_TIMES * task.pieceSize) / trial.pace) return;
     task.adaptive.roomTrials.delete(peer);
-    task.adaptive.roomTrialsEnded.set(peer, now);
+    peer.roomTrialEndedAt = now;
     const took = peer.host.links.lastDelivered;
     if (took >= (peer.isSeed ? ROOM_KEPT : NODE_ROOM_KEPT) * (trial.chains + 1) * trial.pace) {
       this.engine.log.debug({ task: task.id, peer: peer.id, bytesPerMs: took }, 'room found');
@@ -289,7 +290,7 @@ function sharedUntil(peer: Peer): number | undefined {
   const state = peer.task.adaptive;
   let until: number | undefined;
   for (const parent of peer.parents) {
-    const end = state.roomTrials.has(parent) ? Infinity : state.roomTrialsEnded.get(parent);
+    const end = state.roomTrials.has(parent) ? Infinity : parent.roomTrialEndedAt;
     if (end !== undefined && (until === undefined || end > until)) until = end;
   }
   return until;

@@ -77,6 +77,8 @@ export class Peer {
   readonly ownDigests = new Map<number, string>();
   /** When its parent set last changed: a piece started before was asked of another parent. */
   parentsSince = 0;
+  /** When its last room trial ended (adaptive.ts tryRoom): pieces its children began before then judge nothing. */
+  roomTrialEndedAt?: number;
 
   constructor(
     readonly id: string,
@@ -180,8 +182,6 @@ export interface AdaptiveTaskState {
   probes: Peer[];
   /** Peers trying one chain more than their measured room, with the trial (adaptive.ts tryRoom). */
   roomTrials: Map<Peer, RoomTrial>;
-  /** When each peer's last room trial ended: pieces its children began before then judge nothing (adaptive.ts). */
-  roomTrialsEnded: Map<Peer, number>;
 }
 
 /** A peer feeding one chain more to learn whether its upload carries it (placement.ts roomToTry). */
@@ -227,7 +227,6 @@ export class Task {
     referenceConfirmed: false,
     probes: [],
     roomTrials: new Map(),
-    roomTrialsEnded: new Map(),
   };
 
   constructor(
