@@ -269,11 +269,11 @@ function slowAgainstParent(
     // How long the piece should take; it is late past 1/SLOW of that, and MIN_LATE_MS beyond it.
     let due: number;
     if (parentStored !== undefined && parentStored > start) {
-      // No faster than the parent received it, nor than its upload's share for each child allows.
-      const each = feedsEach(parent);
+      // No faster than the parent received it, nor than its upload's share for each child allowed meanwhile.
+      const each = feedsEach(parent, start);
       due = Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers;
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
-      const each = feedsEach(parent);
+      const each = feedsEach(parent, start);
       due = each === undefined ? Infinity : (size * sharers) / each;
     } else {
       due = Infinity; // the parent is still receiving it

@@ -141,11 +141,12 @@ export function downloadSharers(peer: Peer): number {
 }
 
 /**
- * Children sharing the parent's upload now: its own in this task, and those of its host's other
- * tasks with pieces arriving (an idle lazy reader takes nothing).
+ * Children sharing the parent's upload: its own in this task (the most at one time since `since`,
+ * when given: a piece begun then got no more than that share), and those of its host's other
+ * tasks with pieces arriving now (an idle lazy reader takes nothing).
  */
-export function uploadSharers(parent: Peer): number {
-  let sharers = parent.children.size;
+export function uploadSharers(parent: Peer, since?: number): number {
+  let sharers = since === undefined ? parent.children.size : parent.childrenSince(since);
   for (const other of parent.host.peers) {
     if (other === parent) continue;
     for (const child of other.children) if (child.growing.size > 0) sharers++;
@@ -156,12 +157,13 @@ export function uploadSharers(parent: Peer): number {
 /**
  * What the parent should feed each of its children, to judge one of them slow: its pace, and no
  * more than a share of its upload (a seed's children share its link, riders too, and so do its
- * host's children in other tasks). Undefined when unknown or unlimited.
+ * host's children in other tasks), the least share it gave since `since` when given (a piece
+ * begun then). Undefined when unknown or unlimited.
  */
-export function feedsEach(parent: Peer): number | undefined {
+export function feedsEach(parent: Peer, since?: number): number | undefined {
   const pace = paceOf(parent) ?? Infinity;
   const upload = uploadEstimate(parent);
-  const share = upload === undefined ? Infinity : upload / uploadSharers(parent);
+  const share = upload === undefined ? Infinity : upload / uploadSharers(parent, since);
   const each = Math.min(pace, share);
   return Number.isFinite(each) ? each : undefined;
 }

@@ -35,6 +35,9 @@ export const GROWING_TTL_MS = 30_000;
 export type PeerState = 'waiting' | 'running' | 'backToSource' | 'finished' | 'left';
 
 /** One host's participation in one task, alive while its AnnouncePeer stream is open. */
+/** Drops in a peer's children remembered (Peer.childrenSince): a piece spans a few at most. */
+const SHARES_KEPT = 8;
+
 export class Peer {
   readonly pieces: PieceSet;
   parents: Peer[] = [];
@@ -79,6 +82,24 @@ export class Peer {
   parentsSince = 0;
   /** When its last room trial ended (adaptive.ts tryRoom): pieces its children began before then judge nothing. */
   roomTrialEndedAt?: number;
+  /**
+   * When children last stopped sharing its upload, each with how many shared it until then (the
+   * latest few): a piece a child began before came at a smaller share than the peer gives now.
+   */
+  private readonly sharedBefore: Array<{ until: number; children: number }> = [];
+
+  /** A child stopped taking its upload at `now` (moved, finished, gone). */
+  childLeft(now: number): void {
+    this.sharedBefore.push({ until: now, children: this.children.size + 1 });
+    if (this.sharedBefore.length > SHARES_KEPT) this.sharedBefore.shift();
+  }
+
+  /** The most children that shared its upload at one time since `since`, now included. */
+  childrenSince(since: number): number {
+    let most = this.children.size;
+    for (const shared of this.sharedBefore) if (shared.until > since) most = Math.max(most, shared.children);
+    return most;
+  }
 
   constructor(
     readonly id: string,

@@ -404,7 +404,10 @@ export class Scheduling {
   private setParents(peer: Peer, parents: Peer[]): void {
     const before = peer.parents;
     const same = before.length === parents.length && before.every((p, i) => p === parents[i]);
-    for (const old of before) if (!parents.includes(old)) old.children.delete(peer);
+    for (const old of before) {
+      if (parents.includes(old) || !old.children.delete(peer)) continue;
+      old.childLeft(this.hooks.now());
+    }
     for (const parent of parents) parent.children.add(peer);
     peer.parents = parents;
     if (!same) {

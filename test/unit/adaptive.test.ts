@@ -207,6 +207,42 @@ describe('adaptive shape: a piece judged against the parent it comes from', () =
   });
 });
 
+describe("adaptive shape: a piece judged at the share of its parent's upload it began with", () => {
+  /**
+   * A seed whose upload carries one node's pace feeds a and b at once: each piece comes at half
+   * that pace. With `bGoes`, b leaves halfway through their first pieces, and the seed's upload is
+   * a's alone from then on. a's piece is checked `after` piece times at the seed's pace.
+   */
+  function sharedSeed(bGoes: boolean, after = 2.2) {
+    const e = engine({ pipeline: { fanout: 1, seedFanout: 2 } });
+    const seed = e.join('seed', { seed: true }, all(PIECES));
+    seed.host.links.foundUploadFull(PIECE / FAST);
+    const a = e.join('a');
+    const b = e.join('b');
+    assert.deepEqual([e.lastParents(a), e.lastParents(b)], [['seed'], ['seed']], 'the seed feeds both');
+    e.starts(a, 0);
+    e.starts(b, 0);
+    if (bGoes) {
+      e.at(1_000 + 1.5 * FAST);
+      e.scheduling.leave(b);
+    }
+    e.at(1_000 + after * FAST);
+    e.scheduling.tick();
+    return a;
+  }
+
+  it('a child whose piece came at half pace while a sibling shared the upload is not found slow when the sibling goes', () => {
+    assert.equal(sharedSeed(true).host.links.downCap, undefined);
+  });
+
+  it('a piece that comes far slower than even the shared pace is still found slow', () => {
+    // Due in two piece times at half the pace: late past 2 / SLOW of them.
+    assert.ok(sharedSeed(true, 3.5).host.links.downCap !== undefined);
+    assert.ok(sharedSeed(false, 3.5).host.links.downCap !== undefined);
+    assert.equal(sharedSeed(false).host.links.downCap, undefined, 'at 2.2 piece times it keeps the shared pace');
+  });
+});
+
 describe('adaptive shape: where slow peers go', () => {
   it('a peer slow against the fastest nodes rides as a passenger, and its chain child takes its place', () => {
     const { e, a, s, c } = slowMiddle();
