@@ -34,10 +34,10 @@ export const GROWING_TTL_MS = 30_000;
 
 export type PeerState = 'waiting' | 'running' | 'backToSource' | 'finished' | 'left';
 
-/** One host's participation in one task, alive while its AnnouncePeer stream is open. */
 /** Drops in a peer's children remembered (Peer.childrenSince): a piece spans a few at most. */
 const SHARES_KEPT = 8;
 
+/** One host's participation in one task, alive while its AnnouncePeer stream is open. */
 export class Peer {
   readonly pieces: PieceSet;
   parents: Peer[] = [];

@@ -404,14 +404,12 @@ export class Scheduling {
   private setParents(peer: Peer, parents: Peer[]): void {
     const before = peer.parents;
     const same = before.length === parents.length && before.every((p, i) => p === parents[i]);
-    for (const old of before) {
-      if (parents.includes(old) || !old.children.delete(peer)) continue;
-      old.childLeft(this.hooks.now());
-    }
+    const now = this.hooks.now();
+    for (const old of before) if (!parents.includes(old) && old.children.delete(peer)) old.childLeft(now);
     for (const parent of parents) parent.children.add(peer);
     peer.parents = parents;
     if (!same) {
-      peer.parentsSince = this.hooks.now();
+      peer.parentsSince = now;
       peer.pace.slowArrival = undefined;
       this.log.trace({ task: peer.task.id, peer: peer.id, parents: parents.map((p) => p.id).join(',') }, 'parents');
     }
