@@ -272,6 +272,8 @@ type Mode = 'connecting' | 'swarm' | 'origin';
 export class SimDownload {
   readonly stored: Uint8Array;
   storedCount = 0;
+  /** pieces-from-parents.ts fastestServed: the fastest a parent has served this peer. */
+  private fastestServed = 0;
   bytesWritten = 0;
   readonly bytesFrom = { origin: 0, seed: 0, peer: 0 };
   /** Children's links following this peer's bitmap. */
@@ -626,7 +628,11 @@ export class SimDownload {
       const elapsedMs = (this.now - first.started) * 1000;
       const straggles = eager
         ? elapsedMs >= ENDGAME_AFTER_MS
-        : wantsSecondParent({ receivedBytes: first.flow ? this.world.net.delivered(first.flow) : 0, elapsedMs }, link.rate);
+        : wantsSecondParent(
+            { receivedBytes: first.flow ? this.world.net.delivered(first.flow) : 0, elapsedMs },
+            link.rate,
+            this.fastestServed,
+          );
       if (straggles) this.startAttempt(index, link);
     }
   }
@@ -741,6 +747,7 @@ export class SimDownload {
     const { link, index } = attempt;
     const elapsedMs = Math.max(1, (this.now - attempt.started) * 1000);
     link.pace.pieceServed(length, elapsedMs);
+    this.fastestServed = Math.max(this.fastestServed, link.pace.rate);
     this.world.piecesFromParents++;
     // The first good copy wins; the other endgame attempts are aborted.
     for (const other of [...(this.attempts.get(index) ?? [])]) if (other !== attempt) this.abort(other);

@@ -28,9 +28,18 @@ describe('endgame: when a piece on its way gets a second parent', () => {
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: ENDGAME_AFTER_MS }, fastParent), true);
   });
 
-  it('does not ask a parent whose rate is unknown (nothing served yet)', () => {
+  it('does not ask a parent whose rate is unknown (nothing served yet) while no parent has served this peer', () => {
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, 0), false);
     assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, Number.NaN), false);
+    assert.equal(wantsSecondParent({ receivedBytes: 0, elapsedMs: 10_000 }, 0, 0), false);
+  });
+
+  it('expects a parent that served nothing yet to serve as fast as the fastest parent did', () => {
+    // The last piece, asked of a 2 Mbit/s node long ago, at 40 B/ms; the new parent holds the whole blob.
+    const hanging = { receivedBytes: 2_000_000, elapsedMs: 50_000 };
+    assert.equal(wantsSecondParent(hanging, 0, 2_000), true);
+    assert.equal(wantsSecondParent(hanging, 0, 4 * 40), false, 'not when it comes no slower than ENDGAME_SLOWER times what any parent did');
+    assert.equal(wantsSecondParent(hanging, 100, 2_000), false, 'a measured rate counts over the fastest one seen');
   });
 });
 

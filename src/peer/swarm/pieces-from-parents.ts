@@ -90,6 +90,8 @@ export class PiecesFromParents {
   /** Since when the scheduler says the registry's swarm reads on demand (policy waitsForSwarm); undefined: it does not. */
   private readingSince?: number;
   private schedulerLost = false;
+  /** The fastest a parent has served this peer (ParentPace.rate, bytes per millisecond): what the endgame expects of one not measured yet. */
+  private fastestServed = 0;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
   private running = false;
@@ -372,7 +374,7 @@ export class PiecesFromParents {
       const link = bestParentFor(index, this.askable(index, now, whole), choice, first.link);
       if (!link) continue;
       const progress = { receivedBytes: first.growing?.filled ?? 0, elapsedMs: now - first.started };
-      if (wantsSecondParent(progress, link.rate)) this.startAttempt(index, link, whole);
+      if (wantsSecondParent(progress, link.rate, this.fastestServed)) this.startAttempt(index, link, whole);
     }
   }
 
@@ -406,6 +408,7 @@ export class PiecesFromParents {
       })
       .then(async (bytes) => {
         stored = await this.checkAndStore(index, attempt, bytes);
+        if (stored) this.fastestServed = Math.max(this.fastestServed, link.rate);
       })
       .catch((error: Error) => {
         failure = error.name;

@@ -17,13 +17,22 @@ export const ENDGAME_SLOWER = 4;
  * Whether a piece on its way from one parent should also be asked of another. Called only at
  * the tail, when every other wanted piece is stored or on its way (so no more useful transfer
  * could use the downlink). Yes after ENDGAME_AFTER_MS if the bytes so far come ENDGAME_SLOWER
- * times slower than the other parent's measured rate (bytes per millisecond). That rate is 0
- * while the other parent has served nothing, and then the answer is no: a parent that sends
- * nothing at all is given up by the stall timeout instead.
+ * times slower than the other parent's measured rate (bytes per millisecond). A parent that has
+ * served this peer nothing yet is expected to serve as fast as the fastest parent did
+ * (`fastestServed`): a child the scheduler moves to a parent holding the whole blob near its tail
+ * asks that parent for nothing before the endgame, and without this its last piece hung on the
+ * slow parent it had asked long before (simulated, a 20 Mbit/s node waited 48 s for a piece a
+ * 2 Mbit/s node relayed as it received it). When no parent has served anything, the answer is
+ * no: a parent that sends nothing at all is given up by the stall timeout instead.
  */
-export function wantsSecondParent(attempt: { receivedBytes: number; elapsedMs: number }, otherParentRate: number): boolean {
-  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(otherParentRate > 0)) return false;
-  return (attempt.receivedBytes / attempt.elapsedMs) * ENDGAME_SLOWER < otherParentRate;
+export function wantsSecondParent(
+  attempt: { receivedBytes: number; elapsedMs: number },
+  otherParentRate: number,
+  fastestServed = 0,
+): boolean {
+  const expected = otherParentRate > 0 ? otherParentRate : fastestServed;
+  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(expected > 0)) return false;
+  return (attempt.receivedBytes / attempt.elapsedMs) * ENDGAME_SLOWER < expected;
 }
 
 /**
