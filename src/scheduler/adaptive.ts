@@ -45,17 +45,18 @@ export class Adaptation {
     peer.pace.stored(report.index, length, now, startedAt, report.fromOrigin ? 0 : report.costMs, peer.growing.size > 0, peer.joinedAt);
     const links = peer.host.links;
     const intake = peer.pace.intake.rate;
+    const parent = !report.fromOrigin && report.parentId ? task.peers.get(report.parentId) : undefined;
     if (intake !== undefined) {
       const cleared = links.sawIntake(intake);
-      // Its download was not the slow end after all: the parent whose transfer showed the cap was.
+      // Its download was not the slow end after all: the parent whose transfer showed the cap was,
+      // unless that parent's host just fed it this faster intake itself.
       const blamed = cleared.clearedCapFrom ? this.engine.resources.hosts.get(cleared.clearedCapFrom) : undefined;
-      if (blamed && cleared.cap !== undefined && blamed.links.blameUpload(cleared.cap)) {
+      if (blamed && blamed !== parent?.host && cleared.cap !== undefined && blamed.links.blameUpload(cleared.cap)) {
         this.engine.log.debug({ task: task.id, peer: peer.id, blamed: blamed.id, bytesPerMs: cleared.cap }, 'upload capped');
         for (const feeder of blamed.peers) if (feeder.task === task && slowFeeder(feeder)) this.retire(feeder);
       }
     }
     raiseReference(task, peer);
-    const parent = !report.fromOrigin && report.parentId ? task.peers.get(report.parentId) : undefined;
     if (parent && startedAt !== undefined) {
       // Enough of its pieces that every child's latest counts, however many share its upload.
       parent.host.links.delivered(startedAt, now, length, Math.max(DELIVERY_WINDOW, 2 * uploadSharers(parent)));

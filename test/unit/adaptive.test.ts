@@ -324,9 +324,10 @@ describe("adaptive shape: a host's tasks share its links", () => {
  * s found slow under a (chainWithMiddle, slowMiddle's pace), then moved under another parent
  * where it receives at a node's full rate: its download was never the problem. With
  * `aDelivered`, a's children were just measured receiving from it at a node's full pace, and a
- * keeps that pace meanwhile.
+ * keeps that pace meanwhile. With `backUnderA`, the parent it then receives at that rate from is
+ * a itself (which keeps its pace).
  */
-function slowUnderAFastElsewhere(aDelivered: boolean) {
+function slowUnderAFastElsewhere(aDelivered: boolean, backUnderA = false) {
   const e = engine();
   const { a, s } = chainWithMiddle(e);
   if (aDelivered) a.host.links.delivered(1_000, 1_000 + FAST, PIECE, 8);
@@ -338,16 +339,18 @@ function slowUnderAFastElsewhere(aDelivered: boolean) {
   e.at(1_000 + 3.2 * FAST);
   e.scheduling.tick();
   assert.ok(s.host.links.downCap !== undefined, 's found slow under a');
-  const other = e.join('other', {}, all(PIECES));
+  const other = backUnderA ? a : e.join('other', {}, all(PIECES));
   s.parents.forEach((p) => p.children.delete(s));
   s.parents = [other];
   other.children.add(s);
   s.parentsSince = e.now();
+  // Its slow piece ends: what a delivered lately spans it.
+  if (backUnderA) e.stores(s, 0);
   for (let k = 1; k <= 4; k++) {
     e.starts(s, k);
     e.at(e.now() + FAST);
     e.stores(s, k);
-    if (aDelivered) {
+    if (aDelivered || backUnderA) {
       e.stores(a, k + 2);
       e.starts(a, k + 3);
     }
@@ -366,6 +369,12 @@ describe('adaptive shape: a slow upload', () => {
   it('a parent just seen delivering a chain its full pace is not blamed when a child it fed slowly does better elsewhere', () => {
     const { a } = slowUnderAFastElsewhere(true);
     assert.equal(a.host.links.upCap, undefined, "a's upload is not capped: it was seen doing better than s received");
+    assert.equal(slowFeeder(a), false, 'a keeps feeding its chain');
+  });
+
+  it('a parent is not blamed when the faster pieces that clear its child come from it', () => {
+    const { a } = slowUnderAFastElsewhere(false, true);
+    assert.equal(a.host.links.upCap, undefined, "a's upload is not capped: it just fed s faster than s's cap");
     assert.equal(slowFeeder(a), false, 'a keeps feeding its chain');
   });
 });
