@@ -197,7 +197,7 @@ export function selectParents(child: Peer, config: SchedulingConfig, now: number
  */
 function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excluded: Map<string, Exclusion>): Peer[] {
   const candidates = filterCandidates(child, config, now, excluded);
-  const ranked = rankForChild(child, candidates, (peer) => scoreCandidate(child, peer, config, now));
+  const ranked = rankForChild(child, candidates, now, (peer) => scoreCandidate(child, peer, config, now));
   const current = child.parents[0];
   // Momentarily nothing new (a chain's child caught up with it) or full: kept while allowed.
   const usable = (peer: Peer) => {
@@ -211,7 +211,7 @@ function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excl
     // A rider moves where it fits; a chain child where it is fed clearly faster.
     const better = slowFeeder(child)
       ? spareFor(best, child) >= SLOW * riderNeeds(best, child)
-      : offerTo(best, child) * SLOW > (feedsEach(current) ?? 0);
+      : offerTo(best, child, now) * SLOW > (feedsEach(current) ?? 0);
     return better ? [best] : [current];
   }
   return ranked[0] ? [ranked[0]] : [];

@@ -6,7 +6,7 @@ import { silentLogger } from '../../src/common/log.js';
 import { hostInfo as host } from '../fixtures/host-info.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
-import { canTake, heldBack, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
+import { canTake, expectedPace, heldBack, paceOf, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
 import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 
@@ -240,6 +240,35 @@ describe("adaptive shape: a piece judged at the share of its parent's upload it 
     assert.ok(sharedSeed(true, 3.5).host.links.downCap !== undefined);
     assert.ok(sharedSeed(false, 3.5).host.links.downCap !== undefined);
     assert.equal(sharedSeed(false).host.links.downCap, undefined, 'at 2.2 piece times it keeps the shared pace');
+  });
+});
+
+describe('adaptive shape: what a peer not measured yet is expected to feed', () => {
+  it('as much as any parent, until what it received, or its parent feeds, is far below the reference', () => {
+    const e = engine();
+    e.join('seed', { seed: true }, all(PIECES));
+    // q, measured at a node's pace: the reference.
+    const q = e.join('q');
+    for (let k = 0; k < 4; k++) {
+      e.starts(q, k);
+      e.at(e.now() + FAST);
+      e.stores(q, k);
+    }
+    e.starts(q, 4);
+    const p = e.join('p');
+    e.starts(p, 0);
+    const c = e.join('c');
+    assert.deepEqual(
+      [p, c].map((peer) => e.lastParents(peer)),
+      [['q'], ['p']],
+    );
+    assert.equal(paceOf(p), undefined, 'p has stored nothing');
+    assert.equal(expectedPace(p, e.now()), Infinity, 'its first piece just began: nothing says it is slow');
+    // Three of a node's piece times later, p's first piece still arrives: p receives at most a third of the reference.
+    e.at(e.now() + 3 * FAST);
+    const bound = PIECE / (3 * FAST);
+    assert.ok(expectedPace(p, e.now()) <= bound, `p: at most ${bound} B/ms, not ${expectedPace(p, e.now())}`);
+    assert.ok(expectedPace(c, e.now()) <= bound, 'c, below it, no more');
   });
 });
 
