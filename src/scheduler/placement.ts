@@ -32,6 +32,9 @@ import type { Peer, Task } from './resources.js';
  * Rates are bytes per millisecond.
  */
 
+/** How far up the chain expectedPace looks for a measured pace or a slow bound. */
+const EXPECTED_PACE_HOPS = 64;
+
 /** Chain ends a seed takes, one after another, while no node not found slow has been measured (see chainToSplit). */
 const MAX_PROBES = 3;
 
@@ -183,7 +186,8 @@ export function expectedPace(peer: Peer, now: number): number {
   if (measured !== undefined) return measured;
   let expected = Infinity;
   let up: Peer | undefined = peer;
-  for (let hops = 0; up && hops < 64; hops++, up = up.parents[0]) {
+  // A few hops say enough: at a task's start whole chains are unmeasured, and every candidate of every child is asked.
+  for (let hops = 0; up && hops < EXPECTED_PACE_HOPS; hops++, up = up.parents[0]) {
     const pace = paceOf(up);
     if (pace !== undefined) {
       expected = Math.min(expected, pace);
