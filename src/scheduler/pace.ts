@@ -143,14 +143,21 @@ export class PeerPace {
   }
 
   /**
-   * An upper bound on the rate it has received since the oldest of `arriving` (pieces it asked of
-   * its present parents: index → when their first byte came) began: every piece stored since, plus
-   * every one of them still arriving, whole. Undefined while none arrives.
+   * An upper bound on the rate it has received since the oldest of `arriving` (pieces on their
+   * way: index → when their first byte came) began, or since `from` if later: every piece stored
+   * since, plus every one of them still arriving, whole. Undefined while none arrives.
    */
-  receiveBound(arriving: Array<[number, number]>, now: number, pieceSize: number): { since: number; rate: number } | undefined {
+  receiveBound(
+    arriving: Array<[number, number]>,
+    now: number,
+    pieceSize: number,
+    from = -Infinity,
+  ): { since: number; rate: number } | undefined {
     let since = Infinity;
     for (const [, start] of arriving) since = Math.min(since, start);
-    if (since === Infinity || now <= since) return undefined;
+    if (since === Infinity) return undefined;
+    since = Math.max(since, from);
+    if (now <= since) return undefined;
     let pieces = arriving.length;
     for (const at of this.storedTimes) if (at >= since) pieces++;
     return { since, rate: (pieces * pieceSize) / (now - since) };

@@ -1,7 +1,7 @@
 import { itemAt } from '../common/indexing.js';
 import type { SchedulingConfig, TopologyRule } from './config.js';
 import { SLOW } from './pace.js';
-import { canTake, feedsEach, misplaced, offerTo, rankForChild, riderNeeds, slowFeeder, spareFor } from './placement.js';
+import { canTake, feedsEach, misplaced, offerTo, rankForChild, riderFits, slowFeeder } from './placement.js';
 import { descendantsOf, type Peer } from './resources.js';
 
 /**
@@ -209,9 +209,7 @@ function selectAdaptive(child: Peer, config: SchedulingConfig, now: number, excl
     const best = ranked.find((peer) => peer !== current);
     if (!best) return [current];
     // A rider moves where it fits; a chain child where it is fed clearly faster.
-    const better = slowFeeder(child)
-      ? spareFor(best, child) >= SLOW * riderNeeds(best, child)
-      : offerTo(best, child, now) * SLOW > (feedsEach(current) ?? 0);
+    const better = slowFeeder(child) ? riderFits(best, child) : offerTo(best, child, now) * SLOW > (feedsEach(current) ?? 0);
     return better ? [best] : [current];
   }
   return ranked[0] ? [ranked[0]] : [];

@@ -6,7 +6,18 @@ import { silentLogger } from '../../src/common/log.js';
 import { hostInfo as host } from '../fixtures/host-info.js';
 import type { HostInfo, SchedulerPacket } from '../../src/rpc/scheduler-api.js';
 import { defaultScheduling, schedulingSchema, type SchedulingConfig } from '../../src/scheduler/config.js';
-import { canTake, expectedPace, heldBack, paceOf, passengerCap, slowFeeder } from '../../src/scheduler/placement.js';
+import {
+  canTake,
+  chainChildren,
+  chainToMerge,
+  expectedPace,
+  heldBack,
+  misplaced,
+  paceOf,
+  passengerCap,
+  riderFits,
+  slowFeeder,
+} from '../../src/scheduler/placement.js';
 import { graphHasCycle, Resources, type Peer } from '../../src/scheduler/resources.js';
 import { Scheduling } from '../../src/scheduler/scheduling.js';
 
@@ -200,6 +211,35 @@ describe('adaptive shape: a piece judged against the parent it comes from', () =
 
   it('does not find a child slow by a piece still arriving from the parent it was moved off', () => {
     assert.equal(pieceFromTheOldParent(true).host.links.downCap, undefined);
+  });
+
+  /**
+   * As pieceFromTheOldParent, and c's next piece, from a (which holds it), crawls too: the
+   * download's cap found within `pieceTimes` of its start, if any.
+   */
+  function crawlingUnderTheNewParent(pieceTimes: number) {
+    const { e, a, s, c } = slowMiddle();
+    e.stores(c, 0);
+    e.scheduling.pieceStarted(c, 1, { parentId: s.id });
+    const began = e.now();
+    e.scheduling.pieceStarted(c, 2, { parentId: a.id });
+    // a keeps its pace meanwhile.
+    for (let k = 3; 1_000 + (k + 1) * FAST < began + pieceTimes * FAST; k++) {
+      e.at(1_000 + (k + 1) * FAST);
+      e.stores(a, k);
+      e.starts(a, k + 1);
+    }
+    e.at(began + pieceTimes * FAST);
+    e.scheduling.tick();
+    return c.host.links.downCap;
+  }
+
+  it("finds it slow when a piece of the new parent's crawls too: all it can have received, the old piece counted whole, is far below the feed", () => {
+    // Due in a piece time at a's pace (s rides elsewhere by then), twice that with the old piece sharing the download.
+    assert.equal(crawlingUnderTheNewParent(2.5), undefined, 'within 2 / SLOW piece times: the old piece may have taken half its download');
+    const cap = crawlingUnderTheNewParent(6);
+    // A bound: both pieces whole, and c's piece 0 stored as piece 2 began, over the time since.
+    assert.ok(cap !== undefined && cap >= (2 * PIECE) / (6 * FAST) && cap < PIECE / FAST / 1.5, `capped below what a feeds, at ${cap}`);
   });
 
   it("a piece whose parent was not said, begun after the move, is taken for the new parent's (the rule for older peers)", () => {
@@ -555,5 +595,90 @@ describe('adaptive shape: a node learns its room by using it', () => {
       [['seed'], ['a'], ['b'], ['c'], ['d']],
       '16 pieces: a failed trial would cost the chain below a fraction of its pull',
     );
+  });
+});
+
+describe('adaptive shape: a parent feeding more chains than its upload carries', () => {
+  const PACE = PIECE / FAST;
+
+  /**
+   * A seed whose upload carries two nodes' pace feeds four chains (seed → a → a2, b → b2, c → c2,
+   * d → d2), each head receiving `heads` of a node's pace (d a little less), the ends as fast as
+   * their heads; below a2, q was measured at a node's pace (the reference).
+   */
+  function fourChains(upload = 2 * PACE, heads = 0.5) {
+    const e = engine({ pipeline: { fanout: 1, seedFanout: 4 } });
+    const seed = e.join('seed', { seed: true }, all(PIECES));
+    seed.host.links.foundUploadFull(upload);
+    const [a, b, c, d] = ['a', 'b', 'c', 'd'].map((id) => e.join(id));
+    for (const head of [a, b, c, d]) e.starts(head, 0);
+    const ends = ['a2', 'b2', 'c2', 'd2'].map((id) => e.join(id));
+    assert.deepEqual(
+      [a, b, c, d, ...ends].map((peer) => e.lastParents(peer)),
+      [['seed'], ['seed'], ['seed'], ['seed'], ['a'], ['b'], ['c'], ['d']],
+      'four chains of two',
+    );
+    for (const [peer, share] of [
+      [a, heads],
+      [b, heads],
+      [c, heads],
+      [d, 0.9 * heads],
+    ] as const) {
+      peer.pace.lastPieceRate = share * PACE;
+    }
+    for (const [i, end] of ends.entries()) {
+      e.starts(end, 0);
+      end.pace.lastPieceRate = [a, b, c, d][i].pace.lastPieceRate;
+    }
+    // q, below a2, was measured at a node's full pace (it had a chain to itself): the reference.
+    const q = e.join('q');
+    assert.deepEqual(e.lastParents(q), ['a2']);
+    q.pace.lastPieceRate = PACE;
+    e.task.adaptive.referenceRate = PACE;
+    e.task.adaptive.referenceConfirmed = true;
+    return { e, seed, a, b, c, d, q };
+  }
+
+  it('sheds its slowest chain below the end of another, the fastest end first', () => {
+    const { seed, d } = fourChains();
+    const merge = chainToMerge(seed);
+    assert.equal(merge?.child, d, 'd receives least');
+    assert.deepEqual(
+      merge.ends.map((end) => end.id.split('|')[0]),
+      ['q', 'b2', 'c2'],
+      "not d's own end (a cycle), nor a2, which feeds q",
+    );
+  });
+
+  it('on the periodic pass, the chain moves and the seed feeds one chain fewer', () => {
+    const { e, seed, d } = fourChains();
+    e.scheduling.tick();
+    assert.deepEqual(e.lastParents(d), ['q']);
+    assert.equal(chainChildren(seed).length, 3);
+    assert.equal(graphHasCycle(e.task), false);
+  });
+
+  it('keeps its chains while its upload carries each at SLOW of the pace, or while they do not take it whole', () => {
+    assert.equal(chainToMerge(fourChains(4 * PACE, 1).seed), undefined, 'four chains at a node’s pace each');
+    assert.equal(chainToMerge(fourChains(2 * PACE, 0.25).seed), undefined, 'they take half its upload: something else holds them');
+  });
+});
+
+describe('adaptive shape: a passenger rides where it can show more than its cap', () => {
+  it('fits a parent with spare beyond its cap by the clearing margin and SLOW, and moves off one that has less', () => {
+    const e = engine();
+    e.join('seed', { seed: true }, all(PIECES));
+    e.task.adaptive.referenceRate = PIECE / FAST;
+    const rider = e.join('r');
+    const cap = (0.2 * PIECE) / FAST;
+    rider.host.links.capDownload(cap, 'seed');
+    assert.ok(passengerCap(rider) !== undefined, 'r rides as a passenger');
+    const end = e.join('end');
+    end.pace.lastPieceRate = 1.9 * cap;
+    assert.equal(riderFits(end, rider), false, 'at 1.9 times its cap, what r got would not clear a cap found too low');
+    end.pace.lastPieceRate = 2.1 * cap;
+    assert.equal(riderFits(end, rider), true);
+    end.pace.lastPieceRate = 1.5 * cap;
+    assert.equal(misplaced(rider, end), true, 'its parent slowed: it looks for another');
   });
 });
