@@ -216,14 +216,16 @@ export function spareFor(parent: Peer, rider: Peer): number {
  * The spare upload a rider needs at a parent. A passenger: its download's cap, raised by the
  * margin that clears a cap (LinkKnowledge.sawIntake) and once more by SLOW (what a rider gets
  * falls short of the spare it was placed by), so that a cap found too low, in a storm of moves or
- * while its download was shared, is found wrong where it rides. Simulated, 1000 nodes: a 5 Gbit/s
+ * while its download was shared, is found wrong where it rides; but no more than SLOW of the
+ * reference, which a node's whole upload may fall short of (32 nodes at 20/10/2 Mbit/s: a
+ * 10 Mbit/s passenger needing 20.4 Mbit/s fitted under no node). Simulated, 1000 nodes: a 5 Gbit/s
  * node capped at 3 Gbit/s rode where it got no more, and ended at 2.1 of its bound; placed by
  * 1/SLOW only, a 50 Gbit/s node capped at 3.2 received 4.5, short of clearing, and ended at 5.6.
  * One slow only to upload: SLOW of the parent's pace, up to the reference.
  */
 export function riderNeeds(parent: Peer, rider: Peer): number {
   const cap = passengerCap(rider);
-  if (cap !== undefined) return cap / SLOW / SLOW;
+  if (cap !== undefined) return Math.min(cap / SLOW / SLOW, SLOW * rider.task.adaptive.referenceRate);
   return SLOW * Math.min(paceOf(parent) ?? Infinity, rider.task.adaptive.referenceRate || Infinity);
 }
 

@@ -680,5 +680,9 @@ describe('adaptive shape: a passenger rides where it can show more than its cap'
     assert.equal(riderFits(end, rider), true);
     end.pace.lastPieceRate = 1.5 * cap;
     assert.equal(misplaced(rider, end), true, 'its parent slowed: it looks for another');
+    // A passenger at 0.6 of the reference would need 1.2 of it: SLOW of the reference is asked at most.
+    rider.host.links.downCap = (0.6 * PIECE) / FAST;
+    end.pace.lastPieceRate = (0.75 * PIECE) / FAST;
+    assert.equal(riderFits(end, rider), true, 'a parent with three quarters of the reference to spare takes it');
   });
 });
