@@ -13,7 +13,8 @@ import type { Peer, Task } from './resources.js';
  *    passenger: it gives its chain slot to its chain child, which takes its place under its
  *    parent (a slow peer in the middle of a chain stops holding back the peers below it), and
  *    rides where it delays no one: under a peer feeding no chain (a chain's end) or under another
- *    passenger, at the slowest one that still feeds it at its own rate. A peer whose upload was
+ *    passenger, at the slowest one with spare enough to show more than its cap (riderNeeds: a cap
+ *    found too low is found wrong there). A peer whose upload was
  *    found slow, or that announced an upload limit that slow (--upload-rate-limit), rides the
  *    same way: it feeds no chain, and receives at a chain's end at the chain's pace;
  *  - a parent takes a chain child while it has a free chain slot (the pipeline's fan-out), or
@@ -22,7 +23,9 @@ import type { Peer, Task } from './resources.js';
  *  - a chain child held back far below the reference moves to a parent with room that feeds it
  *    clearly faster, taking the chain below along;
  *  - a seed with room for a whole chain more takes the middle of the longest held-back chain,
- *    which halves it (see chainToSplit).
+ *    which halves it (see chainToSplit);
+ *  - a parent whose upload carries its chains at less than SLOW of its pace moves its slowest
+ *    chain below the end of another (see chainToMerge).
  *
  * Simulated, uneven 32-node clusters (24 nodes at 10 Mbit/s, 8 at 3) and the one that slows to a
  * tenth mid-pull are in docs/benchmarks.md. Helpers (a second parent for a held-back child) were
