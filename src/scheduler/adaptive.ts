@@ -65,7 +65,7 @@ export class Adaptation {
     this.check(task, now);
   }
 
-  /** The periodic pass: every arrival checked, and seeds with room split held-back chains. */
+  /** The periodic pass: every arrival checked, parents shed chains they cannot carry, and seeds with room split held-back chains. */
   tick(task: Task, now: number): void {
     this.check(task, now, true);
     this.mergeChains(task);
