@@ -603,32 +603,34 @@ describe('adaptive shape: a parent feeding more chains than its upload carries',
 
   /**
    * A seed whose upload carries two nodes' pace feeds four chains (seed → a → a2, b → b2, c → c2,
-   * d → d2), each head receiving `heads` of a node's pace (d a little less), the ends as fast as
+   * d → d2), each head receiving `share` of a node's pace (d a little less), the ends as fast as
    * their heads; below a2, q was measured at a node's pace (the reference).
    */
-  function fourChains(upload = 2 * PACE, heads = 0.5) {
+  function fourChains(upload = 2 * PACE, share = 0.5) {
     const e = engine({ pipeline: { fanout: 1, seedFanout: 4 } });
     const seed = e.join('seed', { seed: true }, all(PIECES));
     seed.host.links.foundUploadFull(upload);
-    const [a, b, c, d] = ['a', 'b', 'c', 'd'].map((id) => e.join(id));
-    for (const head of [a, b, c, d]) e.starts(head, 0);
-    const ends = ['a2', 'b2', 'c2', 'd2'].map((id) => e.join(id));
+    const a = e.join('a');
+    const b = e.join('b');
+    const c = e.join('c');
+    const d = e.join('d');
+    const heads: Array<[Peer, number]> = [
+      [a, share],
+      [b, share],
+      [c, share],
+      [d, 0.9 * share],
+    ];
+    for (const [head] of heads) e.starts(head, 0);
+    const ends = heads.map(([head]) => [e.join(`${head.id.split('|')[0]}2`), head] as const);
     assert.deepEqual(
-      [a, b, c, d, ...ends].map((peer) => e.lastParents(peer)),
+      [...heads.map(([head]) => head), ...ends.map(([end]) => end)].map((peer) => e.lastParents(peer)),
       [['seed'], ['seed'], ['seed'], ['seed'], ['a'], ['b'], ['c'], ['d']],
       'four chains of two',
     );
-    for (const [peer, share] of [
-      [a, heads],
-      [b, heads],
-      [c, heads],
-      [d, 0.9 * heads],
-    ] as const) {
-      peer.pace.lastPieceRate = share * PACE;
-    }
-    for (const [i, end] of ends.entries()) {
+    for (const [head, rate] of heads) head.pace.lastPieceRate = rate * PACE;
+    for (const [end, head] of ends) {
       e.starts(end, 0);
-      end.pace.lastPieceRate = [a, b, c, d][i].pace.lastPieceRate;
+      end.pace.lastPieceRate = head.pace.lastPieceRate;
     }
     // q, below a2, was measured at a node's full pace (it had a chain to itself): the reference.
     const q = e.join('q');
@@ -644,7 +646,7 @@ describe('adaptive shape: a parent feeding more chains than its upload carries',
     const merge = chainToMerge(seed);
     assert.equal(merge?.child, d, 'd receives least');
     assert.deepEqual(
-      merge.ends.map((end) => end.id.split('|')[0]),
+      merge?.ends.map((end) => end.id.split('|')[0]),
       ['q', 'b2', 'c2'],
       "not d's own end (a cycle), nor a2, which feeds q",
     );
