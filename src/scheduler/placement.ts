@@ -208,7 +208,7 @@ export function offerTo(parent: Peer, child: Peer, now: number): number {
 }
 
 /** Upload a rider (slowFeeder) finds at the parent: none under a chain's feeder, else the parent's pace less its other riders'. */
-export function spareFor(parent: Peer, rider: Peer): number {
+function spareFor(parent: Peer, rider: Peer): number {
   if (chainChildren(parent, rider).length > 0) return 0;
   let used = 0;
   for (const child of parent.children) if (child !== rider) used += takes(parent, child);
@@ -226,7 +226,7 @@ export function spareFor(parent: Peer, rider: Peer): number {
  * 1/SLOW only, a 50 Gbit/s node capped at 3.2 received 4.5, short of clearing, and ended at 5.6.
  * One slow only to upload: SLOW of the parent's pace, up to the reference.
  */
-export function riderNeeds(parent: Peer, rider: Peer): number {
+function riderNeeds(parent: Peer, rider: Peer): number {
   const cap = passengerCap(rider);
   if (cap !== undefined) return Math.min(cap / SLOW / SLOW, SLOW * rider.task.adaptive.referenceRate);
   return SLOW * Math.min(paceOf(parent) ?? Infinity, rider.task.adaptive.referenceRate || Infinity);
@@ -311,9 +311,9 @@ function chainDepths(seed: Peer): { depthOf: (peer: Peer) => number; deepest: Pe
   return { depthOf, deepest };
 }
 
-/** The seed is above `peer`, or is it. */
-function feeds(seed: Peer, peer: Peer): boolean {
-  for (let up: Peer | undefined = peer; up; up = up.parents[0]) if (up === seed) return true;
+/** `above` is above `peer` in its chain (a seed, or any chain peer), or is it. */
+function feeds(above: Peer, peer: Peer): boolean {
+  for (let up: Peer | undefined = peer; up; up = up.parents[0]) if (up === above) return true;
   return false;
 }
 
