@@ -325,12 +325,16 @@ function feeds(above: Peer, peer: Peer): boolean {
  * tried: simulated, 32 even nodes took 1.53 × T* instead of 1.08): they show what a node
  * receives within a piece time, unless they are slow too. Taken while the seed has measured
  * upload beyond what its children found slow take. None without a slow chain child: a seed no
- * faster than its nodes would split its link for nothing.
+ * faster than its nodes would split its link for nothing. Chains the seed took by its room
+ * (canTake) answer the same question and count as probes: on the emulated cluster (32 × 10 Mbit/s,
+ * a 40 Mbit/s seed) nodes that joined late took two or three such chains, the probes three more,
+ * and five or six chains shared the seed at 6–8 Mbit/s each until the end (last node 1.52 × T*).
  */
 export function probeTargets(seed: Peer): Peer[] {
   const state = seed.task.adaptive;
-  if (state.referenceConfirmed || state.probes.length >= MAX_PROBES) return [];
   const children = chainChildren(seed);
+  const tried = Math.max(state.probes.length, children.length - 1);
+  if (state.referenceConfirmed || tried >= MAX_PROBES) return [];
   if (!children.some((child) => child.host.links.downCap !== undefined)) return [];
   const upload = uploadEstimate(seed);
   let used = 0;
@@ -343,7 +347,7 @@ export function probeTargets(seed: Peer): Peer[] {
   );
   ends.sort((a, b) => depthOf(b) - depthOf(a) || a.id.localeCompare(b.id));
   for (const end of ends) {
-    if (targets.length + state.probes.length >= MAX_PROBES) break;
+    if (targets.length + tried >= MAX_PROBES) break;
     if (!feeds(end, seed)) targets.push(end);
   }
   return targets;

@@ -15,6 +15,7 @@ import {
   misplaced,
   paceOf,
   passengerCap,
+  probeTargets,
   riderFits,
   slowFeeder,
 } from '../../src/scheduler/placement.js';
@@ -686,5 +687,48 @@ describe('adaptive shape: a passenger rides where it can show more than its cap'
     rider.host.links.downCap = (0.6 * PIECE) / FAST;
     end.pace.lastPieceRate = (0.75 * PIECE) / FAST;
     assert.equal(riderFits(end, rider), true, 'a parent with three quarters of the reference to spare takes it');
+  });
+});
+
+describe('adaptive shape: a seed probing whether every node is slow', () => {
+  const PACE = PIECE / FAST;
+
+  /**
+   * A seed reading the origin at eight nodes' pace feeds `heads` chains of two (seed → h0 → h0e,
+   * …), taken by its room before anything was measured; h0 was then found slow against it, the
+   * reference not yet confirmed.
+   */
+  function seedWithChains(heads: number) {
+    const e = engine({ pipeline: { fanout: 1, seedFanout: heads } });
+    const seed = e.join('seed', { seed: true }, all(PIECES));
+    const chain = (i: number) => {
+      const head = e.join(`h${i}`);
+      e.starts(head, 0);
+      return head;
+    };
+    const firsts = all(heads).map(chain);
+    const ends = firsts.map((_, i) => e.join(`h${i}e`));
+    for (const end of ends) e.starts(end, 0);
+    assert.deepEqual(
+      firsts.map((head) => e.lastParents(head)),
+      firsts.map(() => ['seed']),
+      'every head under the seed',
+    );
+    seed.host.links.sawIntake(8 * PACE);
+    const slow = firsts[0];
+    assert.ok(slow);
+    slow.host.links.capDownload(PACE / 4, seed.host.id);
+    assert.equal(e.task.adaptive.referenceConfirmed, false);
+    return { seed, ends };
+  }
+
+  it('probes with chain ends while it feeds one chain: each shows what a node receives', () => {
+    const { seed } = seedWithChains(1);
+    assert.equal(probeTargets(seed).length, 1, 'its one chain has one end');
+  });
+
+  it('counts the chains it took by its room as probes: with three, it probes once more; with four, not at all', () => {
+    assert.equal(probeTargets(seedWithChains(3).seed).length, 1);
+    assert.deepEqual(probeTargets(seedWithChains(4).seed), []);
   });
 });
