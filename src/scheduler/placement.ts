@@ -328,13 +328,14 @@ function feeds(above: Peer, peer: Peer): boolean {
  * faster than its nodes would split its link for nothing. Chains the seed took by its room
  * (canTake) answer the same question and count as probes: on the emulated cluster (32 × 10 Mbit/s,
  * a 40 Mbit/s seed) nodes that joined late took two or three such chains, the probes three more,
- * and five or six chains shared the seed at 6–8 Mbit/s each until the end (last node 1.52 × T*).
+ * and five to seven chains shared the seed at 5.7–8 Mbit/s each until the end (last node 1.52 × T*).
  */
 export function probeTargets(seed: Peer): Peer[] {
   const state = seed.task.adaptive;
+  if (state.referenceConfirmed) return [];
   const children = chainChildren(seed);
   const tried = Math.max(state.probes.length, children.length - 1);
-  if (state.referenceConfirmed || tried >= MAX_PROBES) return [];
+  if (tried >= MAX_PROBES) return [];
   if (!children.some((child) => child.host.links.downCap !== undefined)) return [];
   const upload = uploadEstimate(seed);
   let used = 0;
