@@ -589,6 +589,47 @@ describe('adaptive shape: a node learns its room by using it', () => {
     assert.notEqual(setup.a.host.links.upCap, undefined, "a's upload is marked full");
   });
 
+  it('a node whose upload is found full far below what a node was seen to receive rides, and its chain goes to its parent', () => {
+    const setup = oneChainUnderASeed({ pieces: LONG, seedFeedsOne: true });
+    const { e, a, b, chain } = setup;
+    assert.deepEqual(e.lastParents(setup.c), ['a'], 'a tries a second chain');
+    // z catches up from a parent ahead of it at four times the chain's pace: the reference rises.
+    const z = e.join('z');
+    for (let k = 0; k < 3; k++) {
+      e.starts(z, k);
+      e.at(e.now() + FAST / 4);
+      e.stores(z, k);
+    }
+    assert.ok(
+      e.task.adaptive.referenceRate > (3 * PIECE) / FAST,
+      `the reference is far above the chain's pace (${e.task.adaptive.referenceRate})`,
+    );
+    let k = 3;
+    for (; e.task.adaptive.roomTrials.has(a) && k < 20; k++) flow(setup, k, 1, 2 * FAST, [a]);
+    assert.notEqual(a.host.links.upCap, undefined, "a's upload is marked full");
+    assert.ok(slowFeeder(a), 'at about one chain, far below the reference: a rides');
+    // The next pieces' reports are checked: a still feeds b's chain.
+    flow(setup, k, 1, FAST, [a]);
+    assert.deepEqual(e.lastParents(b), ['seed'], 'b took its chain slot under the seed');
+    assert.deepEqual(chainChildren(a), [], 'a feeds no chain');
+    assert.ok(chain.every((peer) => e.lastParents(peer)?.[0] !== 'a' || slowFeeder(peer)));
+    assert.equal(graphHasCycle(e.task), false);
+  });
+
+  it('a chain child put back after a trial does not go under its old parent if that parent rides now', () => {
+    const setup = oneChainUnderASeed({ pieces: LONG, seedFeedsOne: true });
+    const { e, a, b, c } = setup;
+    assert.deepEqual(e.lastParents(c), ['a'], 'c, from under b, is tried under a');
+    // Meanwhile b's host announces an upload limit of a tenth of the chain's pace: it rides.
+    e.scheduling.announceHost(host('b', { uploadBandwidth: (PIECE / FAST) * 100 }));
+    assert.ok(slowFeeder(b));
+    for (let k = 3; e.task.adaptive.roomTrials.has(a) && k < 20; k++) flow(setup, k, 1, 2 * FAST, [a]);
+    assert.notEqual(a.host.links.upCap, undefined, "the trial failed: a's upload is marked full");
+    const parent = c.parents[0];
+    assert.ok(parent && parent !== b && !slowFeeder(parent), `c went to a chain feeder, not back under b (${parent?.id})`);
+    assert.equal(graphHasCycle(e.task), false);
+  });
+
   it('a short pull does not pay for a node’s trial', () => {
     const setup = oneChainUnderASeed({ pieces: PIECES, seedFeedsOne: true });
     assert.deepEqual(
