@@ -154,7 +154,7 @@ export class Adaptation {
   private startTrial(peer: Peer, chains: ChainsBelow, now: number, alone = false): boolean {
     const child = roomToTry(peer, chains);
     const pace = paceOf(peer);
-    if (!child || pace === undefined || (alone && chains.nearTrial(peer)) || !this.engine.mayServe(child, peer)) return false;
+    if (!child || pace === undefined || (alone && chains.nearTrial(peer)) || !this.mayServe(child, peer)) return false;
     peer.task.adaptive.roomTrials.set(peer, { child, from: child.parents[0], since: now, chains: chainChildren(peer).length, pace });
     this.engine.log.debug({ task: peer.task.id, peer: peer.id, child: child.id }, 'room trial');
     this.engine.moveTo(child, peer);
@@ -188,7 +188,7 @@ export class Adaptation {
       this.engine.log.debug({ task: task.id, peer: peer.id, bytesPerMs: paceNow }, 'room trial says nothing: its intake fell');
     }
     const back = trial.from;
-    if (back && back.state !== 'left' && this.mayTakeBack(back, child)) this.engine.moveTo(child, back);
+    if (back && back.state !== 'left' && this.mayServe(child, back)) this.engine.moveTo(child, back);
     else this.engine.reschedule(child);
   }
 
@@ -218,18 +218,19 @@ export class Adaptation {
     const parent = rider.parents[0];
     for (const below of [...rider.children]) {
       if (below.state !== 'running' || below.parents[0] !== rider || slowFeeder(below)) continue;
-      if (parent && this.mayTakeBack(parent, below)) this.engine.moveTo(below, parent);
+      if (parent && this.mayServe(below, parent)) this.engine.moveTo(below, parent);
       else this.engine.reschedule(below);
     }
     if (rider.state === 'running') this.engine.reschedule(rider);
   }
 
   /**
-   * `parent` may take `child` back, room aside (AdaptiveEngine.mayServe): not while it rides itself
-   * and the child holds a chain slot (seen simulated: a trial's child sent back to a parent found
-   * slow meanwhile, with the chain below it).
+   * Every move of this shape asks here: `parent` may serve `child`, room aside
+   * (AdaptiveEngine.mayServe), but a peer that rides takes no chain child, however much room it
+   * has (seen simulated: a trial's child sent back to a parent found slow meanwhile, with the
+   * chain below it).
    */
-  private mayTakeBack(parent: Peer, child: Peer): boolean {
+  private mayServe(child: Peer, parent: Peer): boolean {
     if (slowFeeder(parent) && !slowFeeder(child)) return false;
     return this.engine.mayServe(child, parent);
   }
@@ -239,7 +240,7 @@ export class Adaptation {
     for (const parent of [...task.peers.values()]) {
       if (parent.state === 'left') continue;
       const merge = chainToMerge(parent);
-      const end = merge?.ends.find((peer) => this.engine.mayServe(merge.child, peer));
+      const end = merge?.ends.find((peer) => this.mayServe(merge.child, peer));
       if (!merge || !end) continue;
       this.engine.log.debug({ task: task.id, peer: parent.id, child: merge.child.id, parent: end.id }, 'chains merged');
       this.engine.moveTo(merge.child, end);
@@ -257,7 +258,7 @@ export class Adaptation {
       if (!seed.isSeed || seed.state === 'left') continue;
       if (!task.adaptive.referenceConfirmed) {
         for (const probe of probeTargets(seed)) {
-          if (!this.engine.mayServe(probe, seed)) continue;
+          if (!this.mayServe(probe, seed)) continue;
           task.adaptive.probes.push(probe);
           this.engine.log.debug({ task: task.id, seed: seed.id, child: probe.id }, 'probe');
           this.engine.moveTo(probe, seed);
@@ -268,7 +269,7 @@ export class Adaptation {
       const pace = Math.min(paceOf(seed) ?? Infinity, reference || Infinity);
       if (room === undefined || !Number.isFinite(pace) || room <= SLOW * pace) continue;
       const child = chainToSplit(seed);
-      if (!child || !this.engine.mayServe(child, seed)) continue;
+      if (!child || !this.mayServe(child, seed)) continue;
       this.engine.log.debug({ task: task.id, seed: seed.id, child: child.id }, 'chain split');
       this.engine.moveTo(child, seed);
     }
