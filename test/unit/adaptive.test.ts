@@ -248,6 +248,81 @@ describe('adaptive shape: a piece judged against the parent it comes from', () =
   });
 });
 
+describe('adaptive shape: a download judged by what it says it received (Received reports)', () => {
+  /** A slow cluster's pace: 4 MiB pieces at about 8 Mbit/s, four seconds each. */
+  const SLOW_LINK = PIECE / 4_000;
+
+  /**
+   * seed → a → s, piece 0 relayed down as it arrives: a receives it at SLOW_LINK, s at `sShare`
+   * of that, each saying so every half second for `ms` (with `sayOnly`, no Received report: the
+   * piece reports alone). With `trickle`, s also still receives piece 5 from x, an earlier parent,
+   * at that many bytes per ms.
+   */
+  function relayedChain(sShare: number, ms: number, { sayOnly = false, trickle = 0 } = {}) {
+    const e = engine();
+    const seed = e.join('seed', { seed: true }, all(PIECES));
+    const start = e.now();
+    const a = e.join('a');
+    e.scheduling.pieceStarted(a, 0, { parentId: seed.id });
+    const s = e.join('s');
+    e.scheduling.pieceStarted(s, 0, { parentId: a.id });
+    assert.deepEqual(
+      [a, s].map((p) => e.lastParents(p)),
+      [['seed'], ['a']],
+    );
+    const x = e.join('x');
+    if (trickle > 0) e.scheduling.pieceStarted(s, 5, { parentId: x.id });
+    for (let t = 500; t <= ms; t += 500) {
+      e.at(start + t);
+      if (sayOnly) {
+        e.scheduling.tick();
+        continue;
+      }
+      const aBytes = Math.round(SLOW_LINK * t);
+      const sBytes = Math.round(SLOW_LINK * sShare * t);
+      const old = trickle * t;
+      e.scheduling.received(a, aBytes, [{ index: 0, bytes: aBytes }]);
+      e.scheduling.received(
+        s,
+        sBytes + old,
+        trickle > 0
+          ? [
+              { index: 0, bytes: sBytes },
+              { index: 5, bytes: old },
+            ]
+          : [{ index: 0, bytes: sBytes }],
+      );
+      e.scheduling.tick(); // a check follows each report; in a test, both arrive in the same millisecond
+    }
+    return { e, a, s };
+  }
+
+  it('finds a child slow within seconds that a relayed piece would show only at its end', () => {
+    const { a, s } = relayedChain(0.2, 1_500);
+    const cap = s.host.links.downCap;
+    assert.ok(cap !== undefined && Math.abs(cap - 0.2 * SLOW_LINK) < 1, `s capped at what it received (${cap})`);
+    assert.equal(a.host.links.downCap, undefined);
+    // The piece reports alone judge a piece its parent still receives by nothing: 3 s in, s is not found.
+    assert.equal(relayedChain(0.2, 3_000, { sayOnly: true }).s.host.links.downCap, undefined);
+  });
+
+  it('does not find a child slow that keeps up with a parent relaying slowly, nor one just under half its pace', () => {
+    assert.equal(relayedChain(1, 3_000).s.host.links.downCap, undefined);
+    assert.equal(relayedChain(0.55, 3_000).s.host.links.downCap, undefined, 'above RECEIVED_SLOW: the reports blur a second');
+  });
+
+  it('a piece still coming from an earlier parent hides a slow download no longer, and counts for it', () => {
+    const trickle = SLOW_LINK / 4;
+    const cap = relayedChain(0.2, 1_500, { trickle }).s.host.links.downCap;
+    assert.ok(cap !== undefined && Math.abs(cap - (0.2 * SLOW_LINK + trickle)) < 1, `found slow at what it received in all (${cap})`);
+    assert.equal(
+      relayedChain(0.7, 3_000, { trickle }).s.host.links.downCap,
+      undefined,
+      'keeping up with a while the old piece trickles: not slow',
+    );
+  });
+});
+
 describe("adaptive shape: a piece judged at the share of its parent's upload it began with", () => {
   /**
    * A seed whose upload carries one node's pace feeds a and b at once: each piece comes at half
