@@ -309,6 +309,7 @@ describe('adaptive shape: a download judged by what it says it received (Receive
   it('does not find a child slow that keeps up with a parent relaying slowly, nor one just under half its pace', () => {
     assert.equal(relayedChain(1, 3_000).s.host.links.downCap, undefined);
     assert.equal(relayedChain(0.55, 3_000).s.host.links.downCap, undefined, 'above RECEIVED_SLOW: the reports blur a second');
+    assert.equal(relayedChain(0, 3_000).s.host.links.downCap, undefined, 'nothing at all from its parent: a stall, not a link (no cap of 0)');
   });
 
   it('a piece still coming from an earlier parent hides a slow download no longer, and counts for it', () => {
