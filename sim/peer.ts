@@ -43,7 +43,6 @@ import { dropsWithRetiredParent, ENDGAME_AFTER_MS, wantsSecondParent } from '../
 import { contiguousRuns, lastPieceFirst } from '../src/peer/swarm/policy/origin-runs.js';
 import { bestParentFor, parentIsFree, stillUploading, type ParentChoice, type ParentView } from '../src/peer/swarm/policy/parent-choice.js';
 import { ParentPace } from '../src/peer/swarm/policy/parent-pace.js';
-import { RECEIVED_REPORT_INTERVAL_MS } from '../src/peer/swarm/policy/received-report.js';
 import { RETRY_AFTER_FAILED_PIECE_MS, stallVerdict, WATCHDOG_INTERVAL_MS } from '../src/peer/swarm/policy/stall.js';
 import type { Scheduling } from '../src/scheduler/scheduling.js';
 import { CandidateBuckets } from './candidate-buckets.js';
@@ -295,9 +294,6 @@ export class SimDownload {
   private readonly attempts = new Map<number, Attempt[]>();
   private readonly originBusy: Uint8Array;
   private lastProgress = 0;
-  /** Bytes of flows that ended (stored, cut or given up), and origin reads on their way: the running total a Received report says. */
-  private endedFlowBytes = 0;
-  private readonly originFlows = new Set<Flow>();
   finished = false;
   finishedAt = Infinity;
   /** A client reads the blob from its start (a whole-blob GET): the head window applies. */
@@ -385,7 +381,6 @@ export class SimDownload {
       );
     });
     this.scheduleWatchdog();
-    this.scheduleReceivedReport();
   }
 
   private report(packet: PeerPacket): void {
@@ -401,8 +396,6 @@ export class SimDownload {
             return world.scheduling.pieceFinished(peer, packet.pieceFinished);
           case 'pieceFailed':
             return world.scheduling.pieceFailed(peer, packet.pieceFailed);
-          case 'received':
-            return world.scheduling.received(peer, packet.received.bytes, packet.received.pieces);
           case 'reschedule':
             return world.scheduling.reschedule(peer, packet.reschedule.blocklist ?? []);
           case 'downloadFinished':
@@ -692,7 +685,6 @@ export class SimDownload {
         length,
         () => {
           attempt.flow = undefined;
-          this.endedFlowBytes += length;
           server.inUse--;
           // A relay's last byte waits for the parent to store the piece; the rest is in, so the
           // parent counts as free for the next piece already (stillUploading).
@@ -773,7 +765,6 @@ export class SimDownload {
   /** Cancels an attempt's transfer, freeing the parent's upload slot. */
   private stopFlow(attempt: Attempt): void {
     if (!attempt.flow) return;
-    this.endedFlowBytes += this.world.net.delivered(attempt.flow);
     this.world.net.cancel(attempt.flow);
     attempt.flow = undefined;
     attempt.link.parent.host.inUse--;
@@ -865,30 +856,6 @@ export class SimDownload {
     return true;
   }
 
-  // ---- Received reports
-
-  /** swarm-download.ts reportReceived: the running total every RECEIVED_REPORT_INTERVAL_MS while pieces arrive. */
-  private scheduleReceivedReport(): void {
-    this.world.queue.after(RECEIVED_REPORT_INTERVAL_MS / 1000, () => {
-      if (this.finished) return;
-      if (this.attempts.size > 0 || this.originFlows.size > 0) {
-        const pieces = [];
-        for (const [index, growing] of this.growing)
-          if (growing.attempt.flow) pieces.push({ index, bytes: Math.round(this.world.net.delivered(growing.attempt.flow)) });
-        this.report({ packet: 'received', received: { bytes: Math.round(this.receivedBytes()), pieces } });
-      }
-      this.scheduleReceivedReport();
-    });
-  }
-
-  private receivedBytes(): number {
-    let bytes = this.endedFlowBytes;
-    for (const attempts of this.attempts.values())
-      for (const attempt of attempts) if (attempt.flow) bytes += this.world.net.delivered(attempt.flow);
-    for (const flow of this.originFlows) bytes += this.world.net.delivered(flow);
-    return bytes;
-  }
-
   // ---- the watchdog
 
   private scheduleWatchdog(): void {
@@ -940,19 +907,16 @@ export class SimDownload {
       if (missing) this.goToOrigin();
     };
     world.queue.after(latency, () => {
-      const flow = world.net.start(registry, this.host.net, pieceLength(this.task, index), (flow) => {
+      world.net.start(registry, this.host.net, pieceLength(this.task, index), (flow) => {
         const arrived = index;
         world.queue.after(latency, () => this.storePiece(arrived, 'origin', '', 0));
         if (index < last) {
           index++;
           world.net.extend(flow, pieceLength(this.task, index));
         } else {
-          this.originFlows.delete(flow);
-          this.endedFlowBytes += world.net.delivered(flow);
           world.queue.after(latency, runEnded);
         }
       });
-      this.originFlows.add(flow);
     });
   }
 }

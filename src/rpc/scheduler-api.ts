@@ -67,22 +67,6 @@ export interface PieceFinished {
   length: number;
 }
 
-/**
- * The bytes the peer has received for the task so far, pieces still on their way included (and
- * pieces given up): a running total, sent every so often while pieces arrive, so that the
- * scheduler sees a slow download within a second or two rather than at a piece's end.
- */
-export interface Received {
-  bytes: number;
-  /** How much of each piece on its way has arrived: a child's bytes of a piece against its sender's show whether it keeps up. */
-  pieces?: PieceBytes[];
-}
-
-export interface PieceBytes {
-  index: number;
-  bytes: number;
-}
-
 export type FailureReason =
   | 'FAILURE_REASON_UNSPECIFIED'
   | 'FAILURE_REASON_PARENT_UNREACHABLE'
@@ -102,7 +86,6 @@ export type PeerPacket =
   | { packet: 'pieceStarted'; pieceStarted: PieceStarted }
   | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
-  | { packet: 'received'; received: Received }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }
   | { packet: 'idle'; idle: Record<string, never> }
   | { packet: 'spanRead'; spanRead: Record<string, never> }
@@ -154,8 +137,6 @@ export interface PeerStat {
   finished: boolean;
   bytesByParentHost: Record<string, number>;
   labels: Record<string, string>;
-  /** The running total of bytes it last said it received (Received); 0 if it never said. */
-  receivedBytes: number;
 }
 
 export interface TaskStat {

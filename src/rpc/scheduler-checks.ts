@@ -17,8 +17,6 @@ const MAX_URL_LENGTH = 2048;
 const MAX_MESSAGE_LENGTH = 1024;
 const MAX_BLOCKLIST = 1024;
 const MAX_UPLOAD_SLOTS = 4096;
-/** Pieces on their way that one Received report may name (a peer fetches a few dozen at most). */
-const MAX_RECEIVED_PIECES = 256;
 
 export class SchedulerInputError extends Error {
   override name = 'SchedulerInputError';
@@ -105,14 +103,6 @@ export function checkPeerPacket(packet: PeerPacket): PeerPacket {
       break;
     case 'pieceFinished':
       if (typeof packet.pieceFinished.digest === 'string' && packet.pieceFinished.digest.length > 150) fail('piece digest is too long');
-      break;
-    case 'received':
-      if (!Number.isSafeInteger(packet.received.bytes) || packet.received.bytes < 0) fail('received bytes must be a non-negative integer');
-      if ((packet.received.pieces ?? []).length > MAX_RECEIVED_PIECES) fail(`received names more than ${MAX_RECEIVED_PIECES} pieces`);
-      for (const piece of packet.received.pieces ?? []) {
-        if (!Number.isSafeInteger(piece.index) || piece.index < 0) fail('received piece index must be a non-negative integer');
-        if (!Number.isSafeInteger(piece.bytes) || piece.bytes < 0) fail('received piece bytes must be a non-negative integer');
-      }
       break;
     case 'pieceFailed':
       if ((packet.pieceFailed.message ?? '').length > MAX_MESSAGE_LENGTH)

@@ -10,7 +10,6 @@ import {
   feedsEach,
   chainChildren,
   heldBack,
-  couldReceive,
   paceOf,
   probeTargets,
   roomOf,
@@ -66,11 +65,6 @@ export class Adaptation {
     this.check(task, now);
   }
 
-  /** The peer said how much it has received (Received): checked as for a stored piece. */
-  received(peer: Peer, now: number): void {
-    this.check(peer.task, now);
-  }
-
   /** The periodic pass: every arrival checked, parents shed chains they cannot carry, and seeds with room split held-back chains. */
   tick(task: Task, now: number): void {
     this.check(task, now, true);
@@ -108,9 +102,7 @@ export class Adaptation {
       if (shared !== undefined && arriving.some(([, start]) => start < shared)) continue;
       const onlyParent = peer.parents.length === 1 ? peer.parents[0] : undefined;
       const sharers = downloadSharers(peer);
-      const slow = onlyParent
-        ? (slowAgainstParent(peer, onlyParent, arriving, now, sharers) ?? slowByReceived(peer, onlyParent, now))
-        : undefined;
+      const slow = onlyParent ? slowAgainstParent(peer, onlyParent, arriving, now, sharers) : undefined;
       if (onlyParent && slow) {
         // What the host's download carried, its other tasks' shares included: the link's measure.
         const hostRate = slow.rate * sharers;
@@ -327,24 +319,6 @@ function slowAgainstParent(
   return found;
 }
 
-/**
- * The child's download found slow by its running totals (Received reports), before any piece
- * ends: over its latest second or so, while every piece on its way now was on its way, it received
- * less than RECEIVED_SLOW of what it could have (placement.ts couldReceive). A 2 Mbit/s node in a
- * chain of 20 Mbit/s nodes is found within seconds, not once a 4 MiB piece of its is late, and a
- * piece still coming from an earlier parent hides it no longer.
- */
-function slowByReceived(child: Peer, parent: Peer, now: number): { since: number; rate: number } | undefined {
-  // A window in which every piece on its way now was on its way throughout: no wait for a next piece counts against it.
-  let from = child.parentsSince;
-  for (const start of child.growing.values()) from = Math.max(from, start);
-  const measured = child.pace.received.rateSince(from, now);
-  if (!measured) return undefined;
-  const offered = couldReceive(child, parent, measured.since, measured.until);
-  if (offered === undefined || measured.rate >= RECEIVED_SLOW * offered) return undefined;
-  return { since: measured.since, rate: measured.rate };
-}
-
 /** Until when the peer's parents shared their upload on purpose (a room trial running or just ended), if they did. */
 function sharedUntil(peer: Peer): number | undefined {
   const state = peer.task.adaptive;
@@ -355,15 +329,6 @@ function sharedUntil(peer: Peer): number | undefined {
   }
   return until;
 }
-
-/**
- * The share of what it could have received below which a child's running totals find its download
- * slow: a stricter mark than a late piece's (SLOW), as reports half a second apart blur a second's
- * measure, and its parent's upload may still carry pieces of children that moved away, unseen.
- * Simulated, 32 nodes, rng seeds 1-8: at SLOW, 10 Mbit/s nodes of mix A were found slow up to 20
- * times a run, and the worst fast node's mean rose from 1.51 to 1.60 of its own bound.
- */
-const RECEIVED_SLOW = 0.5;
 
 /** How long a peer's trial of one chain more runs, in piece times at its pace (see Adaptation.tryRoom). */
 const TRIAL_PIECE_TIMES = 8;

@@ -86,99 +86,9 @@ export class Intake {
   }
 }
 
-/**
- * What a peer received between its running totals (Received reports), pieces half arrived
- * included: a slow download shows within a couple of reports, where a piece on a slow link takes
- * many seconds to end (4 MiB at 3 Mbit/s: 11 s).
- */
-export class ReceivedBytes {
-  private readonly reports: Array<{ at: number; bytes: number }> = [];
-
-  /** The latest total it said (0 if none). */
-  get total(): number {
-    return this.reports.at(-1)?.bytes ?? 0;
-  }
-
-  /** The peer said at `now` that it has received `bytes` in all; a total that went back is ignored. */
-  said(now: number, bytes: number): void {
-    const last = this.reports.at(-1);
-    if (last && (bytes < last.bytes || now <= last.at)) return;
-    this.reports.push({ at: now, bytes });
-    while (this.reports.length > 2 && now - (this.reports[1]?.at ?? now) >= RECEIVED_SPAN_KEPT_MS) this.reports.shift();
-  }
-
-  /**
-   * What it received per ms over its latest reports that span MIN_RECEIVED_SPAN_MS, none of them
-   * before `from`, if the newest one is recent (a peer that stopped reporting has nothing on its way).
-   */
-  rateSince(from: number, now: number): { since: number; until: number; rate: number } | undefined {
-    const newest = this.reports.at(-1);
-    if (!newest || now - newest.at > STALE_RECEIVED_MS) return undefined;
-    for (let i = this.reports.length - 2; i >= 0; i--) {
-      const first = this.reports[i];
-      if (!first || first.at < from) return undefined;
-      if (newest.at - first.at >= MIN_RECEIVED_SPAN_MS)
-        return { since: first.at, until: newest.at, rate: (newest.bytes - first.bytes) / (newest.at - first.at) };
-    }
-    return undefined;
-  }
-}
-
-/** How much of each piece on its way had arrived when the peer said (Received): its latest few reports per piece. */
-export class PieceProgress {
-  private readonly pieces = new Map<number, Array<{ at: number; bytes: number }>>();
-
-  said(index: number, at: number, bytes: number): void {
-    let reports = this.pieces.get(index);
-    if (!reports) this.pieces.set(index, (reports = []));
-    const last = reports.at(-1);
-    if (last && (bytes < last.bytes || at <= last.at)) return;
-    reports.push({ at, bytes });
-    if (reports.length > PIECE_REPORTS_KEPT) reports.shift();
-  }
-
-  /** The piece is stored, given up, or asked again: its reports say nothing more. */
-  forget(index: number): void {
-    this.pieces.delete(index);
-  }
-
-  /** Its latest report of piece `index`, if any. */
-  latest(index: number): { at: number; bytes: number } | undefined {
-    return this.pieces.get(index)?.at(-1);
-  }
-
-  /**
-   * The bytes of piece `index` (first byte at `start`) it had at `at`: read between its reports,
-   * or its last one before `at` (at most what it had then).
-   */
-  bytesAt(index: number, start: number, at: number): number {
-    if (at <= start) return 0;
-    let before = { at: start, bytes: 0 };
-    for (const report of this.pieces.get(index) ?? []) {
-      if (report.at > at) return before.bytes + ((report.bytes - before.bytes) * (at - before.at)) / (report.at - before.at);
-      before = report;
-    }
-    return before.bytes;
-  }
-}
-
-/** Reports kept per piece on its way. */
-const PIECE_REPORTS_KEPT = 6;
-
-/** The shortest span of reports that measures a rate: a few round trips and piece requests long. */
-const MIN_RECEIVED_SPAN_MS = 1_000;
-/** Reports older than this (but the newest two) are dropped. */
-const RECEIVED_SPAN_KEPT_MS = 4_000;
-/** A newest report older than this says nothing of now (peers report every half second while pieces arrive). */
-const STALE_RECEIVED_MS = 1_500;
-
 /** One peer's transfers in one task, as its reports showed them. */
 export class PeerPace {
   readonly intake = new Intake();
-  /** Its running totals of bytes received (Received reports). */
-  readonly received = new ReceivedBytes();
-  /** How much of each piece on its way had arrived (Received reports). */
-  readonly progress = new PieceProgress();
   /** The rate of its last piece that arrived alone (bytes per ms), and when that piece began. */
   lastPieceRate?: number;
   lastPieceStart = 0;

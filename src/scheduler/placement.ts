@@ -202,55 +202,6 @@ export function expectedPace(peer: Peer, now: number): number {
   return farBelowReference(peer, expected) ? expected : Infinity;
 }
 
-/**
- * What `child` could have received from `since` to `until`, per ms, by its and its senders'
- * Received reports, if its download were not the slow end: from `parent`, its share of its
- * upload (feedsEach, the least since `since`) for a piece it holds and the child is well short
- * of, and no more than it got itself of a piece it relays as it comes; from earlier parents, what
- * the child got (not theirs to judge, but they shared its download). Undefined when nothing came
- * from `parent` meanwhile (no piece of its on the way, or a stalled one), or a piece comes from the
- * origin, from a sender not known, or from one that stored it meanwhile.
- */
-export function couldReceive(child: Peer, parent: Peer, since: number, until: number): number | undefined {
-  const task = child.task;
-  const span = until - since;
-  let fromEarlier = 0;
-  let fromParent = 0;
-  let holds = false;
-  let relayed = 0;
-  for (const [index, start] of child.growing) {
-    const id = child.growingFrom.get(index);
-    const sender = id === undefined ? undefined : task.peers.get(id);
-    if (!sender || sender.state === 'left') return undefined;
-    const got = (child.pace.progress.bytesAt(index, start, until) - child.pace.progress.bytesAt(index, start, since)) / span;
-    if (sender !== parent) {
-      fromEarlier += got;
-      continue;
-    }
-    fromParent += got;
-    const storedAt = parent.pace.storedAt.get(index);
-    if (parent.isFinished || (parent.pieces.has(index) && (storedAt === undefined || storedAt <= since))) {
-      const length = Math.min(task.pieceSize, task.contentLength - index * task.pieceSize);
-      const short = length - (child.pace.progress.latest(index)?.bytes ?? 0);
-      // Nearly whole: the parent gave what the child got.
-      if (short >= SHORT_SHARE * task.pieceSize) holds = true;
-      else relayed += got;
-      continue;
-    }
-    const parentStart = parent.growing.get(index);
-    if (parentStart === undefined) return undefined;
-    relayed += (parent.pace.progress.bytesAt(index, parentStart, until) - parent.pace.progress.bytesAt(index, parentStart, since)) / span;
-  }
-  // Nothing from the parent at all: a stalled transfer (the peer gives it up on its piece timeout), not a measure of a link.
-  if (!(fromParent > 0)) return undefined;
-  const each = feedsEach(parent, since);
-  if (holds) return each === undefined ? undefined : fromEarlier + each;
-  return fromEarlier + Math.min(each ?? Infinity, relayed);
-}
-
-/** The share of a piece a child must still lack of a piece its sender holds for that piece to judge it. */
-const SHORT_SHARE = 1 / 8;
-
 /** What the parent would feed a chain child: its pace (expectedPace), within its room. */
 export function offerTo(parent: Peer, child: Peer, now: number): number {
   return Math.min(expectedPace(parent, now), roomOf(parent, child) ?? Infinity);

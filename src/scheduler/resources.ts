@@ -126,7 +126,6 @@ export class Peer {
   /** A piece began arriving at this peer (PieceStarted); `awaited`: a workload waits for it. */
   pieceArriving(index: number, now: number, awaited = false, parentId?: string): void {
     this.growing.set(index, now);
-    this.pace.progress.forget(index);
     if (parentId === undefined) this.growingFrom.delete(index);
     else this.growingFrom.set(index, parentId);
     this.arriving.add(index);
@@ -139,7 +138,6 @@ export class Peer {
     this.pieces.add(index);
     this.growing.delete(index);
     this.growingFrom.delete(index);
-    this.pace.progress.forget(index);
     this.arriving.delete(index);
     this.awaitedArriving.delete(index);
   }
@@ -165,7 +163,6 @@ export class Peer {
     if (now - since <= GROWING_TTL_MS) return false;
     this.growing.delete(index);
     this.growingFrom.delete(index);
-    this.pace.progress.forget(index);
     this.arriving.delete(index);
     this.awaitedArriving.delete(index);
     return true;

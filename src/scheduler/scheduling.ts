@@ -4,7 +4,6 @@ import type {
   ParentInfo,
   PieceDigests,
   PieceFailed,
-  PieceBytes,
   PieceFinished,
   RegisterPeer,
   SchedulerPacket,
@@ -239,18 +238,6 @@ export class Scheduling {
     }
   }
 
-  /** The peer's running total of bytes received, and of each piece on its way (Received): the adaptive shape judges its download by them. */
-  received(peer: Peer, bytes: number, pieces: readonly PieceBytes[] = []): void {
-    if (!(bytes >= 0)) return;
-    const now = this.hooks.now();
-    peer.pace.received.said(now, bytes);
-    // A piece's bytes beyond its size are no measure (a lying peer would make its children look slow).
-    for (const piece of pieces)
-      if (peer.growing.has(piece.index) && piece.bytes >= 0 && piece.bytes <= peer.task.pieceSize)
-        peer.pace.progress.said(piece.index, now, piece.bytes);
-    if (this.config.shape === 'adaptive') this.adaptive.received(peer, now);
-  }
-
   pieceFinished(peer: Peer, report: PieceFinished): void {
     const task = peer.task;
     if (report.index < 0 || report.index >= task.pieceCount) return;
@@ -406,7 +393,6 @@ export class Scheduling {
         finished: p.isFinished,
         bytesByParentHost: Object.fromEntries(p.bytesByParentHost),
         labels: p.host.info.labels,
-        receivedBytes: p.pace.received.total,
       })),
       bytesFromPeers: task.bytes.peer,
       bytesFromSeeds: task.bytes.seed,

@@ -88,8 +88,6 @@ export function schedulerHandlers(
             case 'pieceFailed':
               metrics.pieceFailures.inc({ reason: packet.pieceFailed.reason });
               return scheduling.pieceFailed(peer, packet.pieceFailed);
-            case 'received':
-              return scheduling.received(peer, packet.received.bytes, packet.received.pieces ?? []);
             case 'reschedule':
               return scheduling.reschedule(peer, packet.reschedule.blocklist ?? []);
             case 'idle':

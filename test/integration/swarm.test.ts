@@ -203,28 +203,6 @@ describe('swarm: scheduler, seed and peers', { timeout: 600_000 }, () => {
     assert.ok(stat.bytesFromPeers >= 6 * blob.size, 'most bytes went from node to node, along the chains');
   });
 
-  it('a peer says what it has received while pieces still arrive (Received reports), not only as they end', async () => {
-    // The seed's upload at 4 MB/s: each 4 MiB piece takes a second, over two of the peer's half-second reports.
-    const { scheduler, peers } = await cluster(1, { seedArgs: ['--upload-rate-limit', '4MB'] });
-    const [peer] = peers as [RunningPeerProcess];
-    const repo = 'swarm/received';
-    const blob = await pushRandomBlob(registry, repo, 24 * MB);
-    const pull = pullThrough(peer, registry, repo, blob.digest);
-    let seen: { receivedBytes: number; pieces: number } | undefined;
-    await waitFor(
-      async () => {
-        const stat = await taskStat(scheduler, blob.digest).catch(() => undefined);
-        const mine = stat?.peers.find((p) => !p.seed && p.hostId.includes(`-${peer.host.split(':')[0]}-`));
-        if (stat && mine && mine.receivedBytes > 0 && mine.pieces < stat.pieceCount) seen = mine;
-        return seen !== undefined;
-      },
-      30_000,
-      'a Received report from the peer before its last piece',
-    );
-    assert.deepEqual(await pull, { status: 200, digest: blob.digest, bytes: blob.size });
-    assert.ok(seen && seen.receivedBytes <= blob.size + 4 * MB, `a total no larger than what could have come: ${seen?.receivedBytes}`);
-  });
-
   it('a peer whose upload is throttled feeds no chain: the fast peers finish before it could have fed them', async () => {
     const { scheduler, peers } = await cluster(5, { seedArgs: ['--upload-rate-limit', '20MB'], peerArgs: ['--upload-rate-limit', '40MB'] });
     const throttledRate = 2 * MB;

@@ -103,19 +103,4 @@ describe('wire contracts (src/rpc/)', () => {
       (error: unknown) => error instanceof SchedulerInputError && /piece parent id is longer than 256 characters/.test(error.message),
     );
   });
-
-  it('takes a Received report, and names a total or a piece that is not a count, and a list too long', () => {
-    const packet = { packet: 'received' as const, received: { bytes: 5_000_000, pieces: [{ index: 2, bytes: 700 }] } };
-    assert.deepEqual(checkPeerPacket(packet), packet);
-    const refused = (received: { bytes: number; pieces?: Array<{ index: number; bytes: number }> }, message: RegExp) =>
-      assert.throws(
-        () => checkPeerPacket({ packet: 'received', received }),
-        (error: unknown) => error instanceof SchedulerInputError && message.test(error.message),
-      );
-    refused({ bytes: -1 }, /received bytes must be a non-negative integer/);
-    refused({ bytes: 1.5 }, /received bytes must be a non-negative integer/);
-    refused({ bytes: 10, pieces: [{ index: -3, bytes: 1 }] }, /received piece index must be a non-negative integer/);
-    refused({ bytes: 10, pieces: [{ index: 3, bytes: Number.NaN }] }, /received piece bytes must be a non-negative integer/);
-    refused({ bytes: 10, pieces: Array.from({ length: 257 }, (_, index) => ({ index, bytes: 1 })) }, /received names more than 256 pieces/);
-  });
 });

@@ -13,9 +13,7 @@ import { ParentBusyError, type ParentLink } from './parent-link.js';
 import { ParentSet } from './parent-set.js';
 import { PiecesFromOrigin } from './pieces-from-origin.js';
 import { PiecesFromParents } from './pieces-from-parents.js';
-import { RECEIVED_REPORT_INTERVAL_MS } from './policy/received-report.js';
 import { stallVerdict, WATCHDOG_INTERVAL_MS } from './policy/stall.js';
-import { ReceivedBytes } from './received-bytes.js';
 import type { SchedulerClient } from './scheduler-client.js';
 import { SchedulerSession } from './scheduler-session.js';
 import { WantedPieces } from './wanted-pieces.js';
@@ -75,9 +73,6 @@ export class SwarmDownload {
   private readonly fromOrigin: PiecesFromOrigin;
   private lastProgress = Date.now();
   private watchdog?: NodeJS.Timeout;
-  /** What has arrived so far, told to the scheduler every RECEIVED_REPORT_INTERVAL_MS while pieces arrive. */
-  private readonly received = new ReceivedBytes();
-  private receivedTimer?: NodeJS.Timeout;
   private finished = false;
   private closed = false;
   /** Told the scheduler it wants nothing (so it holds no parents), and has not asked again since. */
@@ -301,7 +296,6 @@ export class SwarmDownload {
     this.session.finish();
     this.parents.closeAll();
     if (this.watchdog) clearInterval(this.watchdog);
-    clearInterval(this.receivedTimer);
   }
 
   /** The blob failed verification or was evicted: leave the task. */
@@ -311,7 +305,6 @@ export class SwarmDownload {
     this.wakeSpanReaders();
     clearTimeout(this.idleTimer);
     if (this.watchdog) clearInterval(this.watchdog);
-    clearInterval(this.receivedTimer);
     this.fromParents.stop();
     this.fromOrigin.stop();
     this.parents.closeAll();
@@ -324,14 +317,6 @@ export class SwarmDownload {
     this.session.open();
     this.watchdog ??= setInterval(() => this.checkProgress(), WATCHDOG_INTERVAL_MS);
     this.watchdog.unref();
-    this.receivedTimer ??= setInterval(() => this.reportReceived(), RECEIVED_REPORT_INTERVAL_MS);
-    this.receivedTimer.unref();
-  }
-
-  /** Tells the scheduler what has arrived, while pieces arrive and it listens (queued reports would say nothing of now). */
-  private reportReceived(): void {
-    const received = this.received.report();
-    if (received && this.session.connected) this.session.report({ packet: 'received', received });
   }
 
   private onPacket(packet: SchedulerPacket): void {
@@ -406,7 +391,6 @@ export class SwarmDownload {
    */
   private beginPiece(index: number, parentId?: string): GrowingPiece {
     const growing = this.task.beginPiece(index, parentId === undefined);
-    this.received.began(growing);
     const background = this.task.wantedInBackgroundOnly(index);
     this.session.report({ packet: 'pieceStarted', pieceStarted: { index, background, parentId } });
     return growing;
