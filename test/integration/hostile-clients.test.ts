@@ -542,6 +542,12 @@ describe("hostile clients: the scheduler's connections", { timeout: 60_000 }, ()
 
     const client = new (SchedulerClientClass())(scheduler.address, grpc.credentials.createInsecure());
     try {
+      // The probes' slots come free as the server sees them close, which on a busy machine may be
+      // after this client connects (its connection is then refused, as past the cap): it connects
+      // again, on gRPC's backoff, until one is kept.
+      await new Promise<void>((resolve, reject) =>
+        client.waitForReady(Date.now() + 10_000, (error) => (error ? reject(error) : resolve())),
+      );
       const metadata = new grpc.Metadata();
       metadata.set('authorization', `Bearer ${token}`);
       const answer = await new Promise<grpc.ServiceError | null>((resolve) =>
