@@ -1,6 +1,6 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
-import { SLOW } from './pace.js';
+import { carriedSince, SLOW } from './pace.js';
 import {
   chainToMerge,
   chainToSplit,
@@ -299,21 +299,32 @@ function slowAgainstParent(
     if (now <= start) continue;
     const parentStored = parent.pace.storedAt.get(index);
     const elapsed = now - start;
-    // How long the piece should take; it is late past 1/SLOW of that, and MIN_LATE_MS beyond it.
-    let due: number;
+    // How long the piece should take alone (alone), and with the host's download shared
+    // (due); it is late past 1/SLOW of that, and MIN_LATE_MS beyond it.
+    let alone: number;
     if (parentStored !== undefined && parentStored > start) {
       // No faster than the parent received it, nor than its upload's share for each child allowed meanwhile.
       const each = feedsEach(parent, start);
-      due = Math.max(parentStored - start, each === undefined ? 0 : size / each) * sharers;
+      alone = Math.max(parentStored - start, each === undefined ? 0 : size / each);
     } else if (parentStored !== undefined || parent.isFinished || (parent.isSeed && parent.pieces.has(index))) {
       const each = feedsEach(parent, start);
-      due = each === undefined ? Infinity : (size * sharers) / each;
+      alone = each === undefined ? Infinity : size / each;
     } else {
-      due = Infinity; // the parent is still receiving it
+      alone = Infinity; // the parent is still receiving it
     }
-    due *= 1 + earlier;
+    const due = alone * sharers * (1 + earlier);
     if (elapsed <= due / SLOW || elapsed - due < MIN_LATE_MS) continue;
-    const rate = earlier > 0 ? child.pace.receiveBound([...child.growing], now, size, start)?.rate : size / elapsed;
+    let rate: number | undefined;
+    if (earlier > 0) rate = child.pace.receiveBound([...child.growing], now, size, start)?.rate;
+    else {
+      // Pieces of an earlier parent stored meanwhile shared the download too: a node moved to a
+      // seed while its last piece from its chain still came got each at half its link, and was
+      // found slow (and sent to ride) the moment that piece was stored (emulated, 3 Mbit/s nodes
+      // among 10 Mbit/s ones, four times in one run). Late, but its download carried what this
+      // piece alone should have had: it is not slow.
+      rate = carriedSince(child.pace, child.growing.size, start, now, size);
+      if (rate !== undefined && rate * sharers >= (SLOW * size) / alone) continue;
+    }
     if (rate !== undefined && (!found || rate < found.rate)) found = { since: start, rate };
   }
   return found;

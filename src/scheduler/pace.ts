@@ -100,6 +100,8 @@ export class PeerPace {
   readonly storedAt = new Map<number, number>();
   /** When its last few pieces were stored. */
   readonly storedTimes: number[] = [];
+  /** Its last few pieces from a parent: when their first byte came, when they were stored, their length. */
+  private readonly storedSpans: Array<{ start: number; end: number; length: number }> = [];
   /** The tightest bound found on what it receives while pieces arrived, and since when: acted on once per tightening. */
   slowArrival?: { since: number; rate: number };
 
@@ -132,6 +134,10 @@ export class PeerPace {
     this.storedTimes.push(now);
     if (this.storedTimes.length > STORE_TIMES_KEPT) this.storedTimes.shift();
     if (!this.storedAt.has(index)) this.storedAt.set(index, now);
+    if (startedAt !== undefined) {
+      this.storedSpans.push({ start: startedAt, end: now, length });
+      if (this.storedSpans.length > STORE_TIMES_KEPT) this.storedSpans.shift();
+    }
     if (startedAt === undefined && !(costMs > 0)) this.intake.recordStream(this.originSince ?? joinedAt, now, length);
     else this.intake.record(startedAt ?? now - costMs, now, length);
     // A piece that shared the download with others reads low: taken only while nothing better is
@@ -140,6 +146,11 @@ export class PeerPace {
       this.lastPieceRate = length / (now - startedAt);
       this.lastPieceStart = startedAt;
     }
+  }
+
+  /** Its pieces from a parent stored at or after `since`, of the last few. */
+  spansStoredSince(since: number): Array<{ start: number; end: number; length: number }> {
+    return this.storedSpans.filter((span) => span.end >= since);
   }
 
   /**
@@ -162,6 +173,28 @@ export class PeerPace {
     for (const at of this.storedTimes) if (at >= since) pieces++;
     return { since, rate: (pieces * pieceSize) / (now - since) };
   }
+}
+
+/**
+ * An upper bound on what the peer's download carried since `since` (bytes per ms): every piece
+ * still arriving (`arriving`: their count), whole, and of each piece stored since from a parent
+ * the share that came after `since`, at its own even pace (a piece that began earlier brought
+ * part of its bytes before). Pieces stored since without a start of their own (origin reads)
+ * count whole. Undefined when `now` is not past `since`.
+ */
+export function carriedSince(pace: PeerPace, arriving: number, since: number, now: number, pieceSize: number): number | undefined {
+  if (now <= since) return undefined;
+  let bytes = arriving * pieceSize;
+  let spanned = 0;
+  for (const span of pace.spansStoredSince(since)) {
+    spanned++;
+    const share = span.end > span.start ? (span.end - Math.max(span.start, since)) / (span.end - span.start) : 1;
+    bytes += span.length * share;
+  }
+  let stored = 0;
+  for (const at of pace.storedTimes) if (at >= since) stored++;
+  bytes += Math.max(0, stored - spanned) * pieceSize;
+  return bytes / (now - since);
 }
 
 /**

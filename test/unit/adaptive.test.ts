@@ -243,6 +243,46 @@ describe('adaptive shape: a piece judged against the parent it comes from', () =
     assert.ok(cap !== undefined && cap >= (2 * PIECE) / (6 * FAST) && cap < PIECE / FAST / 1.5, `capped below what a feeds, at ${cap}`);
   });
 
+  /**
+   * As crawlingUnderTheNewParent, c's old piece (from s) and its first from a arrive together, and
+   * the old one is stored `storedAfter` piece times after both began, while the new one still
+   * arrives: the download's cap found `judgedAfter` piece times after they began, if any.
+   */
+  function oldPieceStoredMeanwhile(storedAfter: number, judgedAfter: number) {
+    const { e, a, s, c } = slowMiddle();
+    e.stores(c, 0);
+    const began = e.now();
+    e.scheduling.pieceStarted(c, 1, { parentId: s.id });
+    e.scheduling.pieceStarted(c, 2, { parentId: a.id });
+    let k = 3;
+    const aKeepsItsPace = (until: number) => {
+      for (; 1_000 + (k + 1) * FAST <= until; k++) {
+        e.at(1_000 + (k + 1) * FAST);
+        e.stores(a, k);
+        e.starts(a, k + 1);
+      }
+    };
+    aKeepsItsPace(began + storedAfter * FAST);
+    e.at(began + storedAfter * FAST);
+    e.stores(c, 1);
+    e.scheduling.tick();
+    aKeepsItsPace(began + judgedAfter * FAST);
+    e.at(began + judgedAfter * FAST);
+    e.scheduling.tick();
+    return c.host.links.downCap;
+  }
+
+  it('a piece that shared the download with an old piece stored meanwhile is judged with that piece', () => {
+    // a feeds c at half its pace (s rides under it too): c's new piece is due in two piece times.
+    // When the old piece is stored after three, the new one alone is late, but the download
+    // carried two pieces in three piece times: shared, not slow.
+    assert.equal(oldPieceStoredMeanwhile(3, 3), undefined, 'not found slow as the old piece is stored');
+    assert.equal(oldPieceStoredMeanwhile(3, 3.5), undefined, 'nor just after');
+    const cap = oldPieceStoredMeanwhile(3, 7);
+    // Found once its download carried less than SLOW (0.7) of a's share for it.
+    assert.ok(cap !== undefined && cap < (0.7 * PIECE) / (2 * FAST), `one that then crawls on is found slow: capped at ${cap}`);
+  });
+
   it("a piece whose parent was not said, begun after the move, is taken for the new parent's (the rule for older peers)", () => {
     assert.ok(pieceFromTheOldParent(false).host.links.downCap !== undefined, 'c found slow against a: the case the parent id tells apart');
   });
