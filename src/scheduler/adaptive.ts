@@ -1,6 +1,6 @@
 import type { Logger } from '../common/log.js';
 import type { PieceFinished } from '../rpc/scheduler-api.js';
-import { carriedSince, SLOW } from './pace.js';
+import { SLOW } from './pace.js';
 import {
   chainToMerge,
   chainToSplit,
@@ -319,10 +319,10 @@ function slowAgainstParent(
     else {
       // Pieces of an earlier parent stored meanwhile shared the download too: a node moved to a
       // seed while its last piece from its chain still came got each at half its link, and was
-      // found slow (and sent to ride) the moment that piece was stored (emulated, 3 Mbit/s nodes
-      // among 10 Mbit/s ones, four times in one run). Late, but its download carried what this
-      // piece alone should have had: it is not slow.
-      rate = carriedSince(child.pace, child.growing.size, start, now, size);
+      // found slow (and sent to ride) the moment that piece was stored (emulated, 10 Mbit/s nodes
+      // among 3 Mbit/s ones: four in one run). Late, but its download carried what this piece
+      // alone should have had: it is not slow.
+      rate = child.pace.carriedSince(child.growing.size, start, now, size);
       if (rate !== undefined && rate * sharers >= (SLOW * size) / alone) continue;
     }
     if (rate !== undefined && (!found || rate < found.rate)) found = { since: start, rate };

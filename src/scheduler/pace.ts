@@ -148,9 +148,27 @@ export class PeerPace {
     }
   }
 
-  /** Its pieces from a parent stored at or after `since`, of the last few. */
-  spansStoredSince(since: number): Array<{ start: number; end: number; length: number }> {
-    return this.storedSpans.filter((span) => span.end >= since);
+  /**
+   * About what its download carried since `since` (bytes per ms): each of `arriving` pieces still
+   * on their way whole, and of each piece stored since then the share that came after `since`
+   * at the piece's own even pace (one begun earlier brought part of its bytes before). Pieces
+   * stored without a start of their own (origin reads) count whole. Undefined when `now` is not
+   * past `since`.
+   */
+  carriedSince(arriving: number, since: number, now: number, pieceSize: number): number | undefined {
+    if (now <= since) return undefined;
+    let bytes = arriving * pieceSize;
+    let spanned = 0;
+    for (const span of this.storedSpans) {
+      if (span.end < since) continue;
+      spanned++;
+      const share = span.end > span.start ? (span.end - Math.max(span.start, since)) / (span.end - span.start) : 1;
+      bytes += span.length * share;
+    }
+    let stored = 0;
+    for (const at of this.storedTimes) if (at >= since) stored++;
+    bytes += Math.max(0, stored - spanned) * pieceSize;
+    return bytes / (now - since);
   }
 
   /**
@@ -173,28 +191,6 @@ export class PeerPace {
     for (const at of this.storedTimes) if (at >= since) pieces++;
     return { since, rate: (pieces * pieceSize) / (now - since) };
   }
-}
-
-/**
- * An upper bound on what the peer's download carried since `since` (bytes per ms): every piece
- * still arriving (`arriving`: their count), whole, and of each piece stored since from a parent
- * the share that came after `since`, at its own even pace (a piece that began earlier brought
- * part of its bytes before). Pieces stored since without a start of their own (origin reads)
- * count whole. Undefined when `now` is not past `since`.
- */
-export function carriedSince(pace: PeerPace, arriving: number, since: number, now: number, pieceSize: number): number | undefined {
-  if (now <= since) return undefined;
-  let bytes = arriving * pieceSize;
-  let spanned = 0;
-  for (const span of pace.spansStoredSince(since)) {
-    spanned++;
-    const share = span.end > span.start ? (span.end - Math.max(span.start, since)) / (span.end - span.start) : 1;
-    bytes += span.length * share;
-  }
-  let stored = 0;
-  for (const at of pace.storedTimes) if (at >= since) stored++;
-  bytes += Math.max(0, stored - spanned) * pieceSize;
-  return bytes / (now - since);
 }
 
 /**
