@@ -98,10 +98,8 @@ export class PeerPace {
   originSince?: number;
   /** When each piece it fetched while registered was stored (a child's copy is judged against it). */
   readonly storedAt = new Map<number, number>();
-  /** When its last few pieces were stored. */
-  readonly storedTimes: number[] = [];
-  /** Its last few pieces from a parent: when their first byte came, when they were stored, their length. */
-  private readonly storedSpans: Array<{ start: number; end: number; length: number }> = [];
+  /** Its last few stored pieces: when their first byte came (absent: an origin read), when they were stored, their length. */
+  private readonly storedSpans: Array<{ start?: number; end: number; length: number }> = [];
   /** The tightest bound found on what it receives while pieces arrived, and since when: acted on once per tightening. */
   slowArrival?: { since: number; rate: number };
 
@@ -131,13 +129,9 @@ export class PeerPace {
     joinedAt: number,
   ): void {
     this.lastStoredAt = now;
-    this.storedTimes.push(now);
-    if (this.storedTimes.length > STORE_TIMES_KEPT) this.storedTimes.shift();
+    this.storedSpans.push({ start: startedAt, end: now, length });
+    if (this.storedSpans.length > STORE_TIMES_KEPT) this.storedSpans.shift();
     if (!this.storedAt.has(index)) this.storedAt.set(index, now);
-    if (startedAt !== undefined) {
-      this.storedSpans.push({ start: startedAt, end: now, length });
-      if (this.storedSpans.length > STORE_TIMES_KEPT) this.storedSpans.shift();
-    }
     if (startedAt === undefined && !(costMs > 0)) this.intake.recordStream(this.originSince ?? joinedAt, now, length);
     else this.intake.record(startedAt ?? now - costMs, now, length);
     // A piece that shared the download with others reads low: taken only while nothing better is
@@ -158,16 +152,11 @@ export class PeerPace {
   carriedSince(arriving: number, since: number, now: number, pieceSize: number): number | undefined {
     if (now <= since) return undefined;
     let bytes = arriving * pieceSize;
-    let spanned = 0;
-    for (const span of this.storedSpans) {
-      if (span.end < since) continue;
-      spanned++;
-      const share = span.end > span.start ? (span.end - Math.max(span.start, since)) / (span.end - span.start) : 1;
-      bytes += span.length * share;
+    for (const { start, end, length } of this.storedSpans) {
+      if (end < since) continue;
+      if (start === undefined) bytes += pieceSize;
+      else bytes += end > start ? (length * (end - Math.max(start, since))) / (end - start) : length;
     }
-    let stored = 0;
-    for (const at of this.storedTimes) if (at >= since) stored++;
-    bytes += Math.max(0, stored - spanned) * pieceSize;
     return bytes / (now - since);
   }
 
@@ -188,7 +177,7 @@ export class PeerPace {
     since = Math.max(since, from);
     if (now <= since) return undefined;
     let pieces = arriving.length;
-    for (const at of this.storedTimes) if (at >= since) pieces++;
+    for (const { end } of this.storedSpans) if (end >= since) pieces++;
     return { since, rate: (pieces * pieceSize) / (now - since) };
   }
 }
