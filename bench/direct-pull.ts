@@ -29,7 +29,8 @@ import {
   againstOwnBounds,
   boundLine,
   cpuLine,
-  curlWhole,
+  armWholePulls,
+  startSpread,
   reportJson,
   scenarioArgs,
   startRateChanges,
@@ -65,16 +66,15 @@ try {
   const lb = clusterLowerBound(F, c.origin, c.nodes);
   const before = await c.counters(c.origin);
   const softnet0 = softnetDrops();
+  const pulls = await armWholePulls(c, c.nodes, url, F, sha256);
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
   const changes = startRateChanges(c, a.links, t0, nowSeconds);
-  const timings = await Promise.all(
-    c.nodes.map(async (node) => {
-      const { curlSeconds } = await curlWhole(c, node, url, F, sha256);
-      const done = nowSeconds() - t0;
-      return { node: node.name, done, curlSeconds } satisfies NodeTiming & { curlSeconds: number };
-    }),
+  const pulled = await pulls.release();
+  const timings = pulled.map(
+    ({ node, endedAt, curlSeconds }) =>
+      ({ node: node.name, done: endedAt - t0, curlSeconds }) satisfies NodeTiming & { curlSeconds: number },
   );
   const cpuReport = cpu.stop();
   const rateChanges = await changes.stop();
@@ -110,6 +110,7 @@ try {
     egress: egressRecord,
     ownBound: own.ownBound,
     perNode: own.perNode.map((p, i) => ({ ...p, curl: itemAt(timings, i).curlSeconds })),
+    startSpreadSeconds: startSpread(pulled),
   };
 
   console.log(`direct pull: ${N} nodes × ${a.sizeText} (${F} B) from docker-registry; nodes ${a.nodeRate}, origin ${a.originRate}`);
@@ -149,6 +150,7 @@ try {
     ),
   );
   for (const line of own.lines) console.log(line);
+  console.log(`every node's pull began within ${fixed(result.startSpreadSeconds, 3)} s of the start gate`);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(
     `per node (s): ${[...timings]

@@ -34,7 +34,8 @@ import {
   againstOwnBounds,
   boundLine,
   cpuLine,
-  curlWhole,
+  armWholePulls,
+  startSpread,
   reportJson,
   scenarioArgs,
   startRateChanges,
@@ -101,18 +102,14 @@ try {
   // T* with the links as they start (changes during the run count in each node's own bound).
   const lb = clusterLowerBound(F, seedOf(c), c.nodes);
   const before = await c.counters(c.origin);
+  const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
+  const pulls = await armWholePulls(c, c.nodes, url, F, sha256);
   const egress = await startEgressSampler(c, c.origin);
   const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const t0 = nowSeconds();
   const changes = startRateChanges(c, a.links, t0, nowSeconds);
-  const url = `http://${MIRROR}/v2/${REPO}/blobs/${digest}?ns=${registryHost}`;
-  const timings = await Promise.all(
-    c.nodes.map(async (node) => {
-      await curlWhole(c, node, url, F, sha256);
-      const done = nowSeconds() - t0;
-      return { node: node.name, done } satisfies NodeTiming;
-    }),
-  );
+  const pulled = await pulls.release();
+  const timings = pulled.map(({ node, endedAt }) => ({ node: node.name, done: endedAt - t0 }) satisfies NodeTiming);
   const cpuReport = cpu.stop();
   const rateChanges = await changes.stop();
   const egressRecord = await egress.stop();
@@ -157,6 +154,7 @@ try {
     egress: egressRecord,
     ownBound: own.ownBound,
     perNode: own.perNode,
+    startSpreadSeconds: startSpread(pulled),
   };
   console.log(
     `starling swarm (${result.shape}): ${N} nodes × ${a.sizeText} (${F} B); nodes ${a.nodeRate}, seed and origin ${a.originRate}`,
@@ -183,6 +181,7 @@ try {
     ),
   );
   for (const line of own.lines) console.log(line);
+  console.log(`every node's pull began within ${fixed(result.startSpreadSeconds, 3)} s of the start gate`);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(
     `per node (s): ${[...timings]

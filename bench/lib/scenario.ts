@@ -1,10 +1,11 @@
 // What the cluster benchmarks (direct pull, BitTorrent baseline, later the Starling swarm)
 // share: the command line, the budget check, the test blob, and the summary of a run.
 
+import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { formatBitRate, parseBitRate, parseSize } from '../../src/common/units.js';
-import type { Cluster, ClusterHost, CpuReport } from './cluster.js';
+import { nowSeconds, type Cluster, type ClusterHost, type CpuReport } from './cluster.js';
 import type { LowerBound } from './lower-bound.js';
 import { formatLink, planNodeLinks, type NodeLink } from './link-plan.js';
 import { boundRatioLines, boundRatios, nodeBounds, type BoundRatios } from './node-bounds.js';
@@ -226,30 +227,105 @@ export async function reportJson(a: ScenarioArgs, result: { egress?: { samples: 
   if (a.jsonOut) await writeFile(a.jsonOut, `${JSON.stringify(result)}\n`);
 }
 
+/** One node's pull of the whole blob, started at the gate (see armWholePulls). */
+export interface WholePull {
+  node: ClusterHost;
+  /** When its curl exited (nowSeconds). */
+  endedAt: number;
+  /** curl's own transfer time. */
+  curlSeconds: number;
+  /** How long after the gate opened its shell went on (bash's clock against this process's). */
+  startDelay: number;
+}
+
+/** What armWholePulls hands back: the pulls wait until `release`, which resolves when every one has ended. */
+export interface ArmedPulls {
+  release(): Promise<WholePull[]>;
+}
+
+/** How long the nodes' shells may take to reach the gate before the run is called off. */
+const GATE_TIMEOUT_MS = 120_000;
+
+/** How long a pull may take once released before it is killed (and the run fails). */
+const PULL_TIMEOUT_MS = 3_600_000;
+
 /**
- * One node downloads `url` with curl inside its namespace and hashes what arrived: a short body or a
- * wrong digest fails the run, not just this data point. Returns curl's own transfer time.
+ * Every node downloads `url` with curl inside its namespace, all starting at one moment: each
+ * node's shell is spawned first and waits on its stdin; once all of them wait, `release` sends each
+ * a newline. (Spawned one after another while the swarm already ran, the last of 32 nodes' pulls
+ * began 22 s after the first on a busy 2-core machine, 52 s in another run, and the last nodes'
+ * times counted that wait: the eighteenth round of docs/benchmarks.md.) What arrives is hashed: a short body or a wrong digest
+ * fails the run, not just this data point.
  */
-export async function curlWhole(
-  c: Cluster,
-  node: ClusterHost,
-  url: string,
-  size: number,
-  sha256: string,
-): Promise<{ curlSeconds: number }> {
-  const res = await c.exec(
-    node,
-    'bash',
-    [
-      '-c',
-      `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`,
-      url,
-    ],
-    { timeoutMs: 3_600_000 },
-  );
-  const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(res.stderr);
-  if (!m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer: ${res.stderr.trim()}`);
-  const got = res.stdout.trim().split(/\s+/)[0];
-  if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
-  return { curlSeconds: Number(m[3]) };
+export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: string, size: number, sha256: string): Promise<ArmedPulls> {
+  const script = `echo READY >&2; read -r _ || exit 90; echo "GO $EPOCHREALTIME" >&2; set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`;
+  const waiting = nodes.map((node) => gatedShell(c, node, script, url));
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`the nodes' pulls did not all reach the start gate in ${GATE_TIMEOUT_MS / 1000} s`)),
+      GATE_TIMEOUT_MS,
+    );
+  });
+  try {
+    await Promise.race([Promise.all(waiting.map((w) => w.ready)), timeout]);
+  } catch (error) {
+    for (const w of waiting) w.child.kill('SIGKILL');
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+  return {
+    release: async () => {
+      const opened = Date.now() / 1000;
+      for (const w of waiting) w.child.stdin?.end('\n');
+      const deadline = setTimeout(() => {
+        for (const w of waiting) w.child.kill('SIGKILL');
+      }, PULL_TIMEOUT_MS);
+      try {
+        return await Promise.all(
+          waiting.map(async ({ node, ended }) => {
+            const { code, stdout, stderr, endedAt } = await ended;
+            const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(stderr);
+            if (code !== 0 || !m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer (exit ${code}): ${stderr.trim()}`);
+            const got = stdout.trim().split(/\s+/)[0];
+            if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
+            const go = /^GO (\d+(?:\.\d+)?)$/m.exec(stderr);
+            return { node, endedAt, curlSeconds: Number(m[3]), startDelay: go ? Number(go[1]) - opened : NaN };
+          }),
+        );
+      } finally {
+        clearTimeout(deadline);
+      }
+    },
+  };
+}
+
+/** The latest any pull began after the gate opened, in seconds: what the start's simultaneity is worth. */
+export function startSpread(pulls: WholePull[]): number {
+  return Math.max(0, ...pulls.map((p) => p.startDelay));
+}
+
+/** `bash -c script arg` in the node's namespace, its stdin kept open: `ready` once it printed READY, `ended` when it exits. */
+function gatedShell(c: Cluster, node: ClusterHost, script: string, arg: string) {
+  const [cmd, ...pre] = c.nsArgv(node);
+  const child = spawn(cmd, [...pre, 'bash', '-c', script, arg], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
+  const ready = new Promise<void>((resolve, reject) => {
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString('utf8');
+      if (stderr.startsWith('READY\n')) resolve();
+    });
+    child.once('error', (error) => reject(new Error(`${node.name}: cannot start its pull: ${error.message}`)));
+    child.once('exit', (code) => reject(new Error(`${node.name}: its pull exited (${code}) before the start gate: ${stderr.trim()}`)));
+  });
+  ready.catch(() => {}); // awaited by armWholePulls; an exit after the gate is `ended`'s to report
+  const ended = new Promise<{ code: number | null; stdout: string; stderr: string; endedAt: number }>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr: stderr.replace(/^READY\n/, ''), endedAt: nowSeconds() }));
+  });
+  ended.catch(() => {}); // a spawn that failed is reported by `ready`; `ended` is awaited only after the gate
+  return { node, child, ready, ended };
 }
