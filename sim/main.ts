@@ -79,6 +79,7 @@ const options = {
   'old-endgame': { type: 'boolean', default: false },
   'eager-endgame': { type: 'boolean', default: false },
   'store-and-forward': { type: 'boolean', default: false },
+  'cold-start': { type: 'string', default: '0' },
   'origin-in-order': { type: 'boolean', default: false },
   'seed-table': { type: 'boolean', default: false },
   'seed-setups': { type: 'string' },
@@ -126,6 +127,7 @@ model
   --eager-endgame  the peer's endgame before it waited for the tail (doubled pieces whenever idle)
   --store-and-forward  peers offer a piece only once stored (no cut-through relay, no PieceStarted)
   --origin-in-order    an origin read is one request from the first piece (not the last piece first)
+  --cold-start T   each peer's first piece request reaches its parent T late (a fresh process on a loaded machine)
   --runs N --rng-seed S   repeat with seeds S, S+1, …
 output
   --plots DIR      SVG plots (CDF of ready times, registry egress over time)
@@ -205,6 +207,7 @@ function setupFromArgs(overrides: Partial<Setup> = {}): Setup {
       eagerEndgame: Boolean(args['eager-endgame']),
       storeAndForward: Boolean(args['store-and-forward']),
       originInOrder: Boolean(args['origin-in-order']),
+      coldStart: parseDuration(str('cold-start')),
     },
     uploadSlots: { node: integer('upload-slots'), seed: integer('seed-upload-slots') },
     rngSeed: integer('rng-seed', 0),
