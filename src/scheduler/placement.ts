@@ -244,9 +244,26 @@ export function riderFits(parent: Peer, rider: Peer): boolean {
 export function canTake(parent: Peer, child: Peer, config: SchedulingConfig): boolean {
   if (slowFeeder(child)) return riderFits(parent, child);
   if (slowFeeder(parent)) return false;
-  if (chainChildren(parent, child).length < (parent.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout)) return true;
+  const chains = chainChildren(parent, child);
+  if (chains.length < (parent.isSeed ? config.pipeline.seedFanout : config.pipeline.fanout)) return true;
+  // A seed's room counts each chain at the reference, which its own chains set: one chain more at a time (seedTakesByRoom).
+  if (parent.isSeed && !seedTakesByRoom(chains)) return false;
   const room = roomOf(parent, child);
   return room !== undefined && room >= SLOW * takes(parent, child);
+}
+
+/**
+ * A seed takes a chain child by its room only once every chain child it has was measured. Its
+ * room counts each chain at the task's reference, the most a node was measured to receive, and at
+ * a swarm's start that is what the seed's own first chains received. On the emulated cluster (32
+ * nodes starting at one gate, on a busy machine) the seed, its room read from one slow early
+ * measurement, took some twenty waiting nodes as chain children at once; each received a share of
+ * its link, so the reference stayed a share and the room stayed large: the seed sent 12–17 copies
+ * and the fast nodes ended at 3.5–4.4 of their own bound. Taken one at a time, each chain shows
+ * what it gets before the next is added.
+ */
+function seedTakesByRoom(chains: Peer[]): boolean {
+  return chains.every((chain) => chain.pace.feedRate !== undefined);
 }
 
 /** What the child receives now: its feed rate, or less if what arrives now bounds it lower. */

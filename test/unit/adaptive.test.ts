@@ -410,6 +410,38 @@ describe('adaptive shape: where slow peers go', () => {
     assert.deepEqual(e.lastParents(b), ['seed'], 'the seed has room for b; a pipeline would chain it under a');
     assert.equal(seed.children.size, 2);
   });
+
+  it('takes one chain child by its room at a time: a score of peers joining at once do not all go under it', () => {
+    const e = engine();
+    const seed = e.join('seed', { seed: true });
+    e.starts(seed, 0);
+    for (let k = 0; k < 4; k++) {
+      e.at(1_000 + ((k + 1) * FAST) / 4);
+      e.stores(seed, k, 0);
+    }
+    // The first node received at a quarter of a node's rate (a loaded machine at a swarm's start):
+    // the reference reads low, and the seed's room as if sixteen such chains fitted.
+    const a = e.join('a');
+    e.starts(a, 0);
+    e.at(1_000 + 4 * FAST);
+    e.stores(a, 0);
+    e.starts(a, 1);
+    e.at(1_000 + 8 * FAST);
+    e.stores(a, 1);
+    e.starts(a, 2);
+    const joined = all(10).map((i) => e.join(`j${i}`));
+    assert.equal(seed.children.size, 2, 'a and one more: the next waits until that one shows what it takes');
+    const [first] = joined;
+    assert.ok(first);
+    assert.deepEqual(e.lastParents(first), ['seed']);
+    e.starts(first, 1);
+    e.at(1_000 + 9 * FAST);
+    e.stores(first, 1);
+    e.starts(first, 2);
+    e.at(1_000 + 10 * FAST);
+    e.stores(first, 2);
+    assert.equal(seed.children.size, 3, 'its chain children measured, the seed takes one more of those waiting');
+  });
 });
 
 describe("adaptive shape: a host's tasks share its links", () => {
