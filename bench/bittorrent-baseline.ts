@@ -12,7 +12,9 @@
 // DHT, LPD and IPv6 are off; peer exchange stays on (aria2's default). Every peer keeps
 // seeding until the last node is done (unless --leave-on-complete), as Starling's peers do.
 // A node is "done" when aria2 has every piece SHA-1-verified (its --on-bt-download-complete
-// hook stamps the time); the file is then checked against its sha256 as well.
+// hook stamps the time); the file is then checked against its sha256 as well. Every leecher is
+// spawned first and waits at a start gate; the time starts when the gate opens, as in
+// bench/swarm-cluster.ts (`startSpreadSeconds`: how long after it the last leecher went on).
 
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -40,6 +42,7 @@ import {
   boundLine,
   cpuLine,
   reportJson,
+  holdStartGate,
   scenarioArgs,
   startRateChanges,
   startRates,
@@ -157,18 +160,28 @@ try {
   const qBefore = await c.allDownloadQdiscStats();
   const softnet0 = softnetDrops();
   const egress = await startEgressSampler(c, c.origin);
-  const cpu = startCpuSampler(500, () => c.cpuSeconds());
-  const t0 = Date.now() / 1000;
-  const changes = startRateChanges(c, a.links, t0, () => Date.now() / 1000);
+  // Every leecher is spawned and waits at the gate; the time starts when it opens.
+  const gate = await holdStartGate(work.path);
+  const leecherLogs = c.nodes.map((n) => path.join(work.path, 'logs', `${n.name}.log`));
   const leechers = await Promise.all(
     c.nodes.map((n, i) =>
-      c.spawn(n, 'aria2c', [...aria2Common, ...seedTerms, `--dir=${nodeDirs[i]}`, `--on-bt-download-complete=${hook}`, torrent], {
-        name: `leecher-${n.name}`,
-        logFile: path.join(work.path, 'logs', `${n.name}.log`),
-      }),
+      c.spawn(
+        n,
+        'bash',
+        gate.gated('aria2c', [...aria2Common, ...seedTerms, `--dir=${nodeDirs[i]}`, `--on-bt-download-complete=${hook}`, torrent]),
+        { name: `leecher-${n.name}`, logFile: itemAt(leecherLogs, i) },
+      ),
     ),
   );
   services.push(...leechers);
+  const cpu = startCpuSampler(500, () => c.cpuSeconds());
+  let t0: number;
+  try {
+    t0 = await gate.open(leecherLogs);
+  } finally {
+    gate.close();
+  }
+  const changes = startRateChanges(c, a.links, t0, () => Date.now() / 1000);
 
   const done = new Map<string, number>();
   let originAtLast: Counters | undefined;
@@ -201,6 +214,7 @@ try {
     await sleep(50);
   }
   const cpuReport = cpu.stop();
+  const startSpreadSeconds = await gate.spread(leecherLogs, t0);
   const rateChanges = await changes.stop();
   const egressRecord = await egress.stop();
   await Promise.all(services.map((s) => s.stop(2000)));
@@ -265,6 +279,7 @@ try {
     egress: egressRecord,
     ownBound: own.ownBound,
     perNode: own.perNode,
+    startSpreadSeconds,
   };
   console.log(
     `BitTorrent (aria2 ${N} leechers + 1 seeder, opentracker): ${a.sizeText} (${F} B) in ${F / 2 ** pieceLog2} pieces of ${2 ** pieceLog2 / 1024} KiB; ` +
@@ -310,6 +325,7 @@ try {
       `their download caps dropped ${fixed(result.downloadQueueDropPct, 2)}% of packets (queues full; retransmitted)`,
   );
   for (const line of own.lines) console.log(line);
+  console.log(`every leecher went on within ${fixed(startSpreadSeconds, 3)} s of the start gate`);
   for (const change of rateChanges) console.log(`${change.node}'s link changed at ${fixed(change.inPlace)} s (asked for ${change.at} s)`);
   console.log(
     `per node (s): ${[...timings]

@@ -2,7 +2,8 @@
 // share: the command line, the budget check, the test blob, and the summary of a run.
 
 import { spawn } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { formatBitRate, parseBitRate, parseSize } from '../../src/common/units.js';
 import { nowSeconds, type Cluster, type ClusterHost, type CpuReport } from './cluster.js';
@@ -298,6 +299,60 @@ export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: strin
         clearTimeout(deadline);
       }
     },
+  };
+}
+
+/** A start gate for clients that run as the cluster's services (holdStartGate). */
+export interface StartGate {
+  /** bash argv that prints READY, waits for the gate, prints `GO <epoch seconds>` and runs `cmd args`. */
+  gated(cmd: string, args: string[]): string[];
+  /** Once every log shows READY, opens the gate; resolves to when it opened (epoch seconds). */
+  open(logFiles: string[]): Promise<number>;
+  /** The latest any client went on after the gate opened at `openedAt`, read from the GO lines of the logs. */
+  spread(logFiles: string[], openedAt: number): Promise<number>;
+  /** Lets go of the lock if the gate was never opened. */
+  close(): void;
+}
+
+/**
+ * A gate for long-running clients (aria2c leechers) that are the run's services, not one-shot
+ * pulls: each waits on a shared flock(1) of a file under `dir` while this process holds it
+ * exclusively (the namespaces share the filesystem); opening the gate lets go of it and every
+ * client goes on at once. The same reason as armWholePulls: spawned one by one, the last started late.
+ */
+export async function holdStartGate(dir: string): Promise<StartGate> {
+  const lock = path.join(dir, 'start-gate.lock');
+  await writeFile(lock, '');
+  const holder = spawn('flock', ['-x', lock, '-c', 'echo HELD; read -r _'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    holder.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString('utf8');
+      if (out.startsWith('HELD')) resolve();
+    });
+    holder.once('error', (error) => reject(new Error(`cannot hold the start gate's lock: ${error.message}`)));
+    holder.once('exit', (code) => reject(new Error(`flock exited (${code}) before holding the start gate's lock`)));
+  });
+  const readAll = (files: string[]) => Promise.all(files.map((file) => readFile(file, 'utf8').catch(() => '')));
+  return {
+    gated: (cmd, args) => ['-c', 'echo READY; flock -s "$0" true || exit 90; echo "GO $EPOCHREALTIME"; exec "$@"', lock, cmd, ...args],
+    async open(logFiles) {
+      const deadline = Date.now() + GATE_TIMEOUT_MS;
+      for (;;) {
+        const logs = await readAll(logFiles);
+        if (logs.every((log) => log.includes('READY\n'))) break;
+        if (Date.now() > deadline) throw new Error(`the clients did not all reach the start gate in ${GATE_TIMEOUT_MS / 1000} s`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const openedAt = Date.now() / 1000;
+      holder.stdin.end();
+      return openedAt;
+    },
+    async spread(logFiles, openedAt) {
+      const starts = (await readAll(logFiles)).map((log) => Number(/^GO (\d+(?:\.\d+)?)$/m.exec(log)?.[1] ?? NaN));
+      return Math.max(0, ...starts.map((go) => go - openedAt));
+    },
+    close: () => holder.kill(),
   };
 }
 
