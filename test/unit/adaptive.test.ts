@@ -82,6 +82,26 @@ function engine(config: Partial<SchedulingConfig> = {}, pieces = PIECES) {
 
 const all = (n: number) => [...Array(n).keys()];
 
+type Engine = ReturnType<typeof engine>;
+
+/** A seed that read its first four pieces from the origin 4 times as fast as a node receives. */
+function fastSeed(e: Engine): Peer {
+  const seed = e.join('seed', { seed: true });
+  e.starts(seed, 0);
+  for (let k = 0; k < 4; k++) {
+    e.at(1_000 + ((k + 1) * FAST) / 4);
+    e.stores(seed, k, 0);
+  }
+  return seed;
+}
+
+/** Piece `index` starts arriving at `peer` now and is stored at `at` ms. */
+function receives(e: Engine, peer: Peer, index: number, at: number): void {
+  e.starts(peer, index);
+  e.at(at);
+  e.stores(peer, index);
+}
+
 /** A seed holding the blob, and a chain seed → a → s → c whose first piece is on its way down. */
 function chainWithMiddle(e: ReturnType<typeof engine>) {
   e.join('seed', { seed: true }, all(PIECES));
@@ -391,21 +411,11 @@ describe('adaptive shape: where slow peers go', () => {
 
   it('a seed whose link carries several chains takes a chain child beyond its fan-out', () => {
     const e = engine();
-    // The seed reads the origin 4 times as fast as a node receives.
-    const seed = e.join('seed', { seed: true });
+    const seed = fastSeed(e);
     assert.equal(seed.state, 'backToSource');
-    e.starts(seed, 0);
-    for (let k = 0; k < 4; k++) {
-      e.at(1_000 + ((k + 1) * FAST) / 4);
-      e.stores(seed, k, 0);
-    }
     const a = e.join('a');
-    e.starts(a, 0);
-    e.at(1_000 + 2 * FAST);
-    e.stores(a, 0);
-    e.starts(a, 1);
-    e.at(1_000 + 3 * FAST);
-    e.stores(a, 1);
+    receives(e, a, 0, 1_000 + 2 * FAST);
+    receives(e, a, 1, 1_000 + 3 * FAST);
     const b = e.join('b');
     assert.deepEqual(e.lastParents(b), ['seed'], 'the seed has room for b; a pipeline would chain it under a');
     assert.equal(seed.children.size, 2);
@@ -413,33 +423,20 @@ describe('adaptive shape: where slow peers go', () => {
 
   it('takes one chain child by its room at a time: a score of peers joining at once do not all go under it', () => {
     const e = engine();
-    const seed = e.join('seed', { seed: true });
-    e.starts(seed, 0);
-    for (let k = 0; k < 4; k++) {
-      e.at(1_000 + ((k + 1) * FAST) / 4);
-      e.stores(seed, k, 0);
-    }
+    const seed = fastSeed(e);
     // The first node received at a quarter of a node's rate (a loaded machine at a swarm's start):
     // the reference reads low, and the seed's room as if sixteen such chains fitted.
     const a = e.join('a');
-    e.starts(a, 0);
-    e.at(1_000 + 4 * FAST);
-    e.stores(a, 0);
-    e.starts(a, 1);
-    e.at(1_000 + 8 * FAST);
-    e.stores(a, 1);
+    receives(e, a, 0, 1_000 + 4 * FAST);
+    receives(e, a, 1, 1_000 + 8 * FAST);
     e.starts(a, 2);
     const joined = all(10).map((i) => e.join(`j${i}`));
     assert.equal(seed.children.size, 2, 'a and one more: the next waits until that one shows what it takes');
     const [first] = joined;
     assert.ok(first);
     assert.deepEqual(e.lastParents(first), ['seed']);
-    e.starts(first, 1);
-    e.at(1_000 + 9 * FAST);
-    e.stores(first, 1);
-    e.starts(first, 2);
-    e.at(1_000 + 10 * FAST);
-    e.stores(first, 2);
+    receives(e, first, 1, 1_000 + 9 * FAST);
+    receives(e, first, 2, 1_000 + 10 * FAST);
     assert.equal(seed.children.size, 3, 'its chain children measured, the seed takes one more of those waiting');
   });
 });
