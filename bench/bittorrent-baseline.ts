@@ -174,13 +174,13 @@ try {
     ),
   );
   services.push(...leechers);
-  const cpu = startCpuSampler(500, () => c.cpuSeconds());
   let t0: number;
   try {
     t0 = await gate.open(leecherLogs);
   } finally {
     gate.close();
   }
+  const cpu = startCpuSampler(500, () => c.cpuSeconds());
   const changes = startRateChanges(c, a.links, t0, () => Date.now() / 1000);
 
   const done = new Map<string, number>();

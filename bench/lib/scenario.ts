@@ -244,6 +244,14 @@ export interface ArmedPulls {
   release(): Promise<WholePull[]>;
 }
 
+/** What a gated shell prints once the gate lets it go: its clock (bash's), read back by wentOnAt. */
+const GO_LINE = 'echo "GO $EPOCHREALTIME"';
+
+/** When a gated shell went on (epoch seconds), from its output's GO line; NaN without one. */
+function wentOnAt(output: string): number {
+  return Number(/^GO (\d+(?:\.\d+)?)$/m.exec(output)?.[1] ?? NaN);
+}
+
 /** How long the nodes' shells may take to reach the gate before the run is called off. */
 const GATE_TIMEOUT_MS = 120_000;
 
@@ -259,7 +267,7 @@ const PULL_TIMEOUT_MS = 3_600_000;
  * fails the run, not just this data point.
  */
 export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: string, size: number, sha256: string): Promise<ArmedPulls> {
-  const script = `echo READY >&2; read -r _ || exit 90; echo "GO $EPOCHREALTIME" >&2; set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`;
+  const script = `echo READY >&2; read -r _ || exit 90; ${GO_LINE} >&2; set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`;
   const waiting = nodes.map((node) => gatedShell(c, node, script, url));
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -291,8 +299,7 @@ export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: strin
             if (code !== 0 || !m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer (exit ${code}): ${stderr.trim()}`);
             const got = stdout.trim().split(/\s+/)[0];
             if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
-            const go = /^GO (\d+(?:\.\d+)?)$/m.exec(stderr);
-            return { node, endedAt, curlSeconds: Number(m[3]), startDelay: go ? Number(go[1]) - opened : NaN };
+            return { node, endedAt, curlSeconds: Number(m[3]), startDelay: wentOnAt(stderr) - opened };
           }),
         );
       } finally {
@@ -335,7 +342,7 @@ export async function holdStartGate(dir: string): Promise<StartGate> {
   });
   const readAll = (files: string[]) => Promise.all(files.map((file) => readFile(file, 'utf8').catch(() => '')));
   return {
-    gated: (cmd, args) => ['-c', 'echo READY; flock -s "$0" true || exit 90; echo "GO $EPOCHREALTIME"; exec "$@"', lock, cmd, ...args],
+    gated: (cmd, args) => ['-c', `echo READY; flock -s "$0" true || exit 90; ${GO_LINE}; exec "$@"`, lock, cmd, ...args],
     async open(logFiles) {
       const deadline = Date.now() + GATE_TIMEOUT_MS;
       for (;;) {
@@ -349,8 +356,7 @@ export async function holdStartGate(dir: string): Promise<StartGate> {
       return openedAt;
     },
     async spread(logFiles, openedAt) {
-      const starts = (await readAll(logFiles)).map((log) => Number(/^GO (\d+(?:\.\d+)?)$/m.exec(log)?.[1] ?? NaN));
-      return Math.max(0, ...starts.map((go) => go - openedAt));
+      return Math.max(0, ...(await readAll(logFiles)).map((log) => wentOnAt(log) - openedAt));
     },
     close: () => holder.kill(),
   };
