@@ -14,7 +14,7 @@ import { BlobStore } from '../storage/blob-store.js';
 import { Spool } from '../storage/spool.js';
 import type { PeerConfig } from './config.js';
 import { readLabelsFile } from './labels.js';
-import { createPeerMetrics } from './metrics.js';
+import { createPeerMetrics, originReadCounts } from './metrics.js';
 import { AccessChecker } from './access/checker.js';
 import { BlobService } from './mirror/blobs.js';
 import { MIRROR_LIMITS, mirrorHandler } from './mirror/server.js';
@@ -159,6 +159,7 @@ export async function startPeer(config: PeerConfig, log: Logger): Promise<Runnin
         pieceTimeoutMs: config.swarm.pieceTimeoutMs,
         stallMs: config.swarm.stallMs,
         onParentDropped: (reason) => metrics.parentsDropped.inc({ reason: reason.replace('FAILURE_REASON_', '').toLowerCase() }),
+        originCounts: originReadCounts(metrics),
       },
       tasks,
       transport,

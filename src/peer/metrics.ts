@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { BlobStore } from '../storage/blob-store.js';
+import type { OriginReadCounts } from './sources/origin-source.js';
 
 /** The peer's Prometheus metrics; the first question users ask is answered by downloadedBytes{source}. */
 export function createPeerMetrics(registry: Registry, store: () => BlobStore | undefined) {
@@ -83,6 +84,11 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
       help: 'Bytes evicted to stay within the disk quota',
       registers,
     }),
+    originRequests: new Counter({
+      name: 'starling_peer_origin_requests_total',
+      help: 'Blob GETs this peer sent to origin registries: whole blobs, runs of pieces and spans',
+      registers,
+    }),
     originRangeIgnored: new Counter({
       name: 'starling_peer_origin_range_ignored_total',
       help: 'Range requests that an origin answered with the whole blob',
@@ -108,3 +114,8 @@ export function createPeerMetrics(registry: Registry, store: () => BlobStore | u
 }
 
 export type PeerMetrics = ReturnType<typeof createPeerMetrics>;
+
+/** The counters an origin read bumps, for the mirror's and the swarm's reads alike. */
+export function originReadCounts(metrics: PeerMetrics): OriginReadCounts {
+  return { sent: () => metrics.originRequests.inc(), rangeIgnored: () => metrics.originRangeIgnored.inc() };
+}

@@ -10,9 +10,9 @@ import { checksAgainstToc, READ_CHECKED_HEADER, READ_PRIORITY_HEADER, readPriori
 import type { PieceSpan } from '../../rpc/upload-api.js';
 import { pieceBounds } from '../../storage/piece-plan.js';
 import type { BlobTask } from '../blob-task.js';
-import type { PeerMetrics } from '../metrics.js';
+import { originReadCounts, type PeerMetrics } from '../metrics.js';
 import { arrivingBytes, type SpanView } from '../piece-spans.js';
-import { OriginSource, relayableHeaders } from '../sources/origin-source.js';
+import { OriginSource, relayableHeaders, type OriginReadCounts } from '../sources/origin-source.js';
 import { UpstreamStatusError, type PieceSource } from '../sources/piece-source.js';
 import type { BlobProbe, TaskLease, TaskManager } from '../task-manager.js';
 import { multipartLayout, parseRange, type ByteRange } from '../http-range.js';
@@ -41,9 +41,11 @@ export interface BlobServiceDeps {
 /** Serves `HEAD|GET /v2/<name>/blobs/<digest>` from the piece store, fetching what is missing. */
 export class BlobService {
   private readonly streamer: BlobStreamer;
+  private readonly originCounts: OriginReadCounts;
 
   constructor(private readonly deps: BlobServiceDeps) {
     this.streamer = new BlobStreamer(deps);
+    this.originCounts = originReadCounts(deps.metrics);
   }
 
   async handle(req: IncomingMessage, res: ServerResponse, digest: string, blobUrl: URL): Promise<void> {
@@ -52,7 +54,7 @@ export class BlobService {
     if (lease === 'refused') return;
     if (lease.foreign) {
       try {
-        return await serveFromNamedRegistry(req, res, blobUrl, lease.task, this.deps);
+        return await serveFromNamedRegistry(req, res, blobUrl, lease.task, { ...this.deps, originCounts: this.originCounts });
       } finally {
         lease.release();
       }
@@ -64,7 +66,7 @@ export class BlobService {
         this.deps.transport,
         this.deps.downloadLimiter,
         this.deps.log,
-        () => this.deps.metrics.originRangeIgnored.inc(),
+        this.originCounts,
       );
       await this.respond(req, res, lease.task, origin, blobUrl);
     } catch (error) {
@@ -204,7 +206,8 @@ export class BlobService {
       const plan: StreamPlan = {
         whole,
         fetchedForThis,
-        fromRegistry: (start, end) => relayRangeFromRegistry(res, blobUrl, authorization, start, end, this.deps.transport),
+        fromRegistry: (start, end) =>
+          relayRangeFromRegistry(res, blobUrl, authorization, start, end, this.deps.transport, this.originCounts),
         spans: spanned,
         fetchWhole,
       };

@@ -13,7 +13,7 @@ import type { BlobSource } from '../../storage/stored-blob.js';
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
 import { parseRange, type ByteRange } from '../http-range.js';
-import { relayableHeaders } from '../sources/origin-source.js';
+import { relayableHeaders, type OriginReadCounts } from '../sources/origin-source.js';
 import type { TaskManager } from '../task-manager.js';
 import { coveringPieces } from './blob-stream.js';
 import { passThrough } from './manifests.js';
@@ -21,6 +21,7 @@ import { API_VERSION_HEADER, ClientGoneError, writeBlobHead, writeChunk } from '
 
 export interface NamedRegistryDeps {
   transport: RegistryTransport;
+  originCounts: OriginReadCounts;
   tasks: TaskManager;
   /** Where a blob waits for its digest check before any of it is served. */
   spool: Spool;
@@ -62,7 +63,7 @@ export async function serveFromNamedRegistry(
       headers: { 'content-range': `bytes */${task.size}` },
     });
   }
-  const named = { url: blobUrl, authorization, transport: deps.transport };
+  const named = { url: blobUrl, authorization, transport: deps.transport, counts: deps.originCounts };
   let deliveredWhole: boolean;
   if (asked.kind === 'none' && task.complete) {
     deliveredWhole = await compareWithStored(res, named, task, { start: 0, end: task.size - 1 }, false);
@@ -86,6 +87,7 @@ interface NamedBlob {
   url: URL;
   authorization: string | undefined;
   transport: RegistryTransport;
+  counts: OriginReadCounts;
 }
 
 function coveredVerified(task: BlobTask, range: ByteRange): boolean {
@@ -107,6 +109,7 @@ async function askRegistry(
   const headers: Record<string, string> = {};
   if (named.authorization) headers.authorization = named.authorization;
   if (range) headers.range = `bytes=${range.start}-${range.end}`;
+  named.counts.sent();
   const response = await named.transport.send(named.url, { headers });
   const { registry, digest } = parseBlobUrl(named.url);
   const length = Number(response.headers['content-length']);
@@ -292,9 +295,11 @@ export async function relayRangeFromRegistry(
   start: number,
   end: number,
   transport: RegistryTransport,
+  counts: OriginReadCounts,
 ): Promise<void> {
   const headers: Record<string, string> = { range: `bytes=${start}-${end}` };
   if (authorization) headers.authorization = authorization;
+  counts.sent();
   const response = await transport.send(blobUrl, { headers });
   const answered = String(response.headers['content-range'] ?? '');
   if (response.statusCode !== 206 || !answered.startsWith(`bytes ${start}-${end}/`)) {

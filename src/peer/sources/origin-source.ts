@@ -34,6 +34,16 @@ function parseContentRange(header: string): { start: number; end: number; total?
   return { start: Number(m[1]), end: Number(m[2]), ...(m[3] === '*' ? {} : { total: Number(m[3]) }) };
 }
 
+/** What an origin read tells the peer's metrics. */
+export interface OriginReadCounts {
+  /** A blob GET went to the origin: a whole blob, a run of pieces or a span. */
+  sent(): void;
+  /** The origin answered a Range request with the whole blob. */
+  rangeIgnored(): void;
+}
+
+const UNCOUNTED: OriginReadCounts = { sent: () => undefined, rangeIgnored: () => undefined };
+
 /**
  * Fetches pieces of one blob straight from its origin (a registry blob URL), with the client's
  * credentials. Runs that are not the whole blob are fetched with one Range request each; an
@@ -48,7 +58,7 @@ export class OriginSource implements PieceSource {
     private readonly transport: RegistryTransport,
     private readonly limiter: RateLimiter,
     private readonly log: Logger,
-    private readonly onRangeIgnored: () => void = () => undefined,
+    private readonly counts: OriginReadCounts = UNCOUNTED,
     /**
      * Bytes of a piece this peer already read from this origin (spans it read for lazy readers,
      * piece-spans.ts): a piece that has some is filled around them, so the registry sends each
@@ -131,13 +141,14 @@ export class OriginSource implements PieceSource {
     const headers = { ...this.headers };
     if (!wholeBlob) headers.range = `bytes=${start}-${end}`;
 
+    this.counts.sent();
     const response = await this.transport.sendForBuffers(this.url, { headers, signal, expectedBytes: end + 1 - start });
     const { statusCode } = response;
     let bodyStart: number;
     if (statusCode === 200) {
       if (!wholeBlob) {
         this.log.warn({ origin: this.url.host }, 'origin ignored a Range request; reading the blob from its start instead');
-        this.onRangeIgnored();
+        this.counts.rangeIgnored();
       }
       const length = Number(response.headers['content-length'] ?? layout.size);
       if (length !== layout.size) {
@@ -177,12 +188,13 @@ export class OriginSource implements PieceSource {
   async readRange(start: number, end: number, into: GrowingPiece, signal?: AbortSignal): Promise<void> {
     const length = end - start + 1;
     const headers = { ...this.headers, range: `bytes=${start}-${end}` };
+    this.counts.sent();
     const response = await this.transport.sendForBuffers(this.url, { headers, signal, expectedBytes: length });
     const contentRange = String(response.headers['content-range'] ?? '');
     const answered = parseContentRange(contentRange);
     if (response.statusCode !== 206 || answered?.start !== start || answered.end !== end) {
       response.body.destroy();
-      if (response.statusCode === 200) this.onRangeIgnored();
+      if (response.statusCode === 200) this.counts.rangeIgnored();
       throw new UpstreamStatusError(
         response.statusCode,
         relayableHeaders(response.headers),

@@ -11,7 +11,7 @@ import { pieceBounds, pieceSizeFor, type PieceLayout } from '../../storage/piece
 import { readableAnonymously } from '../access/checker.js';
 import type { BlobTask } from '../blob-task.js';
 import { PieceSpans, type SpanView } from '../piece-spans.js';
-import { OriginSource } from '../sources/origin-source.js';
+import { OriginSource, type OriginReadCounts } from '../sources/origin-source.js';
 import type { PieceProvenance, PieceRun, PieceSink, PieceSource } from '../sources/piece-source.js';
 import type { TaskManager } from '../task-manager.js';
 import { keepaliveFromHost, ManagerClient } from './manager-client.js';
@@ -30,6 +30,8 @@ export interface SwarmOptions extends SwarmSettings {
   uploadSlots: number;
   uploadBandwidth: number;
   uploadSlotsInUse: () => number;
+  /** Counts this peer's reads of origin registries (the peer's metrics). */
+  originCounts?: OriginReadCounts;
 }
 
 /** The default host id: unique per peer daemon even when several share one machine. */
@@ -240,7 +242,7 @@ export class Swarm {
       this.transport,
       this.downloadLimiter,
       this.log,
-      undefined,
+      this.options.originCounts,
       why === 'seed' ? (index) => this.spans.complete(task.digest, index) : undefined,
     );
     this.log.info({ task: task.digest, origin: new URL(request.origin.url).host, why }, 'fetching task for the swarm');
