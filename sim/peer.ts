@@ -487,15 +487,22 @@ export class SimDownload {
    */
   private retireLink(link: SimLink): void {
     this.closeLink(link);
+    this.giveUpRetiredStragglers();
+  }
+
+  /** pieces-from-parents.ts retiredStragglers(): pieces from replaced parents that come far slower than expected are given up. */
+  private giveUpRetiredStragglers(): void {
     for (const attempts of [...this.attempts.values()]) {
       for (const attempt of attempts) {
-        if (attempt.link !== link || attempt.done) continue;
+        if (!attempt.link.closed || attempt.done || !attempt.flow) continue;
+        let parentsServe = 0;
+        for (const link of this.links.values()) if (link.offers(attempt.index)) parentsServe = Math.max(parentsServe, link.rate);
         const progress = {
-          receivedBytes: attempt.flow ? this.world.net.delivered(attempt.flow) : 0,
+          receivedBytes: this.world.net.delivered(attempt.flow),
           elapsedMs: (this.now - attempt.started) * 1000,
           length: pieceLength(this.task, attempt.index),
         };
-        if (attempt.flow && dropsWithRetiredParent(progress, link.rate)) this.abort(attempt);
+        if (dropsWithRetiredParent(progress, attempt.link.rate, parentsServe)) this.abort(attempt);
       }
     }
   }
@@ -879,6 +886,7 @@ export class SimDownload {
 
   private checkProgress(): void {
     if (this.finished || this.mode === 'origin' || this.wantedCount === 0) return;
+    this.giveUpRetiredStragglers();
     this.pump();
     const verdict = stallVerdict((this.now - this.lastProgress) * 1000, this.world.settings.stall * 1000, this.attempts.size);
     if (verdict === 'origin') this.goToOrigin();

@@ -77,8 +77,21 @@ describe('a piece on its way from a parent the scheduler replaced', () => {
     assert.equal(dropsWithRetiredParent({ receivedBytes: length - 1_000, elapsedMs: 30_000, length }, servedBefore), false);
   });
 
-  it('finishes when nothing says it is late: just begun, or a parent that served nothing before', () => {
+  it('finishes when nothing says it is late: just begun, or a parent that served nothing before and no parent that offers the piece', () => {
     assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: ENDGAME_AFTER_MS - 1, length }, servedBefore), false);
     assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: 30_000, length }, 0), false);
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 0, elapsedMs: 30_000, length }, 0, 0), false);
+  });
+
+  it('judges a piece from a parent that served nothing before by what the parents offering it now serve', () => {
+    // A relay of a 2 Mbit/s node's trickle, 10 s in, while the new parent serves at 10 Mbit/s: the
+    // rest (1.7 MB at 250 bytes/ms, 6.8 s) takes longer than the piece anew (3.4 s).
+    const trickle = { receivedBytes: 10_000 * 250, elapsedMs: 10_000, length };
+    const newParent = 1_250; // bytes per ms: 10 Mbit/s
+    assert.equal(dropsWithRetiredParent(trickle, 0, newParent), true);
+    // The same piece coming at the new parent's pace finishes.
+    assert.equal(dropsWithRetiredParent({ receivedBytes: 2_000 * newParent, elapsedMs: 2_000, length }, 0, newParent), false);
+    // What the retired parent served before, when it did, is the measure, not the new parents'.
+    assert.equal(dropsWithRetiredParent(trickle, 300, newParent), false);
   });
 });

@@ -208,19 +208,22 @@ export class PiecesFromParents {
   }
 
   /**
-   * The scheduler replaced some parents (their links are retired, not dropped): a piece on its way
-   * from one of them that arrives far slower than that parent served before is given up
-   * (policy dropsWithRetiredParent), and its relays to this peer's children end with it, so that
-   * they and it ask the piece of the new parents. The others finish. Returns the pieces given up.
+   * Pieces on their way from parents the scheduler replaced (their links are retired, not
+   * dropped): one that arrives far slower than expected of a parent (policy
+   * dropsWithRetiredParent) is given up, and its relays to this peer's children end with it, so
+   * that they and it ask the piece of the new parents. The others finish. Asked when parents are
+   * replaced and at every watchdog round. Returns the pieces given up.
    */
-  parentsRetired(): number[] {
+  retiredStragglers(): number[] {
     const now = Date.now();
     const given: number[] = [];
     for (const [index, attempts] of this.attempts) {
       for (const attempt of attempts) {
         if (!attempt.link.closed || attempt.controller.signal.aborted) continue;
         const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started, length: attempt.length };
-        if (!dropsWithRetiredParent(progress, attempt.link.rate)) continue;
+        let parentsServe = 0;
+        for (const link of this.parents) if (link.offers(index)) parentsServe = Math.max(parentsServe, link.rate);
+        if (!dropsWithRetiredParent(progress, attempt.link.rate, parentsServe)) continue;
         attempt.controller.abort();
         given.push(index);
       }

@@ -336,12 +336,7 @@ export class SwarmDownload {
         // Parents of its own now: they pass spans on (the seeds named while it waited are let go).
         if (packet.parents.parents?.length) this.parents.spanSources([]);
         this.wakeSpanReaders();
-        for (const index of this.fromParents.parentsRetired()) {
-          this.log.info(
-            { task: this.task.digest, index },
-            'piece on its way from a replaced parent arrives far slower than it served: asked anew',
-          );
-        }
+        this.giveUpRetiredStragglers();
         break;
       case 'swarmReading':
         this.fromParents.swarmReading(packet.swarmReading.onDemand);
@@ -445,6 +440,7 @@ export class SwarmDownload {
   private checkProgress(): void {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.resumeIfWanting(); // a swarm that read on demand past SWARM_READING_HOLD_MAX_MS holds background pieces no longer
+    this.giveUpRetiredStragglers();
     this.pump();
     if (this.fromParents.waitsForSwarmOnly(Date.now())) {
       this.lastProgress = Date.now(); // waiting on purpose while other nodes start: no stall
@@ -454,6 +450,15 @@ export class SwarmDownload {
     const verdict = stallVerdict(idle, this.settings.stallMs, this.fromParents.onTheirWay, this.session.connected);
     if (verdict === 'origin') this.goToOrigin(`nothing stored for ${idle} ms`);
     else if (verdict === 'reschedule') this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
+  }
+
+  private giveUpRetiredStragglers(): void {
+    for (const index of this.fromParents.retiredStragglers()) {
+      this.log.info(
+        { task: this.task.digest, index },
+        'piece on its way from a replaced parent arrives far slower than expected: asked anew',
+      );
+    }
   }
 
   private goToOrigin(reason: string): void {

@@ -45,25 +45,31 @@ export function wantsSecondParent(
 export const RETIRED_SLOWER = 2;
 
 /**
- * Whether a piece on its way from a parent the scheduler has just replaced is given up, to be
- * asked of the new parents. The scheduler moves a child off a parent that slowed down; a piece
- * left to finish from it arrives at the slowed pace, and in a chain every peer below relays that
- * same piece, one at a time: the simulator showed 8 peers below a node cut to a tenth of its
- * rate waiting 45 s on one 4 MiB piece after their chain had been moved (docs/benchmarks.md,
- * "Uneven clusters"). Yes, after ENDGAME_AFTER_MS, when the rest of the piece at its pace so far
- * would take longer than the whole piece at the pace the retired parent served before, and the
- * piece comes RETIRED_SLOWER times slower than that pace (bytes per millisecond; 0 while it served
- * none, and then no: nothing says the piece is late). A piece
- * arriving at the parent's usual pace, or nearly done, finishes: cutting it would throw its bytes
- * away for nothing.
+ * Whether a piece on its way from a parent the scheduler replaced is given up, to be asked of the
+ * new parents. The scheduler moves a child off a parent that slowed down; a piece left to finish
+ * from it arrives at the slowed pace, and in a chain every peer below relays that same piece, one
+ * at a time: the simulator showed 8 peers below a node cut to a tenth of its rate waiting 45 s on
+ * one 4 MiB piece after their chain had been moved (docs/benchmarks.md, "Uneven clusters"). Yes,
+ * after ENDGAME_AFTER_MS, when the rest of the piece at its pace so far would take longer than the
+ * whole piece at the pace expected, and the piece comes RETIRED_SLOWER times slower than that
+ * (bytes per millisecond). Expected: what the retired parent served before; if it served nothing,
+ * what the fastest parent offering the piece now serves (`parentsServe`); with neither, no:
+ * nothing says the piece is late. (Judged only by the retired parent, a piece from one that had
+ * served nothing was kept, and a dozen 20 Mbit/s nodes below relayed it at a 2 Mbit/s node's
+ * pace for 30 s, each allowed one piece at a time by its parent: simulated, 32 nodes at 20/10/2
+ * Mbit/s. Judged by the fastest any parent ever served, nodes once fed by a seed gave up pieces
+ * that came at their chain's pace.) A piece arriving at the expected pace, or nearly done,
+ * finishes: cutting it would throw its bytes away for nothing.
  */
 export function dropsWithRetiredParent(
   attempt: { receivedBytes: number; elapsedMs: number; length: number },
   retiredParentRate: number,
+  parentsServe = 0,
 ): boolean {
-  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(retiredParentRate > 0)) return false;
-  if (attempt.receivedBytes * RETIRED_SLOWER > retiredParentRate * attempt.elapsedMs) return false;
+  const expected = retiredParentRate > 0 ? retiredParentRate : parentsServe;
+  if (attempt.elapsedMs < ENDGAME_AFTER_MS || !(expected > 0)) return false;
+  if (attempt.receivedBytes * RETIRED_SLOWER > expected * attempt.elapsedMs) return false;
   const rest = Math.max(0, attempt.length - attempt.receivedBytes);
-  // rest / pace > length / retiredParentRate, with pace = receivedBytes / elapsedMs (0 allowed).
-  return rest * attempt.elapsedMs * retiredParentRate > attempt.length * attempt.receivedBytes;
+  // rest / pace > length / expected, with pace = receivedBytes / elapsedMs (0 allowed).
+  return rest * attempt.elapsedMs * expected > attempt.length * attempt.receivedBytes;
 }
