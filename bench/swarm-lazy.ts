@@ -36,7 +36,18 @@ import { writeClusterPlots } from './lib/cluster-plots.js';
 import { startEgressSampler } from './lib/egress.js';
 import { debianImages, firstLayer, readFilesDigest, recordedPaths, rootfsPath, WORKLOAD } from './lib/debian-image.js';
 import { startNsRegistry, type NsRegistry } from './lib/ns-registry.js';
-import { boundLine, cpuLine, scenarioArgs, startRates, stringFlag, summarize, warnIfOverBudget, type NodeTiming } from './lib/scenario.js';
+import {
+  armWholePulls,
+  boundLine,
+  cpuLine,
+  scenarioArgs,
+  startRates,
+  startSpread,
+  stringFlag,
+  summarize,
+  warnIfOverBudget,
+  type NodeTiming,
+} from './lib/scenario.js';
 import { fixed, table } from './lib/stats.js';
 import { MIRROR, startSwarm } from './lib/swarm.js';
 import { itemAt } from '../src/common/indexing.js';
@@ -81,6 +92,8 @@ interface ScenarioResult {
   perNode: NodeTiming[];
   /** Lazy: seconds until each node's mount was ready (before reading the files). */
   mounted?: number[];
+  /** Whole pulls: the latest a node's pull began after the start gate opened, in seconds. */
+  startSpreadSeconds?: number;
   registryBytes: number;
   registryCopies: number;
   registryPeakBitsPerSecond: number;
@@ -165,6 +178,8 @@ try {
       );
     }
 
+    // Whole pulls wait at a gate until every node's curl is spawned (armWholePulls), as in bench/swarm-cluster.ts.
+    const pulls = scenario === 'full' ? await armWholePulls(c, c.nodes, url, F, layer.digest.slice('sha256:'.length)) : undefined;
     const registryLogBefore = blobBytesSent(registry.requests(), layer.digest);
     const countersBefore = await c.allCounters();
     const egress = await startEgressSampler(c, c.origin);
@@ -174,7 +189,8 @@ try {
     let timings: NodeTiming[];
     let mounted: number[] | undefined;
     let fetched: number[] = [];
-    if (scenario === 'lazy') {
+    let startSpreadSeconds: number | undefined;
+    if (!pulls) {
       // Written aside and renamed: a reader must never see the file before its content.
       await fsp.writeFile(`${goFile}.tmp`, String(Date.now()));
       await fsp.rename(`${goFile}.tmp`, goFile);
@@ -195,17 +211,9 @@ try {
       mounted = outcomes.map((o) => o.mounted);
       fetched = outcomes.map((o) => o.fetched);
     } else {
-      timings = await Promise.all(
-        c.nodes.map(async (node) => {
-          const res = await c.exec(node, 'bash', ['-c', `set -o pipefail; curl -sS --fail --noproxy '*' "$0" | sha256sum`, url], {
-            timeoutMs: 3_600_000,
-          });
-          const done = nowSeconds() - t0;
-          if (res.stdout.trim().split(/\s+/)[0] !== layer.digest.slice(7))
-            throw new Error(`${node.name}: the layer does not match its digest: ${res.stderr.trim()}`);
-          return { node: node.name, done };
-        }),
-      );
+      const pulled = await pulls.release();
+      timings = pulled.map(({ node, endedAt }) => ({ node: node.name, done: endedAt - t0 }));
+      startSpreadSeconds = startSpread(pulled);
     }
     const cpuReport = cpu.stop();
     const egressRecord = await egress.stop();
@@ -235,6 +243,7 @@ try {
       ratio: s.last / lowerBound.seconds,
       perNode: timings.map((t) => ({ node: t.node, done: +t.done.toFixed(3) })),
       mounted: mounted?.map((m) => +m.toFixed(3)),
+      startSpreadSeconds,
       registryBytes: blobBytesSent(registry.requests(), layer.digest) - registryLogBefore,
       registryCopies: egressRecord.bytes / F,
       registryPeakBitsPerSecond: egressRecord.peakBitsPerSecond,
@@ -246,6 +255,8 @@ try {
     console.error(`${LABELS[scenario]}: last node at ${fixed(s.last)} s (T* ${fixed(lowerBound.seconds)} s)`);
     console.error(`  ${boundLine(lowerBound)}`);
     console.error(`  ${cpuLine(cpuReport)}`);
+    if (startSpreadSeconds !== undefined)
+      console.error(`  every node's pull began within ${fixed(startSpreadSeconds, 3)} s of the start gate`);
     await swarm.stop();
   }
 
