@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  chainParentOffers,
   dropsWithRetiredParent,
   ENDGAME_AFTER_MS,
   ENDGAME_SLOWER,
@@ -93,5 +94,13 @@ describe('a piece on its way from a parent the scheduler replaced', () => {
     assert.equal(dropsWithRetiredParent({ receivedBytes: 2_000 * newParent, elapsedMs: 2_000, length }, 0, newParent), false);
     // What the retired parent served before, when it did, is the measure, not the new parents'.
     assert.equal(dropsWithRetiredParent(trickle, 300, newParent), false);
+  });
+
+  it('counts only chain parents (one piece at a time) that offer the piece for that measure', () => {
+    const offering = (piecesAtOnce: number | undefined) => ({ piecesAtOnce, offers: (index: number) => index === 3 });
+    assert.equal(chainParentOffers(offering(1), 3), true);
+    assert.equal(chainParentOffers(offering(1), 4), false, 'not offered');
+    assert.equal(chainParentOffers(offering(3), 3), false, 'a mesh parent: several pieces at once');
+    assert.equal(chainParentOffers(offering(undefined), 3), false, 'no cap set');
   });
 });
