@@ -39,7 +39,7 @@
 import type { HostInfo, ParentInfo, PeerPacket, SchedulerPacket } from '../src/rpc/scheduler-api.js';
 import type { Peer } from '../src/scheduler/resources.js';
 import { pieceTieBreaks, rarityClass } from '../src/peer/swarm/policy/candidate-order.js';
-import { chainParentOffers, dropsWithRetiredParent, ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/policy/endgame.js';
+import { chainParentsServe, dropsWithRetiredParent, ENDGAME_AFTER_MS, wantsSecondParent } from '../src/peer/swarm/policy/endgame.js';
 import { contiguousRuns, lastPieceFirst } from '../src/peer/swarm/policy/origin-runs.js';
 import { bestParentFor, parentIsFree, stillUploading, type ParentChoice, type ParentView } from '../src/peer/swarm/policy/parent-choice.js';
 import { ParentPace } from '../src/peer/swarm/policy/parent-pace.js';
@@ -495,15 +495,12 @@ export class SimDownload {
     for (const attempts of [...this.attempts.values()]) {
       for (const attempt of attempts) {
         if (!attempt.link.closed || attempt.done || !attempt.flow) continue;
-        let parentsServe = 0;
-        for (const link of this.links.values())
-          if (chainParentOffers(link, attempt.index)) parentsServe = Math.max(parentsServe, link.rate);
         const progress = {
           receivedBytes: this.world.net.delivered(attempt.flow),
           elapsedMs: (this.now - attempt.started) * 1000,
           length: pieceLength(this.task, attempt.index),
         };
-        if (dropsWithRetiredParent(progress, attempt.link.rate, parentsServe)) this.abort(attempt);
+        if (dropsWithRetiredParent(progress, attempt.link.rate, chainParentsServe(this.links.values(), attempt.index))) this.abort(attempt);
       }
     }
   }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
-  chainParentOffers,
+  chainParentsServe,
   dropsWithRetiredParent,
   ENDGAME_AFTER_MS,
   ENDGAME_SLOWER,
@@ -97,10 +97,10 @@ describe('a piece on its way from a parent the scheduler replaced', () => {
   });
 
   it('counts only chain parents (one piece at a time) that offer the piece for that measure', () => {
-    const offering = (piecesAtOnce: number | undefined) => ({ piecesAtOnce, offers: (index: number) => index === 3 });
-    assert.equal(chainParentOffers(offering(1), 3), true);
-    assert.equal(chainParentOffers(offering(1), 4), false, 'not offered');
-    assert.equal(chainParentOffers(offering(3), 3), false, 'a mesh parent: several pieces at once');
-    assert.equal(chainParentOffers(offering(undefined), 3), false, 'no cap set');
+    const parent = (piecesAtOnce: number | undefined, rate: number) => ({ piecesAtOnce, rate, offers: (index: number) => index === 3 });
+    assert.equal(chainParentsServe([parent(1, 500), parent(1, 800)], 3), 800, 'the fastest chain parent offering it');
+    assert.equal(chainParentsServe([parent(1, 500)], 4), 0, 'not offered');
+    assert.equal(chainParentsServe([parent(3, 900)], 3), 0, 'a mesh parent: several pieces at once');
+    assert.equal(chainParentsServe([parent(undefined, 900)], 3), 0, 'no cap set');
   });
 });

@@ -8,7 +8,7 @@ import { ParentBusyError, PieceCutShortError, PieceDeferredError, PieceMissingEr
 import type { ParentSet } from './parent-set.js';
 import { orderCandidates, pieceTieBreaks, type Candidate } from './policy/candidate-order.js';
 import { waitsForSwarm } from './policy/background-put-off.js';
-import { chainParentOffers, dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
+import { chainParentsServe, dropsWithRetiredParent, wantsSecondParent } from './policy/endgame.js';
 import { bestParentFor, stillUploading, type ParentChoice } from './policy/parent-choice.js';
 import { pieceCheckIntervalMs, RETRY_AFTER_FAILED_PIECE_MS } from './policy/stall.js';
 import type { WantedPieces } from './wanted-pieces.js';
@@ -221,9 +221,7 @@ export class PiecesFromParents {
       for (const attempt of attempts) {
         if (!attempt.link.closed || attempt.controller.signal.aborted) continue;
         const progress = { receivedBytes: attempt.growing?.filled ?? 0, elapsedMs: now - attempt.started, length: attempt.length };
-        let parentsServe = 0;
-        for (const link of this.parents) if (chainParentOffers(link, index)) parentsServe = Math.max(parentsServe, link.rate);
-        if (!dropsWithRetiredParent(progress, attempt.link.rate, parentsServe)) continue;
+        if (!dropsWithRetiredParent(progress, attempt.link.rate, chainParentsServe(this.parents, index))) continue;
         attempt.controller.abort();
         given.push(index);
       }

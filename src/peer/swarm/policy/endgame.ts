@@ -47,6 +47,21 @@ export function wantsSecondParent(
 export const RETIRED_SLOWER = 2;
 
 /**
+ * What the fastest chain parent offering piece `index` serves (bytes per millisecond; 0 if none):
+ * the pace expected of a piece from a replaced parent that served nothing (dropsWithRetiredParent).
+ * Chain parents only, those that give one piece at a time: below them a piece stuck upstream holds
+ * every peer, each waiting for its one piece; where parents give several at once (the mesh) the
+ * other pieces go on meanwhile, and the tail's endgame doubles a straggler instead of throwing it
+ * away. (Counting every parent, the simulated mesh of 32 nodes threw 3.4 copies away against
+ * under 1.)
+ */
+export function chainParentsServe(parents: Iterable<Pick<ParentView, 'piecesAtOnce' | 'offers' | 'rate'>>, index: number): number {
+  let fastest = 0;
+  for (const parent of parents) if (parent.piecesAtOnce === 1 && parent.offers(index)) fastest = Math.max(fastest, parent.rate);
+  return fastest;
+}
+
+/**
  * Whether a piece on its way from a parent the scheduler replaced is given up, to be asked of the
  * new parents. The scheduler moves a child off a parent that slowed down; a piece left to finish
  * from it arrives at the slowed pace, and in a chain every peer below relays that same piece, one
@@ -55,25 +70,14 @@ export const RETIRED_SLOWER = 2;
  * after ENDGAME_AFTER_MS, when the rest of the piece at its pace so far would take longer than the
  * whole piece at the pace expected, and the piece comes RETIRED_SLOWER times slower than that
  * (bytes per millisecond). Expected: what the retired parent served before; if it served nothing,
- * what the fastest chain parent offering the piece now serves (`parentsServe`, chainParentOffers);
- * with neither, no: nothing says the piece is late. (Judged only by the retired parent, a piece from one that had
- * served nothing was kept, and a dozen 20 Mbit/s nodes below relayed it at a 2 Mbit/s node's
- * pace for 30 s, each allowed one piece at a time by its parent: simulated, 32 nodes at 20/10/2
- * Mbit/s. Judged by the fastest any parent ever served, nodes once fed by a seed gave up pieces
+ * what the fastest chain parent offering the piece now serves (`parentsServe`, chainParentsServe);
+ * with neither, no: nothing says the piece is late. (Judged only by the retired parent, a piece
+ * from one that had served nothing was kept, and a dozen 20 Mbit/s nodes below relayed it at a
+ * 2 Mbit/s node's pace for 30 s, each allowed one piece at a time by its parent: simulated, 32
+ * nodes at 20/10/2 Mbit/s. Judged by the fastest any parent ever served, nodes once fed by a seed gave up pieces
  * that came at their chain's pace.) A piece arriving at the expected pace, or nearly done,
  * finishes: cutting it would throw its bytes away for nothing.
  */
-/**
- * A parent that counts for `parentsServe`: one that offers the piece and gives one piece at a time
- * (a chain's). Below such parents a piece stuck upstream holds every peer, each waiting for its
- * one piece; where parents give several at once (the mesh) the other pieces go on meanwhile, and
- * the tail's endgame doubles a straggler instead of throwing it away. (Counting every parent, the
- * simulated mesh of 32 nodes threw 3.4 copies away against under 1.)
- */
-export function chainParentOffers(parent: Pick<ParentView, 'piecesAtOnce' | 'offers'>, index: number): boolean {
-  return parent.piecesAtOnce === 1 && parent.offers(index);
-}
-
 export function dropsWithRetiredParent(
   attempt: { receivedBytes: number; elapsedMs: number; length: number },
   retiredParentRate: number,
