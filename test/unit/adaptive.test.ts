@@ -210,6 +210,75 @@ describe('adaptive shape: measuring from piece reports', () => {
   });
 });
 
+/**
+ * The chain of chainWithMiddle, a storing piece 0 at FAST while s still receives it; s reports
+ * what it received in all (`at` ms, bytes) in time order, and the periodic pass runs at `checkAt`.
+ */
+function reportingChain(progress: Array<[number, number]>, checkAt: number) {
+  const e = engine();
+  const peers = chainWithMiddle(e);
+  const report = ([at, bytes]: [number, number]) => {
+    e.at(at);
+    e.scheduling.piecesProgress(peers.s, bytes);
+  };
+  const aStored = 1_000 + FAST;
+  progress.filter(([at]) => at < aStored).forEach(report);
+  e.at(aStored);
+  e.stores(peers.a, 0);
+  e.starts(peers.a, 1);
+  progress.filter(([at]) => at >= aStored).forEach(report);
+  e.at(checkAt);
+  e.scheduling.tick();
+  return peers;
+}
+
+describe("adaptive shape: a peer's progress reports", () => {
+  it('find a child slow within a second of reports, long before its piece is late', () => {
+    // Half a second of reports, 60 KiB more: an eighth of the piece a stored in 400 ms would be 512 KiB.
+    const { a, s } = reportingChain(
+      [
+        [1_010, 1_000],
+        [1_510, 1_000 + 60 * 1024],
+      ],
+      1_520,
+    );
+    const cap = s.host.links.downCap;
+    assert.ok(cap !== undefined && Math.abs(cap - (60 * 1024) / 500) < 1, `s capped at what it received, ${cap} bytes/ms`);
+    assert.equal(a.host.links.downCap, undefined);
+  });
+
+  it('do not find a child slow that receives at its parent’s pace, nor judge a span shorter than half a second', () => {
+    const atPace = reportingChain(
+      [
+        [1_010, 0],
+        [1_410, PIECE - 64 * 1024],
+      ],
+      1_420,
+    );
+    assert.equal(atPace.s.host.links.downCap, undefined, 'it received what a did, 400 ms behind it');
+    const short = reportingChain(
+      [
+        [1_010, 0],
+        [1_400, 1024],
+      ],
+      1_410,
+    );
+    assert.equal(short.s.host.links.downCap, undefined, '390 ms of reports say nothing yet');
+  });
+
+  it('count only what came after the piece began: a report from before it, however low, judges nothing', () => {
+    // s was idle at 900 ms, before its first piece.
+    const { s } = reportingChain(
+      [
+        [900, 0],
+        [1_410, 1024],
+      ],
+      1_420,
+    );
+    assert.equal(s.host.links.downCap, undefined, 'one report since the piece began: no span to measure');
+  });
+});
+
 describe('adaptive shape: a piece judged against the parent it comes from', () => {
   /**
    * slowMiddle's chain after s went to ride: c moved up under a, as its piece 0 came in. A piece c
