@@ -287,8 +287,6 @@ export class SimDownload {
   readonly followers = new Set<SimLink>();
   /** Pieces arriving here now, offered to children as they come. */
   readonly growing = new Map<number, GrowingPiece>();
-  /** Payload bytes of requests to parents that ended (PiecesProgress). */
-  private receivedDone = 0;
   mode: Mode = 'connecting';
   /** When a pump is due for a busy parent's wait to end (simulated ms; Infinity: none). */
   private backoffWakeAt = Infinity;
@@ -403,8 +401,6 @@ export class SimDownload {
         switch (packet.packet) {
           case 'pieceStarted':
             return world.scheduling.pieceStarted(peer, packet.pieceStarted.index, { parentId: packet.pieceStarted.parentId });
-          case 'piecesProgress':
-            return world.scheduling.piecesProgress(peer, packet.piecesProgress.received);
           case 'pieceFinished':
             return world.scheduling.pieceFinished(peer, packet.pieceFinished);
           case 'pieceFailed':
@@ -705,7 +701,6 @@ export class SimDownload {
         length,
         () => {
           attempt.flow = undefined;
-          this.receivedDone += length;
           server.inUse--;
           // A relay's last byte waits for the parent to store the piece; the rest is in, so the
           // parent counts as free for the next piece already (stillUploading).
@@ -786,7 +781,6 @@ export class SimDownload {
   /** Cancels an attempt's transfer, freeing the parent's upload slot. */
   private stopFlow(attempt: Attempt): void {
     if (!attempt.flow) return;
-    this.receivedDone += this.world.net.delivered(attempt.flow);
     this.world.net.cancel(attempt.flow);
     attempt.flow = undefined;
     attempt.link.parent.host.inUse--;
@@ -891,25 +885,10 @@ export class SimDownload {
   private checkProgress(): void {
     if (this.finished || this.mode === 'origin' || this.wantedCount === 0) return;
     this.giveUpRetiredStragglers();
-    this.reportProgress();
     this.pump();
     const verdict = stallVerdict((this.now - this.lastProgress) * 1000, this.world.settings.stall * 1000, this.attempts.size);
     if (verdict === 'origin') this.goToOrigin();
     else if (verdict === 'reschedule') this.report({ packet: 'reschedule', reschedule: { blocklist: [...this.blocked] } });
-  }
-
-  /** swarm-download.ts reportProgress: the bytes received from parents so far, every request counted, while any arrives. */
-  private reportProgress(): void {
-    let received = this.receivedDone;
-    let arriving = false;
-    for (const list of this.attempts.values()) {
-      for (const attempt of list) {
-        if (!attempt.flow) continue;
-        arriving = true;
-        received += this.world.net.delivered(attempt.flow);
-      }
-    }
-    if (arriving) this.report({ packet: 'piecesProgress', piecesProgress: { received: Math.floor(received) } });
   }
 
   // ---- the origin

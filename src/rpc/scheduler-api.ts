@@ -58,12 +58,6 @@ export interface PieceStarted {
   parentId?: string;
 }
 
-/** What the peer has received from parents in this task so far (sent about once a second while pieces arrive). */
-export interface PiecesProgress {
-  /** Payload bytes of every piece request to a parent, ended or still arriving; never decreases. */
-  received: number;
-}
-
 export interface PieceFinished {
   index: number;
   digest: string;
@@ -90,7 +84,6 @@ export interface PieceFailed {
 export type PeerPacket =
   | { packet: 'register'; register: RegisterPeer }
   | { packet: 'pieceStarted'; pieceStarted: PieceStarted }
-  | { packet: 'piecesProgress'; piecesProgress: PiecesProgress }
   | { packet: 'pieceFinished'; pieceFinished: PieceFinished }
   | { packet: 'pieceFailed'; pieceFailed: PieceFailed }
   | { packet: 'reschedule'; reschedule: { blocklist: string[] } }

@@ -101,10 +101,6 @@ export function checkPeerPacket(packet: PeerPacket): PeerPacket {
     case 'pieceStarted':
       if (packet.pieceStarted.parentId) checkId(packet.pieceStarted.parentId, 'piece parent id');
       break;
-    case 'piecesProgress':
-      if (!Number.isSafeInteger(packet.piecesProgress.received) || packet.piecesProgress.received < 0)
-        fail(`pieces progress: received must be a byte count, got ${packet.piecesProgress.received}`);
-      break;
     case 'pieceFinished':
       if (typeof packet.pieceFinished.digest === 'string' && packet.pieceFinished.digest.length > 150) fail('piece digest is too long');
       break;

@@ -312,15 +312,6 @@ function slowAgainstParent(
     } else {
       alone = Infinity; // the parent is still receiving it
     }
-    // Its progress reports (PiecesProgress) tell what its download carried since the piece began,
-    // every piece counted as far as it came: a 2 Mbit/s node heading a chain under a seed was found
-    // slow after 15 s by the piece's lateness alone, every node below it held to its pace meanwhile
-    // (simulated, 32 nodes at 20/10/2 Mbit/s).
-    const carried = Number.isFinite(alone) ? child.pace.carriedFromReports(start) : undefined;
-    if (carried !== undefined && carried * sharers < (SLOW * size) / alone) {
-      if (!found || carried < found.rate) found = { since: start, rate: carried };
-      continue;
-    }
     const due = alone * sharers * (1 + earlier);
     if (elapsed <= due / SLOW || elapsed - due < MIN_LATE_MS) continue;
     let rate: number | undefined;

@@ -53,11 +53,6 @@ export function createSchedulerMetrics(registry: Registry, resources: Resources)
       labelNames: ['result'] as const,
       registers,
     }),
-    progressReports: new Counter({
-      name: 'starling_scheduler_progress_reports_total',
-      help: 'Reports of the bytes a peer received so far, sent about once a second while its pieces arrive',
-      registers,
-    }),
     pieceFailures: new Counter({
       name: 'starling_scheduler_piece_failures_total',
       help: 'Piece failures reported by peers, by reason',

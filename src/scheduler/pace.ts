@@ -15,12 +15,6 @@
  */
 export const SLOW = 0.7;
 
-/** The shortest span between two progress reports that measures a rate (they come about once a second). */
-const MIN_PROGRESS_SPAN_MS = 500;
-
-/** Progress reports kept: a few seconds of them, about one a second. */
-const PROGRESS_KEPT = 16;
-
 /** Stored pieces that make one intake measurement. */
 const INTAKE_WINDOW = 3;
 
@@ -106,8 +100,6 @@ export class PeerPace {
   readonly storedAt = new Map<number, number>();
   /** Its last few stored pieces: when their first byte came (absent: an origin read), when they were stored, their length. */
   private readonly storedSpans: Array<{ start?: number; end: number; length: number }> = [];
-  /** Its latest reports of the bytes it received (PiecesProgress): when each came, and the count. */
-  private readonly progress: Array<{ at: number; received: number }> = [];
   /** The tightest bound found on what it receives while pieces arrived, and since when: acted on once per tightening. */
   slowArrival?: { since: number; rate: number };
 
@@ -148,25 +140,6 @@ export class PeerPace {
       this.lastPieceRate = length / (now - startedAt);
       this.lastPieceStart = startedAt;
     }
-  }
-
-  /** It said it has received `received` bytes in all at `now` (PiecesProgress). */
-  progressed(received: number, now: number): void {
-    const last = this.progress.at(-1);
-    if (last && (received < last.received || now <= last.at)) return;
-    this.progress.push({ at: now, received });
-    if (this.progress.length > PROGRESS_KEPT) this.progress.shift();
-  }
-
-  /**
-   * What its download carried from its first progress report after `since` to its latest one;
-   * undefined unless both exist and span MIN_PROGRESS_SPAN_MS.
-   */
-  carriedFromReports(since: number): number | undefined {
-    const last = this.progress.at(-1);
-    const first = this.progress.find((report) => report.at >= since);
-    if (!last || !first || last.at - first.at < MIN_PROGRESS_SPAN_MS) return undefined;
-    return (last.received - first.received) / (last.at - first.at);
   }
 
   /**

@@ -205,11 +205,6 @@ export class Scheduling {
     if (this.onDemand.demanded(registry, this.hooks.now())) this.sayReading(registry, true);
   }
 
-  /** The peer's bytes received so far (PiecesProgress): what its download carries shows before a slow piece ends. */
-  piecesProgress(peer: Peer, received: number): void {
-    if (Number.isFinite(received) && received >= 0) peer.pace.progressed(received, this.hooks.now());
-  }
-
   /**
    * Piece `index` began arriving at the peer: from `parentId` (absent: the origin); `background`:
    * no workload waits for it.

@@ -83,9 +83,6 @@ export function schedulerHandlers(
                 background: packet.pieceStarted.background === true,
                 parentId: packet.pieceStarted.parentId || undefined,
               });
-            case 'piecesProgress':
-              metrics.progressReports.inc();
-              return scheduling.piecesProgress(peer, packet.piecesProgress.received);
             case 'pieceFinished':
               return scheduling.pieceFinished(peer, packet.pieceFinished);
             case 'pieceFailed':

@@ -92,8 +92,6 @@ export class PiecesFromParents {
   private schedulerLost = false;
   /** The fastest a parent has served this peer (ParentPace.rate, bytes per millisecond): what the endgame expects of one not measured yet. */
   private fastestServed = 0;
-  /** Bytes that attempts no longer on their way had received (see received). */
-  private receivedByEndedAttempts = 0;
   /** A random rank per piece, fixed for this download (pieceTieBreaks). */
   private readonly tieBreak: Float64Array;
   private running = false;
@@ -132,13 +130,6 @@ export class PiecesFromParents {
   /** Pieces on their way from parents. */
   get onTheirWay(): number {
     return this.attempts.size;
-  }
-
-  /** Bytes received from parents so far, every attempt counted, ended or arriving (PiecesProgress). */
-  get received(): number {
-    let bytes = this.receivedByEndedAttempts;
-    for (const list of this.attempts.values()) for (const attempt of list) bytes += attempt.growing?.filled ?? 0;
-    return bytes;
   }
 
   isOnItsWay(index: number): boolean {
@@ -439,7 +430,6 @@ export class PiecesFromParents {
             'piece attempt ended',
           );
         stall.stop();
-        this.receivedByEndedAttempts += attempt.growing?.filled ?? 0;
         attempt.growing?.end();
         link.attemptEnded();
         const remaining = (this.attempts.get(index) ?? []).filter((a) => a !== attempt);

@@ -441,7 +441,6 @@ export class SwarmDownload {
     if (this.closed || this.finished || this.mode === 'origin' || this.wanted.size === 0) return;
     this.resumeIfWanting(); // a swarm that read on demand past SWARM_READING_HOLD_MAX_MS holds background pieces no longer
     this.giveUpRetiredStragglers();
-    this.reportProgress();
     this.pump();
     if (this.fromParents.waitsForSwarmOnly(Date.now())) {
       this.lastProgress = Date.now(); // waiting on purpose while other nodes start: no stall
@@ -451,16 +450,6 @@ export class SwarmDownload {
     const verdict = stallVerdict(idle, this.settings.stallMs, this.fromParents.onTheirWay, this.session.connected);
     if (verdict === 'origin') this.goToOrigin(`nothing stored for ${idle} ms`);
     else if (verdict === 'reschedule') this.session.report({ packet: 'reschedule', reschedule: { blocklist: this.parents.blocklist } });
-  }
-
-  /**
-   * What arrived from parents so far, while pieces arrive (PiecesProgress): the scheduler sees a
-   * slow download within seconds, where a 4 MiB piece at 2 Mbit/s ends only after 17.
-   */
-  private reportProgress(): void {
-    // Not queued while disconnected: a burst of old counts on reconnecting measures nothing.
-    if (this.fromParents.onTheirWay > 0 && this.session.connected)
-      this.session.report({ packet: 'piecesProgress', piecesProgress: { received: this.fromParents.received } });
   }
 
   private giveUpRetiredStragglers(): void {
