@@ -87,7 +87,7 @@ try {
     );
     results.push(result);
     console.error(
-      `${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; ${cpuLine(result.cpu)}`,
+      `${result.label}: first ${fixed(result.firstSeconds)} s, median ${fixed(result.medianSeconds)} s, last ${fixed(result.lastSeconds)} s; every pull began within ${fixed(result.startSpreadSeconds, 3)} s of the start gate; ${cpuLine(result.cpu)}`,
     );
   }
 } finally {

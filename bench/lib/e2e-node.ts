@@ -35,8 +35,11 @@ export interface NodeStack {
   host: ClusterHost;
   containerd: Containerd;
   snapshotter?: SnapshotterProcess;
-  /** `ctr images pull`, or `ctr-remote images rpull --snapshotter starling` on a lazy node. Throws on failure. */
-  pull(ref: string): Promise<void>;
+  /**
+   * The argv, to run in the node's namespace, of `ctr images pull`, or of `ctr-remote images rpull
+   * --snapshotter starling` on a lazy node (bench/lib/e2e-rows.ts starts every node's at one moment).
+   */
+  pullCommand(ref: string): string[];
   /** `ctr run --rm` of the image's own command; `onLine` sees its stdout as it comes. Throws unless it exits 0. */
   run(ref: string, id: string, onLine: (line: string) => void): Promise<void>;
   /** Bytes the node's directories (and `extraDirs`) hold on disk, mounts left out (`du -sx`). */
@@ -83,18 +86,12 @@ export async function startNodeStack(o: NodeStackOptions): Promise<NodeStack> {
     host: o.host,
     containerd,
     snapshotter,
-    async pull(ref) {
-      if (snapshotter) {
-        must(
-          `rpull ${ref}`,
-          await containerd.ctrRemote(
-            ['images', 'rpull', '--snapshotter', SNAPSHOTTER, '--plain-http', '--hosts-dir', containerd.hostsDir, ref],
-            long,
-          ),
-        );
-      } else {
-        must(`pull ${ref}`, await containerd.ctr(['images', 'pull', '--plain-http', '--hosts-dir', containerd.hostsDir, ref], long));
-      }
+    pullCommand(ref) {
+      const client = ['--address', containerd.address, '--namespace', 'default'];
+      const hosts = ['--plain-http', '--hosts-dir', containerd.hostsDir, ref];
+      return snapshotter
+        ? ['ctr-remote', ...client, 'images', 'rpull', '--snapshotter', SNAPSHOTTER, ...hosts]
+        : ['ctr', ...client, 'images', 'pull', ...hosts];
     },
     async run(ref, id, onLine) {
       const args = ['run', '--rm', ...(snapshotter ? ['--snapshotter', SNAPSHOTTER] : []), ref, id];

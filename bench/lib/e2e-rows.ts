@@ -18,7 +18,7 @@ import { startNodeStack, type NodeStack } from './e2e-node.js';
 import { startProgramCpuSampler, withDescendants } from './proc.js';
 import { startEgressSampler, type EgressSampler } from './egress.js';
 import { startNsRegistry, type NsRegistry } from './ns-registry.js';
-import { summarize } from './scenario.js';
+import { armGated, summarize } from './scenario.js';
 import { MIRROR, startSwarm, type Swarm } from './swarm.js';
 import { itemAt } from '../../src/common/indexing.js';
 
@@ -101,6 +101,8 @@ export interface RowResult {
   firstSeconds: number;
   medianSeconds: number;
   lastSeconds: number;
+  /** The latest any node's pull began after the start gate opened (armGated). */
+  startSpreadSeconds: number;
   /** What the registry's NIC sent (TCP payload) until the last ready line, and in copies of neededBytes. */
   registryBytes: number;
   registryCopies: number;
@@ -231,13 +233,21 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
     let cpuByProgramToReady: Record<string, number> = {};
     let registryAtLastReady: Promise<number> | undefined;
     let readyCount = 0;
+    // Every node's pull waits at the start gate until all of them are spawned, then all go at once.
+    const armed = await armGated(
+      c,
+      nodes.map((node) => ({ node: node.host, script: 'exec "$0" "$@"', args: node.pullCommand(ref) })),
+    );
     const t0 = nowSeconds();
+    const pulls = armed.release();
     log(`${spec.label}: pull requested on ${nodes.length} nodes`);
 
     const results = await Promise.all(
-      nodes.map(async (node) => {
-        await node.pull(ref);
-        const pulledSeconds = nowSeconds() - t0;
+      nodes.map(async (node, i) => {
+        const pull = await itemAt(pulls, i);
+        if (pull.code !== 0)
+          throw new Error(`[${node.host.name}] pull of ${ref} failed (exit ${pull.code}): ${pull.stderr.trim() || pull.stdout.trim()}`);
+        const pulledSeconds = pull.endedAt - t0;
         let readySeconds: number | undefined;
         let readyLine = '';
         let atReady: Promise<[number, number]> | undefined;
@@ -301,6 +311,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       firstSeconds: summary.first,
       medianSeconds: summary.median,
       lastSeconds: summary.last,
+      startSpreadSeconds: Math.max(0, ...(await Promise.all(pulls)).map((pull) => pull.startDelay)),
       registryBytes,
       registryCopies: registryBytes / neededBytes,
       registryBytesTotal: egressRecord.bytes,

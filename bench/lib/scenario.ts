@@ -258,21 +258,40 @@ const GATE_TIMEOUT_MS = 120_000;
 /** How long a pull may take once released before it is killed (and the run fails). */
 const PULL_TIMEOUT_MS = 3_600_000;
 
+/** What a command armed at the start gate left when it exited (see armGated). */
+export interface GatedExit {
+  node: ClusterHost;
+  code: number | null;
+  stdout: string;
+  /** Its stderr after the gate's READY line (its GO line first). */
+  stderr: string;
+  /** When it exited (nowSeconds). */
+  endedAt: number;
+  /** How long after the gate opened its shell went on (bash's clock against this process's). */
+  startDelay: number;
+}
+
+/** Commands waiting at the start gate: `release` lets them all go at once and hands back each one's exit, in the order armed. */
+export interface ArmedCommands {
+  release(): Array<Promise<GatedExit>>;
+}
+
 /**
- * Every node downloads `url` with curl inside its namespace, all starting at one moment: each
- * node's shell is spawned first and waits on its stdin; once all of them wait, `release` sends each
- * a newline. (Spawned one after another while the swarm already ran, the last of 32 nodes' pulls
+ * Runs each command (`bash -c script args…` in its node's namespace) only once every one of them
+ * is spawned and waits: each shell prints READY and waits on its stdin; `release` sends each a
+ * newline. (Spawned one after another while the swarm already ran, the last of 32 nodes' pulls
  * began 22 s after the first on a busy 2-core machine, 52 s in another run, and the last nodes'
- * times counted that wait: the eighteenth round of docs/benchmarks.md.) What arrives is hashed: a short body or a wrong digest
- * fails the run, not just this data point.
+ * times counted that wait: the eighteenth round of docs/benchmarks.md.) A command still running
+ * PULL_TIMEOUT_MS after the gate opened is killed.
  */
-export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: string, size: number, sha256: string): Promise<ArmedPulls> {
-  const script = `echo READY >&2; read -r _ || exit 90; ${GO_LINE} >&2; set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`;
-  const waiting = nodes.map((node) => gatedShell(c, node, script, url));
+export async function armGated(c: Cluster, commands: Array<{ node: ClusterHost; script: string; args: string[] }>): Promise<ArmedCommands> {
+  const waiting = commands.map(({ node, script, args }) =>
+    gatedShell(c, node, `echo READY >&2; read -r _ || exit 90; ${GO_LINE} >&2; ${script}`, args),
+  );
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new Error(`the nodes' pulls did not all reach the start gate in ${GATE_TIMEOUT_MS / 1000} s`)),
+      () => reject(new Error(`the commands did not all reach the start gate in ${GATE_TIMEOUT_MS / 1000} s`)),
       GATE_TIMEOUT_MS,
     );
   });
@@ -285,27 +304,44 @@ export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: strin
     clearTimeout(timer);
   }
   return {
-    release: async () => {
+    release: () => {
       const opened = Date.now() / 1000;
       for (const w of waiting) w.child.stdin?.end('\n');
       const deadline = setTimeout(() => {
         for (const w of waiting) w.child.kill('SIGKILL');
       }, PULL_TIMEOUT_MS);
-      try {
-        return await Promise.all(
-          waiting.map(async ({ node, ended }) => {
-            const { code, stdout, stderr, endedAt } = await ended;
-            const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(stderr);
-            if (code !== 0 || !m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer (exit ${code}): ${stderr.trim()}`);
-            const got = stdout.trim().split(/\s+/)[0];
-            if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
-            return { node, endedAt, curlSeconds: Number(m[3]), startDelay: wentOnAt(stderr) - opened };
-          }),
-        );
-      } finally {
-        clearTimeout(deadline);
-      }
+      const exits = waiting.map(async ({ node, ended }) => {
+        const exit = await ended;
+        return { node, ...exit, startDelay: wentOnAt(exit.stderr) - opened };
+      });
+      void Promise.allSettled(exits).then(() => clearTimeout(deadline));
+      return exits;
     },
+  };
+}
+
+/**
+ * Every node downloads `url` with curl inside its namespace, all starting at one moment (armGated).
+ * What arrives is hashed: a short body or a wrong digest fails the run, not just this data point.
+ */
+export async function armWholePulls(c: Cluster, nodes: ClusterHost[], url: string, size: number, sha256: string): Promise<ArmedPulls> {
+  const script = `set -o pipefail; curl -sS --fail --noproxy '*' -w '%{stderr}RESULT %{http_code} %{size_download} %{time_total}\\n' "$0" | sha256sum`;
+  const armed = await armGated(
+    c,
+    nodes.map((node) => ({ node, script, args: [url] })),
+  );
+  return {
+    release: () =>
+      Promise.all(
+        armed.release().map(async (exit) => {
+          const { node, code, stdout, stderr, endedAt, startDelay } = await exit;
+          const m = /RESULT (\d+) (\d+) ([\d.]+)/.exec(stderr);
+          if (code !== 0 || !m || Number(m[2]) !== size) throw new Error(`${node.name}: bad transfer (exit ${code}): ${stderr.trim()}`);
+          const got = stdout.trim().split(/\s+/)[0];
+          if (got !== sha256) throw new Error(`${node.name}: sha256 ${got}, expected ${sha256}`);
+          return { node, endedAt, curlSeconds: Number(m[3]), startDelay };
+        }),
+      ),
   };
 }
 
@@ -367,10 +403,10 @@ export function startSpread(pulls: WholePull[]): number {
   return Math.max(0, ...pulls.map((p) => p.startDelay));
 }
 
-/** `bash -c script arg` in the node's namespace, its stdin kept open: `ready` once it printed READY, `ended` when it exits. */
-function gatedShell(c: Cluster, node: ClusterHost, script: string, arg: string) {
+/** `bash -c script args…` in the node's namespace, its stdin kept open: `ready` once it printed READY, `ended` when it exits. */
+function gatedShell(c: Cluster, node: ClusterHost, script: string, args: string[]) {
   const [cmd, ...pre] = c.nsArgv(node);
-  const child = spawn(cmd, [...pre, 'bash', '-c', script, arg], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(cmd, [...pre, 'bash', '-c', script, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));

@@ -32,6 +32,11 @@ describe('the seed experiment end to end, 2 nodes', { timeout: 600_000 }, () => 
 
   const everyNodeReady = (r: RowResult) => {
     assert.equal(r.nodes.length, NODES);
+    // The pulls wait at one start gate (armGated): each began within moments of its opening.
+    assert.ok(
+      r.startSpreadSeconds >= 0 && r.startSpreadSeconds < 2,
+      `the pulls began up to ${r.startSpreadSeconds} s after the gate opened`,
+    );
     for (const node of r.nodes)
       assert.ok(node.readySeconds > 0 && node.readySeconds >= node.pulledSeconds, `${node.node}: ${JSON.stringify(node)}`);
   };
