@@ -18,7 +18,7 @@ import { startNodeStack, type NodeStack } from './e2e-node.js';
 import { startProgramCpuSampler, withDescendants } from './proc.js';
 import { startEgressSampler, type EgressSampler } from './egress.js';
 import { startNsRegistry, type NsRegistry } from './ns-registry.js';
-import { armGated, summarize } from './scenario.js';
+import { armGated, startSpread, summarize } from './scenario.js';
 import { MIRROR, startSwarm, type Swarm } from './swarm.js';
 import { itemAt } from '../../src/common/indexing.js';
 
@@ -311,7 +311,7 @@ export async function runRow(ctx: E2eContext, row: RowName): Promise<RowResult> 
       firstSeconds: summary.first,
       medianSeconds: summary.median,
       lastSeconds: summary.last,
-      startSpreadSeconds: Math.max(0, ...(await Promise.all(pulls)).map((pull) => pull.startDelay)),
+      startSpreadSeconds: startSpread(await Promise.all(pulls)),
       registryBytes,
       registryCopies: registryBytes / neededBytes,
       registryBytesTotal: egressRecord.bytes,

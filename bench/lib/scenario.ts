@@ -399,7 +399,7 @@ export async function holdStartGate(dir: string): Promise<StartGate> {
 }
 
 /** The latest any pull began after the gate opened, in seconds: what the start's simultaneity is worth. */
-export function startSpread(pulls: WholePull[]): number {
+export function startSpread(pulls: Array<Pick<WholePull, 'startDelay'>>): number {
   return Math.max(0, ...pulls.map((p) => p.startDelay));
 }
 
